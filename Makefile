@@ -1,0 +1,48 @@
+# The README's two commands: `make demo` and `make test`. Every target sets up
+# the virtualenv first; `setup` does nothing when the lock has not changed.
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+export GOTOOLCHAIN ?= local
+
+.PHONY: setup demo test test-unit test-testbed testbed bench lint lock clean
+
+setup: $(STAMP)
+
+$(STAMP): requirements.lock pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements.lock
+	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
+	touch $(STAMP)
+
+testbed: setup
+	$(BIN)/kubetrain testbed build
+
+demo: testbed
+	$(BIN)/python -m kubetrain.demo
+
+test: testbed
+	$(BIN)/pytest
+
+test-unit: setup
+	$(BIN)/pytest -m unit
+
+test-testbed: testbed
+	$(BIN)/pytest -m testbed
+
+bench: testbed
+	$(BIN)/python bench/testbed_start.py
+
+lint: setup
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
+
+# Regenerate the lock after changing dependencies in pyproject.toml (needs uv).
+lock:
+	uv pip compile pyproject.toml build-requirements.in --extra test --generate-hashes \
+		--python-version 3.11 --universal -o requirements.lock
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,1 @@
+"""The pure core: no I/O, no clock reads, no Kubernetes client."""

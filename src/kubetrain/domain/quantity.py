@@ -1,0 +1,78 @@
+"""Kubernetes resource quantities, parsed the way the API server parses them.
+
+The grammar is that of k8s.io/apimachinery/pkg/api/resource: a signed decimal
+number followed by an optional binary suffix (Ki … Ei), decimal suffix
+(n u m k M G T P E) or decimal exponent (e3, E-2). Values are held as exact
+Decimals so that "500m" + "500m" == "1" and comparisons never round.
+"""
+
+from __future__ import annotations
+
+import re
+from decimal import Decimal, InvalidOperation
+
+__all__ = ["QuantityError", "format_quantity", "parse_quantity"]
+
+_BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
+_DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
+_QUANTITY = re.compile(
+    r"^(?P<number>[+-]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+))"
+    r"(?P<suffix>Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|[eE][+-]?[0-9]+)?$"
+)
+# The API server refuses quantities whose exponent leaves int64 scale; we refuse
+# anything past 10^18 * 2^10 magnitude for the same reason (and so "1e999" is an
+# error, not a Decimal that overflows later arithmetic).
+_MAX_EXPONENT = 21
+_MAX_LENGTH = 64
+
+
+class QuantityError(ValueError):
+    """A string that is not a Kubernetes quantity; the message says what is allowed."""
+
+
+def parse_quantity(text: str | int | float) -> Decimal:
+    """Parse a quantity ("500m", "16Gi", "1e3", 8) into an exact Decimal."""
+    if isinstance(text, bool):
+        raise QuantityError("expected a quantity such as 500m, 16Gi or 8, got a boolean")
+    if isinstance(text, int | float):
+        text = repr(text) if isinstance(text, float) else str(text)
+    if not isinstance(text, str):
+        raise QuantityError(f"expected a quantity string, got {type(text).__name__}")
+    raw = text.strip()
+    if not raw or len(raw) > _MAX_LENGTH:
+        raise QuantityError(
+            f"expected a quantity of at most {_MAX_LENGTH} characters such as 500m, 16Gi or 8"
+        )
+    match = _QUANTITY.match(raw)
+    if match is None:
+        raise QuantityError(
+            f"{raw!r} is not a Kubernetes quantity: use a number with an optional suffix "
+            "(n, u, m, k, M, G, T, P, E, Ki, Mi, Gi, Ti, Pi, Ei) or exponent (e3)"
+        )
+    try:
+        number = Decimal(match["number"])
+    except InvalidOperation as exc:  # pragma: no cover - the regex admits only decimals
+        raise QuantityError(f"{raw!r} is not a number") from exc
+    suffix = match["suffix"] or ""
+    if suffix in _BINARY:
+        return number * (Decimal(1024) ** _BINARY[suffix])
+    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+    if abs(exponent) > _MAX_EXPONENT:
+        raise QuantityError(
+            f"{raw!r} is out of range: exponents beyond ±{_MAX_EXPONENT} are refused"
+        )
+    return number.scaleb(exponent)
+
+
+def format_quantity(value: Decimal) -> str:
+    """Render a Decimal compactly for messages: 16Gi stays 16Gi, 0.5 becomes 500m."""
+    for suffix, power in sorted(_BINARY.items(), key=lambda item: -item[1]):
+        unit = Decimal(1024) ** power
+        if value >= unit and value % unit == 0:
+            return f"{value / unit:f}".rstrip("0").rstrip(".") + suffix
+    if value != value.to_integral_value():
+        milli = value * 1000
+        if milli == milli.to_integral_value():
+            return f"{int(milli)}m"
+    normal = value.normalize()
+    return f"{normal:f}"

@@ -1,0 +1,438 @@
+"""The testbed's lifecycle: up, down, status, and restarting single components.
+
+Everything a testbed owns lives in its state directory: PKI, kubeconfig, etcd
+data, logs, and `testbed.json` with the ports and pids it started, so `down`
+stops exactly those processes and two testbeds can run side by side.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import ssl
+import time
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import asdict, dataclass, field
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+from kubetrain.testbed import pki as pki_mod
+from kubetrain.testbed import processes
+from kubetrain.testbed.build import BINARIES, Binaries, installed
+from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
+
+# Start order; stopped in reverse.
+COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
+SERVICE_CIDR = "10.96.0.0/12"
+POD_CIDR = "10.0.0.1/16"
+_ALWAYS_ALLOW = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
+
+
+class TestbedError(RuntimeError):
+    """The testbed could not do what was asked; the message says why."""
+
+    __test__ = False  # not a pytest test class
+
+
+def state_root() -> Path:
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kubetrain" / "testbed"
+
+
+def stage_files() -> list[Path]:
+    folder = resources.files("kubetrain.testbed") / "stages"
+    return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
+
+
+@dataclass
+class Ports:
+    etcd_client: int
+    etcd_peer: int
+    apiserver: int
+    controller_manager: int
+    scheduler: int
+    kwok: int
+
+    def named(self) -> dict[str, int]:
+        return {
+            "etcd client": self.etcd_client,
+            "etcd peer": self.etcd_peer,
+            "kube-apiserver": self.apiserver,
+            "kube-controller-manager": self.controller_manager,
+            "kube-scheduler": self.scheduler,
+            "kwok": self.kwok,
+        }
+
+
+@dataclass
+class State:
+    name: str
+    pool: str
+    bin_dir: str
+    ports: Ports
+    pids: dict[str, int] = field(default_factory=dict)
+    started_at: float = 0.0
+    ready_seconds: float | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> State:
+        data = json.loads(path.read_text())
+        data["ports"] = Ports(**data["ports"])
+        return cls(**data)
+
+    def save(self, path: Path) -> None:
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(asdict(self), indent=2))
+        tmp.replace(path)
+
+
+class Testbed:
+    """A testbed's state directory, and the operations on what runs from it."""
+
+    __test__ = False
+
+    def __init__(self, state_dir: Path) -> None:
+        self.state_dir = state_dir.resolve()
+        self.pki = pki_mod.Pki(self.state_dir / "pki")
+
+    @property
+    def kubeconfig(self) -> Path:
+        return self.state_dir / "kubeconfig"
+
+    @property
+    def state_file(self) -> Path:
+        return self.state_dir / "testbed.json"
+
+    def log_path(self, component: str) -> Path:
+        return self.state_dir / "logs" / f"{component}.log"
+
+    def state(self) -> State:
+        if not self.state_file.exists():
+            raise TestbedError(f"no testbed in {self.state_dir} (run `kubetrain testbed up`)")
+        return State.load(self.state_file)
+
+    @property
+    def server(self) -> str:
+        return f"https://127.0.0.1:{self.state().ports.apiserver}"
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    @classmethod
+    def up(
+        cls,
+        state_dir: Path,
+        pool: str | Pool = "default",
+        binaries: Binaries | None = None,
+        apiserver_port: int | None = None,
+        timeout: float = 120.0,
+    ) -> Testbed:
+        """Start a testbed in `state_dir` and wait until its nodes are Ready."""
+        began = time.monotonic()
+        binaries = binaries or installed()
+        if not binaries.complete():
+            missing = [n for n in BINARIES if not os.access(binaries.path(n), os.X_OK)]
+            raise TestbedError(
+                f"testbed binaries missing in {binaries.directory} ({', '.join(missing)}): "
+                "run `kubetrain testbed build` (or `make testbed`) first"
+            )
+        pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
+        testbed = cls(state_dir)
+        if testbed.state_file.exists() and testbed.running():
+            raise TestbedError(
+                f"a testbed already runs from {testbed.state_dir}: "
+                "`kubetrain testbed down` it first, or pick another --name"
+            )
+        shutil.rmtree(testbed.state_dir, ignore_errors=True)
+        (testbed.state_dir / "logs").mkdir(parents=True)
+        free = processes.pick_free_ports(6)
+        if apiserver_port is not None:
+            processes.check_bindable(apiserver_port, "kube-apiserver")
+            free[2] = apiserver_port
+        ports = Ports(*free)
+        state = State(
+            name=testbed.state_dir.name,
+            pool=pool_spec.name,
+            bin_dir=str(binaries.directory),
+            ports=ports,
+            started_at=time.time(),
+        )
+        pki_mod.generate(testbed.pki.directory)
+        pki_mod.write_kubeconfig(
+            testbed.kubeconfig,
+            testbed.pki,
+            f"https://127.0.0.1:{ports.apiserver}",
+            name=f"kubetrain-testbed-{state.name}",
+        )
+        state.save(testbed.state_file)
+        try:
+            # All start at once: the later components retry until the API server
+            # answers, which is faster than waiting for each in turn.
+            for component in COMPONENTS:
+                testbed._start(component, state)
+            testbed._wait_ready(state, time.monotonic() + timeout)
+            testbed.create_nodes(pool_spec)
+            testbed.wait_nodes_ready(pool_spec, time.monotonic() + timeout)
+        except BaseException:
+            testbed.down(keep_state=True)
+            raise
+        state.ready_seconds = round(time.monotonic() - began, 2)
+        state.save(testbed.state_file)
+        return testbed
+
+    def down(self, keep_state: bool = False) -> list[str]:
+        """Stop the processes this testbed started; remove its state unless kept."""
+        stopped = []
+        if self.state_file.exists():
+            state = self.state()
+            bin_dir = Path(state.bin_dir)
+            for component in reversed(COMPONENTS):
+                pid = state.pids.get(component)
+                if pid and processes.stop(pid, bin_dir / component):
+                    stopped.append(component)
+        if not keep_state:
+            shutil.rmtree(self.state_dir, ignore_errors=True)
+        return stopped
+
+    def running(self) -> dict[str, bool]:
+        state = self.state()
+        bin_dir = Path(state.bin_dir)
+        return {
+            c: bool(state.pids.get(c)) and processes.is_ours(state.pids[c], bin_dir / c)
+            for c in COMPONENTS
+        }
+
+    def status(self) -> dict[str, Any]:
+        state = self.state()
+        alive = self.running()
+        return {
+            "state_dir": str(self.state_dir),
+            "kubeconfig": str(self.kubeconfig),
+            "server": f"https://127.0.0.1:{state.ports.apiserver}",
+            "pool": state.pool,
+            "ready_seconds": state.ready_seconds,
+            "components": {
+                c: {"pid": state.pids.get(c), "running": alive[c], "log": str(self.log_path(c))}
+                for c in COMPONENTS
+            },
+            "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
+        }
+
+    def stop_component(self, component: str) -> None:
+        state = self.state()
+        pid = state.pids.get(component)
+        if pid:
+            processes.stop(pid, Path(state.bin_dir) / component)
+
+    def start_component(self, component: str, timeout: float = 60.0) -> None:
+        state = self.state()
+        self._start(component, state)
+        self._wait_ready(state, time.monotonic() + timeout, only=component)
+
+    def restart_component(self, component: str, timeout: float = 60.0) -> None:
+        self.stop_component(component)
+        self.start_component(component, timeout)
+
+    # -- nodes -----------------------------------------------------------------------------
+
+    def create_nodes(self, pool: Pool) -> None:
+        from lightkube import Client
+        from lightkube.codecs import from_dict
+        from lightkube.config.kubeconfig import KubeConfig
+
+        client = Client(config=KubeConfig.from_file(self.kubeconfig), field_manager="testbed")
+        nodes = pool.nodes()
+
+        def create(node: dict[str, Any]) -> None:
+            client.create(from_dict(node))
+
+        with ThreadPoolExecutor(max_workers=8) as pool_exec:
+            list(pool_exec.map(create, nodes))
+
+    def wait_nodes_ready(self, pool: Pool, deadline: float) -> None:
+        from lightkube import Client
+        from lightkube.config.kubeconfig import KubeConfig
+        from lightkube.resources.core_v1 import Node
+
+        client = Client(config=KubeConfig.from_file(self.kubeconfig))
+        want = pool.node_count()
+        ready = 0
+        while time.monotonic() < deadline:
+            nodes = list(client.list(Node, labels={POOL_LABEL: pool.name}))
+            ready = sum(1 for n in nodes if _node_ready(n))
+            if ready == want:
+                return
+            self._check_alive(self.state())
+            time.sleep(0.2)
+        raise TestbedError(
+            f"{ready} of {want} nodes Ready before the timeout; see {self.log_path('kwok')}"
+        )
+
+    # -- internals -------------------------------------------------------------------------
+
+    def _argv(self, component: str, state: State) -> list[str]:
+        p, k, bin_dir = state.ports, self.pki, Path(state.bin_dir)
+        kubeconfig = str(self.kubeconfig)
+        binary = str(bin_dir / component)
+        if component == "etcd":
+            client, peer = f"http://127.0.0.1:{p.etcd_client}", f"http://127.0.0.1:{p.etcd_peer}"
+            return [
+                binary,
+                "--name=testbed",
+                f"--data-dir={self.state_dir / 'etcd'}",
+                f"--listen-client-urls={client}",
+                f"--advertise-client-urls={client}",
+                f"--listen-peer-urls={peer}",
+                f"--initial-advertise-peer-urls={peer}",
+                f"--initial-cluster=testbed={peer}",
+                "--initial-cluster-state=new",
+                # A loopback test cluster: durability across power loss buys nothing.
+                "--unsafe-no-fsync=true",
+                "--log-level=warn",
+            ]
+        if component == "kube-apiserver":
+            return [
+                binary,
+                f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
+                f"--secure-port={p.apiserver}",
+                "--bind-address=127.0.0.1",
+                "--advertise-address=127.0.0.1",
+                f"--tls-cert-file={k.server_cert}",
+                f"--tls-private-key-file={k.server_key}",
+                f"--client-ca-file={k.ca_cert}",
+                f"--service-account-key-file={k.sa_pub}",
+                f"--service-account-signing-key-file={k.sa_key}",
+                "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
+                f"--service-cluster-ip-range={SERVICE_CIDR}",
+                "--authorization-mode=Node,RBAC",
+                f"--cert-dir={self.state_dir / 'apiserver-certs'}",
+                "--allow-privileged=true",
+                "--profiling=false",
+            ]
+        common = [
+            f"--kubeconfig={kubeconfig}",
+            f"--authentication-kubeconfig={kubeconfig}",
+            f"--authorization-kubeconfig={kubeconfig}",
+            "--leader-elect=false",
+            "--bind-address=127.0.0.1",
+            _ALWAYS_ALLOW,
+        ]
+        if component == "kube-controller-manager":
+            return [
+                binary,
+                *common,
+                f"--secure-port={p.controller_manager}",
+                f"--cert-dir={self.state_dir / 'kcm-certs'}",
+                "--controllers=*",
+                "--use-service-account-credentials=false",
+                f"--root-ca-file={k.ca_cert}",
+                f"--service-account-private-key-file={k.sa_key}",
+                f"--cluster-signing-cert-file={k.ca_cert}",
+                f"--cluster-signing-key-file={k.ca_key}",
+                "--profiling=false",
+            ]
+        if component == "kube-scheduler":
+            return [
+                binary,
+                *common,
+                f"--secure-port={p.scheduler}",
+                f"--cert-dir={self.state_dir / 'scheduler-certs'}",
+                "--profiling=false",
+            ]
+        if component == "kwok":
+            return [
+                binary,
+                f"--kubeconfig={kubeconfig}",
+                *[f"--config={path}" for path in stage_files()],
+                "--manage-all-nodes=false",
+                "--manage-nodes-with-annotation-selector=kwok.x-k8s.io/node=fake",
+                f"--cidr={POD_CIDR}",
+                "--node-ip=10.0.0.1",
+                "--node-lease-duration-seconds=40",
+                f"--server-address=127.0.0.1:{p.kwok}",
+            ]
+        raise TestbedError(f"unknown component {component!r}")
+
+    def _start(self, component: str, state: State) -> None:
+        pid = processes.start(
+            component, self._argv(component, state), self.log_path(component), self.state_dir
+        )
+        state.pids[component] = pid
+        state.save(self.state_file)
+
+    def _apiserver_ready(self, state: State) -> bool:
+        return processes.http_ok(
+            f"https://127.0.0.1:{state.ports.apiserver}/readyz", self._admin_context()
+        )
+
+    def _admin_context(self) -> ssl.SSLContext:
+        context = ssl.create_default_context(cafile=str(self.pki.ca_cert))
+        context.load_cert_chain(str(self.pki.admin_cert), str(self.pki.admin_key))
+        return context
+
+    def _probes(self, state: State) -> dict[str, Callable[[], bool]]:
+        p, insecure = state.ports, processes.insecure_context()
+        return {
+            "etcd": lambda: processes.http_ok(f"http://127.0.0.1:{p.etcd_client}/health"),
+            "kube-apiserver": lambda: self._apiserver_ready(state),
+            "kube-controller-manager": lambda: processes.http_ok(
+                f"https://127.0.0.1:{p.controller_manager}/healthz", insecure
+            ),
+            "kube-scheduler": lambda: processes.http_ok(
+                f"https://127.0.0.1:{p.scheduler}/healthz", insecure
+            ),
+            "kwok": lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
+        }
+
+    def _wait_ready(self, state: State, deadline: float, only: str | None = None) -> None:
+        probes = self._probes(state)
+        pending = [only] if only else list(COMPONENTS)
+        while pending:
+            self._check_alive(state, pending)
+            pending = [c for c in pending if not probes[c]()]
+            if not pending:
+                return
+            if time.monotonic() > deadline:
+                raise TestbedError(
+                    f"not ready before the timeout: {', '.join(pending)}; logs in "
+                    f"{self.state_dir / 'logs'}\n{processes.log_tail(self.log_path(pending[0]))}"
+                )
+            time.sleep(0.1)
+
+    def _check_alive(self, state: State, components: list[str] | None = None) -> None:
+        bin_dir = Path(state.bin_dir)
+        for component in components or list(COMPONENTS):
+            pid = state.pids.get(component)
+            if pid is None:
+                continue
+            processes.reap(pid)
+            if processes.is_ours(pid, bin_dir / component):
+                continue
+            tail = processes.log_tail(self.log_path(component))
+            if "address already in use" in tail:
+                busy = [
+                    f"{what} port {port}"
+                    for what, port in state.ports.named().items()
+                    if f":{port}" in tail
+                ]
+                raise TestbedError(
+                    f"{component} could not bind {', '.join(busy) or 'its port'}: "
+                    f"address already in use\n{tail}"
+                )
+            raise TestbedError(f"{component} exited during start; last lines of its log:\n{tail}")
+
+
+# The TaintNodesByCondition admission taints every new Node not-ready; the
+# node-lifecycle controller lifts it once Ready. Until then nothing schedules.
+_NOT_READY_TAINTS = ("node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable")
+
+
+def _node_ready(node: Any) -> bool:
+    """Ready and schedulable: the Ready condition holds and the not-ready taint is gone."""
+    conditions = (node.status and node.status.conditions) or []
+    taints = (node.spec and node.spec.taints) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
+        t.key in _NOT_READY_TAINTS for t in taints
+    )

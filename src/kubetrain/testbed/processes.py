@@ -1,0 +1,123 @@
+"""Start, probe and stop the testbed's processes, identified by recorded pids."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import socket
+import ssl
+import subprocess
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Sequence
+from pathlib import Path
+
+
+class PortInUseError(RuntimeError):
+    pass
+
+
+def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
+    """Distinct ports the kernel reports free; held open together so none repeats."""
+    sockets = []
+    try:
+        for _ in range(count):
+            sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+            sock.bind((host, 0))
+            sockets.append(sock)
+        return [s.getsockname()[1] for s in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+
+
+def check_bindable(port: int, what: str, host: str = "127.0.0.1") -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind((host, port))
+        except OSError as exc:
+            raise PortInUseError(
+                f"port {port} on {host} for {what} cannot be bound: {exc.strerror}"
+            ) from None
+
+
+def start(name: str, argv: Sequence[str], log_path: Path, cwd: Path) -> int:
+    """Start a process in its own session (it outlives the CLI); return its pid."""
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        log.write(f"--- {time.strftime('%Y-%m-%dT%H:%M:%S')} starting {name}\n".encode())
+        log.flush()
+        proc = subprocess.Popen(
+            list(argv),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    return proc.pid
+
+
+def is_ours(pid: int, binary: Path) -> bool:
+    """True when pid is alive and runs `binary` (guards against recycled pids)."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    # A zombie has exited already: only its parent's wait is missing.
+    state = stat.rsplit(")", 1)[1].split()[0]
+    return state != "Z" and cmdline == str(binary).encode()
+
+
+def reap(pid: int) -> None:
+    """Collect a child we started in this process (tests restart components)."""
+    with contextlib.suppress(ChildProcessError, OSError):
+        os.waitpid(pid, os.WNOHANG)
+
+
+def stop(pid: int, binary: Path, timeout: float = 15.0) -> bool:
+    """SIGTERM, then SIGKILL after `timeout`; False when it was not running."""
+    if not is_ours(pid, binary):
+        return False
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGTERM)
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap(pid)
+        if not is_ours(pid, binary):
+            return True
+        time.sleep(0.05)
+    with contextlib.suppress(ProcessLookupError):
+        os.kill(pid, signal.SIGKILL)
+    while is_ours(pid, binary):
+        reap(pid)
+        time.sleep(0.05)
+    return True
+
+
+def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout, context=context) as resp:  # noqa: S310
+            return bool(resp.status == 200)
+    except (urllib.error.URLError, OSError, ssl.SSLError):
+        return False
+
+
+def insecure_context() -> ssl.SSLContext:
+    """For the health ports of the controller manager and scheduler, whose serving
+    certificates they sign themselves at start."""
+    context = ssl.create_default_context()
+    context.check_hostname = False
+    context.verify_mode = ssl.CERT_NONE
+    return context
+
+
+def log_tail(path: Path, lines: int = 15) -> str:
+    try:
+        return "\n".join(path.read_text(errors="replace").splitlines()[-lines:])
+    except OSError:
+        return "(no log)"
