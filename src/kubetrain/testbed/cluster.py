@@ -76,6 +76,8 @@ class State:
     pids: dict[str, int] = field(default_factory=dict)
     started_at: float = 0.0
     ready_seconds: float | None = None
+    # Seconds from the start of `up` to the end of each phase.
+    phases: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -121,6 +123,51 @@ class Testbed:
     # -- lifecycle -------------------------------------------------------------------------
 
     @classmethod
+    def prepare(
+        cls,
+        state_dir: Path,
+        pool: str = "default",
+        binaries: Binaries | None = None,
+        apiserver_port: int | None = None,
+    ) -> Testbed:
+        """Write a fresh state directory (ports, PKI, kubeconfig); start nothing."""
+        binaries = binaries or installed()
+        if not binaries.complete():
+            missing = [n for n in BINARIES if not os.access(binaries.path(n), os.X_OK)]
+            raise TestbedError(
+                f"testbed binaries missing in {binaries.directory} ({', '.join(missing)}): "
+                "run `kubetrain testbed build` (or `make testbed`) first"
+            )
+        testbed = cls(state_dir)
+        if testbed.state_file.exists() and any(testbed.running().values()):
+            raise TestbedError(
+                f"a testbed already runs from {testbed.state_dir}: "
+                "`kubetrain testbed down` it first, or pick another --name"
+            )
+        free = processes.pick_free_ports(6)
+        if apiserver_port is not None:
+            processes.check_bindable(apiserver_port, "kube-apiserver")
+            free[2] = apiserver_port
+        shutil.rmtree(testbed.state_dir, ignore_errors=True)
+        (testbed.state_dir / "logs").mkdir(parents=True)
+        state = State(
+            name=testbed.state_dir.name,
+            pool=pool,
+            bin_dir=str(binaries.directory),
+            ports=Ports(*free),
+            started_at=time.time(),
+        )
+        pki_mod.generate(testbed.pki.directory)
+        pki_mod.write_kubeconfig(
+            testbed.kubeconfig,
+            testbed.pki,
+            f"https://127.0.0.1:{state.ports.apiserver}",
+            name=f"kubetrain-testbed-{state.name}",
+        )
+        state.save(testbed.state_file)
+        return testbed
+
+    @classmethod
     def up(
         cls,
         state_dir: Path,
@@ -131,54 +178,26 @@ class Testbed:
     ) -> Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready."""
         began = time.monotonic()
-        binaries = binaries or installed()
-        if not binaries.complete():
-            missing = [n for n in BINARIES if not os.access(binaries.path(n), os.X_OK)]
-            raise TestbedError(
-                f"testbed binaries missing in {binaries.directory} ({', '.join(missing)}): "
-                "run `kubetrain testbed build` (or `make testbed`) first"
-            )
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
-        testbed = cls(state_dir)
-        if testbed.state_file.exists() and testbed.running():
-            raise TestbedError(
-                f"a testbed already runs from {testbed.state_dir}: "
-                "`kubetrain testbed down` it first, or pick another --name"
-            )
-        shutil.rmtree(testbed.state_dir, ignore_errors=True)
-        (testbed.state_dir / "logs").mkdir(parents=True)
-        free = processes.pick_free_ports(6)
-        if apiserver_port is not None:
-            processes.check_bindable(apiserver_port, "kube-apiserver")
-            free[2] = apiserver_port
-        ports = Ports(*free)
-        state = State(
-            name=testbed.state_dir.name,
-            pool=pool_spec.name,
-            bin_dir=str(binaries.directory),
-            ports=ports,
-            started_at=time.time(),
-        )
-        pki_mod.generate(testbed.pki.directory)
-        pki_mod.write_kubeconfig(
-            testbed.kubeconfig,
-            testbed.pki,
-            f"https://127.0.0.1:{ports.apiserver}",
-            name=f"kubetrain-testbed-{state.name}",
-        )
-        state.save(testbed.state_file)
+        testbed = cls.prepare(state_dir, pool_spec.name, binaries, apiserver_port)
+        state = testbed.state()
+        phases: dict[str, float] = {"prepare": time.monotonic() - began}
         try:
             # All start at once: the later components retry until the API server
             # answers, which is faster than waiting for each in turn.
             for component in COMPONENTS:
                 testbed._start(component, state)
             testbed._wait_ready(state, time.monotonic() + timeout)
+            phases["components_ready"] = time.monotonic() - began
             testbed.create_nodes(pool_spec)
+            phases["nodes_created"] = time.monotonic() - began
             testbed.wait_nodes_ready(pool_spec, time.monotonic() + timeout)
+            phases["nodes_ready"] = time.monotonic() - began
         except BaseException:
             testbed.down(keep_state=True)
             raise
-        state.ready_seconds = round(time.monotonic() - began, 2)
+        state.ready_seconds = round(phases["nodes_ready"], 2)
+        state.phases = {name: round(at, 3) for name, at in phases.items()}
         state.save(testbed.state_file)
         return testbed
 
@@ -213,6 +232,7 @@ class Testbed:
             "server": f"https://127.0.0.1:{state.ports.apiserver}",
             "pool": state.pool,
             "ready_seconds": state.ready_seconds,
+            "phases": state.phases,
             "components": {
                 c: {"pid": state.pids.get(c), "running": alive[c], "log": str(self.log_path(c))}
                 for c in COMPONENTS
