@@ -1,0 +1,180 @@
+"""The reason catalog: for every code, its link, what it means, what to do, who acts.
+
+Precedence (which reason is primary when several hold) is fixed and listed in
+PRECEDENCE below: the control plane and quota come before scheduling, volume
+pre-checks before node filters, and among node filters the one that keeps the
+*closest* nodes out wins (a node that meets every constraint but lacks free
+resources is closer than one excluded by a taint, a selector or readiness).
+For a failed job, the Pod-level root cause of the last attempt comes before
+the Job-level reason, which is primary only when no Pod-level cause explains
+the failure.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from enum import StrEnum
+
+from kubetrain.domain.states import Link, ReasonCode
+
+R = ReasonCode
+
+
+class Actor(StrEnum):
+    USER = "user"
+    PLATFORM = "platform"
+    NONE = "none"  # nothing to do: the job is progressing or done
+
+
+@dataclass(frozen=True)
+class Reason:
+    code: ReasonCode
+    link: Link
+    explanation: str
+    action: str
+    actor: Actor
+
+
+def _r(code: ReasonCode, link: Link, explanation: str, action: str, actor: Actor) -> Reason:
+    return Reason(code, link, explanation, action, actor)
+
+
+U, P, N = Actor.USER, Actor.PLATFORM, Actor.NONE
+L = Link
+
+CATALOG: dict[ReasonCode, Reason] = {
+    r.code: r
+    for r in (
+        _r(R.JOB_NOT_CREATED, L.CONTROL_PLANE,
+           "kubetrain has stored the job but the Kubernetes Job does not exist yet.",
+           "Wait: kubetrain retries. If it lasts, the platform must check that the API server "
+           "is reachable and that kubetrain may create Jobs in the namespace.", P),
+        _r(R.WAITING_FOR_QUOTA, L.QUOTA,
+           "The namespace's ResourceQuota refuses the job's Pod: it would exceed the quota.",
+           "Wait for other jobs in the project to finish, ask for less, or ask the platform "
+           "for more quota.", U),
+        _r(R.NO_GPU_NODES, L.DEVICE_PLUGIN,
+           "No node in the cluster advertises the requested GPU resource at all: the device "
+           "plugin is missing or not ready on the GPU nodes.",
+           "The platform must deploy or repair the GPU device plugin; waiting will not help.", P),
+        _r(R.INSUFFICIENT_GPU, L.SCHEDULER,
+           "GPU nodes exist, but none has enough free GPUs for the job.",
+           "Wait for GPUs to free up, or ask for fewer GPUs.", U),
+        _r(R.INSUFFICIENT_CPU, L.SCHEDULER,
+           "No otherwise suitable node has enough free CPU for the job's request.",
+           "Wait for CPU to free up, or request less CPU.", U),
+        _r(R.INSUFFICIENT_MEMORY, L.SCHEDULER,
+           "No otherwise suitable node has enough free memory for the job's request.",
+           "Wait for memory to free up, or request less memory.", U),
+        _r(R.INSUFFICIENT_RESOURCE, L.SCHEDULER,
+           "Suitable nodes lack another resource the Pod needs (pods per node, "
+           "ephemeral storage, hugepages or host ports).",
+           "Wait, or request less of that resource.", U),
+        _r(R.PLACEMENT_RULES, L.SCHEDULER,
+           "The Pod's affinity, anti-affinity or topology spread rules exclude the nodes "
+           "that have room.",
+           "Relax the placement rules, or wait for the pods they depend on to move.", U),
+        _r(R.GPU_ALLOCATION_FAILED, L.DEVICE_PLUGIN,
+           "The node accepted the Pod but could not allocate its GPU: a GPU was lost or the "
+           "device plugin is unhealthy.",
+           "The platform must check the node's GPUs and device plugin; resubmit afterwards.", P),
+        _r(R.UNTOLERATED_TAINT, L.SCHEDULER,
+           "The nodes that could hold the job carry a taint the Pod does not tolerate.",
+           "Add the toleration (kubetrain adds the GPU toleration for GPU jobs), or ask the "
+           "platform why the nodes are tainted.", U),
+        _r(R.NODE_SELECTOR_MISMATCH, L.SCHEDULER,
+           "No node with room matches the job's node selector (for example the GPU type).",
+           "Ask for a GPU type the cluster has, or drop the selector.", U),
+        _r(R.NODE_NOT_READY, L.GPU_NODE,
+           "The nodes that could hold the job are not ready or are cordoned.",
+           "The platform must bring the nodes back (kubelet, network, drain).", P),
+        _r(R.PVC_NOT_FOUND, L.VOLUME,
+           "A PersistentVolumeClaim the job mounts does not exist in the namespace.",
+           "Create the claim, or fix the dataset/checkpoint/output claim name.", U),
+        _r(R.PVC_UNBOUND, L.VOLUME,
+           "A PersistentVolumeClaim the job mounts is not bound to a volume yet.",
+           "The platform must provision a volume (or a StorageClass) for the claim.", P),
+        _r(R.VOLUME_NODE_CONFLICT, L.VOLUME,
+           "The bound volume lives where the Pod may not go (volume node affinity).",
+           "Move the data, or let the job run in the volume's zone.", P),
+        _r(R.VOLUME_MOUNT_FAILED, L.VOLUME,
+           "The node could not attach or mount one of the job's volumes.",
+           "The platform must check the storage driver; a Multi-Attach error means another "
+           "Pod still holds the volume.", P),
+        _r(R.SCHEDULING_GATED, L.SCHEDULER,
+           "The Pod is held by scheduling gates (a queue or admission controller).",
+           "Wait for the controller that owns the gate to release it.", N),
+        _r(R.IMAGE_PULL_FAILED, L.RUNTIME,
+           "The node cannot pull the job's container image.",
+           "Check the image name and tag, and the registry credentials.", U),
+        _r(R.CONTAINER_CONFIG_ERROR, L.RUNTIME,
+           "The container cannot be created: a Secret or ConfigMap it references is missing.",
+           "Create the missing Secret/ConfigMap or fix the reference.", U),
+        _r(R.CONTAINER_CREATING, L.RUNTIME,
+           "The Pod is on its node and its container is being created.",
+           "Wait; nothing has failed yet.", N),
+        _r(R.SCHEDULING, L.SCHEDULER,
+           "The Job exists and its Pod is waiting for the scheduler's verdict.",
+           "Wait; nothing has failed yet.", N),
+        _r(R.PREFLIGHT, L.PREFLIGHT,
+           "The container runs kubetrain's preflight checks before training.",
+           "Wait.", N),
+        _r(R.TRAINING, L.TRAINING, "The job is training.", "Nothing to do.", N),
+        _r(R.PREFLIGHT_FAILED, L.PREFLIGHT,
+           "kubetrain's preflight found the container unfit to train (GPU, dataset, output "
+           "or status endpoint); its message says which check failed.",
+           "Fix what the preflight names (often the platform: GPU or volume), then resubmit.", U),
+        _r(R.CRASH_LOOP, L.TRAINING,
+           "The training container keeps crashing and Kubernetes backs off restarting it.",
+           "Read the container's logs and termination message.", U),
+        _r(R.OOM_KILLED, L.TRAINING,
+           "The training process used more memory than its limit and was killed.",
+           "Raise the memory limit or reduce the batch size.", U),
+        _r(R.EXIT_NONZERO, L.TRAINING,
+           "The training process exited with a non-zero code.",
+           "Read the termination message and logs of the attempt.", U),
+        _r(R.EVICTED, L.GPU_NODE,
+           "The kubelet evicted the Pod (node pressure or an ephemeral-storage limit).",
+           "Lower disk use or raise the cache limit; the platform checks node pressure.", U),
+        _r(R.NODE_LOST, L.GPU_NODE,
+           "The node running the Pod was lost or drained; Kubernetes replaces the Pod "
+           "without counting it against retries.",
+           "Nothing to do: the job continues as a new attempt from its checkpoint.", P),
+        _r(R.PREEMPTED, L.SCHEDULER,
+           "A higher-priority job preempted this one; Kubernetes replaces the Pod.",
+           "Wait, or submit with a higher priority class.", N),
+        _r(R.DEADLINE_EXCEEDED, L.JOB,
+           "The job ran longer than its maximum run time and Kubernetes stopped it.",
+           "Raise maxRuntime, or resume from the last checkpoint.", U),
+        _r(R.BACKOFF_LIMIT_EXCEEDED, L.JOB,
+           "Every allowed attempt failed; Kubernetes gave up retrying.",
+           "Fix the cause of the last attempt's failure, then resubmit.", U),
+        _r(R.JOB_DELETED, L.CONTROL_PLANE,
+           "The Kubernetes Job was deleted by someone other than kubetrain.",
+           "Find out who deleted it (audit log); resubmit if needed.", P),
+        _r(R.CANCELLED, L.CONTROL_PLANE, "The job was cancelled.", "Nothing to do.", N),
+        _r(R.COMPLETED, L.JOB, "The job finished successfully.", "Nothing to do.", N),
+    )
+}
+
+# The order in which reasons become primary when several hold (first wins).
+PRECEDENCE: tuple[ReasonCode, ...] = (
+    R.CANCELLED, R.JOB_DELETED, R.JOB_NOT_CREATED, R.WAITING_FOR_QUOTA,
+    R.PVC_NOT_FOUND, R.PVC_UNBOUND, R.SCHEDULING_GATED,
+    R.NO_GPU_NODES,
+    # node filters, closest first
+    R.INSUFFICIENT_GPU, R.INSUFFICIENT_CPU, R.INSUFFICIENT_MEMORY, R.INSUFFICIENT_RESOURCE,
+    R.VOLUME_NODE_CONFLICT, R.PLACEMENT_RULES, R.UNTOLERATED_TAINT, R.NODE_SELECTOR_MISMATCH,
+    R.NODE_NOT_READY,
+    # after scheduling
+    R.GPU_ALLOCATION_FAILED, R.VOLUME_MOUNT_FAILED, R.IMAGE_PULL_FAILED,
+    R.CONTAINER_CONFIG_ERROR, R.CRASH_LOOP,
+    # root causes of a failed attempt, then the Job-level verdicts
+    R.PREFLIGHT_FAILED, R.OOM_KILLED, R.EVICTED, R.NODE_LOST, R.PREEMPTED, R.EXIT_NONZERO,
+    R.DEADLINE_EXCEEDED, R.BACKOFF_LIMIT_EXCEEDED,
+    R.CONTAINER_CREATING, R.SCHEDULING, R.PREFLIGHT, R.TRAINING, R.COMPLETED,
+)
+
+
+def rank(code: ReasonCode) -> int:
+    return PRECEDENCE.index(code)
