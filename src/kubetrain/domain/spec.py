@@ -46,7 +46,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from decimal import Decimal
 from types import NoneType, UnionType
@@ -170,7 +170,7 @@ def _fail(message: str) -> PydanticCustomError:
     return PydanticCustomError("kubetrain_spec", message)
 
 
-def _nested_error(model: str, problems: list[tuple[tuple[str | int, ...], str, object]]) -> None:
+def raise_at(model: str, problems: list[tuple[tuple[str | int, ...], str, object]]) -> None:
     """Raise problems found by a model validator at the paths of the fields concerned."""
     if problems:
         raise ValidationError.from_exception_data(
@@ -185,7 +185,9 @@ def _nested_error(model: str, problems: list[tuple[tuple[str | int, ...], str, o
 # -- reusable field types ---------------------------------------------------------------------
 
 
-def _checked(check: Any) -> AfterValidator:
+def checked_by(check: Callable[[str], str | None]) -> AfterValidator:
+    """A validator from a check that returns None or what is allowed instead."""
+
     def validate(value: str) -> str:
         if (problem := check(value)) is not None:
             raise _fail(problem)
@@ -203,7 +205,7 @@ def _text(max_bytes: int, *, multiline: bool = False, nonempty: bool = False) ->
             return f"is {size} bytes long; at most {max_bytes} allowed"
         return names.control_character_problem(value, multiline=multiline)
 
-    return _checked(check)
+    return checked_by(check)
 
 
 def _none_is_empty(empty: type[list[Any]] | type[dict[Any, Any]]) -> BeforeValidator:
@@ -480,26 +482,26 @@ def _looks_like_credential(name: str) -> bool:
 
 # -- models -----------------------------------------------------------------------------------
 
-Name = Annotated[str, _checked(_name_problem)]
-Project = Annotated[str, _checked(_project_problem)]
-LabelKey = Annotated[str, _checked(_key_problem)]
-LabelValue = Annotated[str, _checked(names.label_value_problem)]
+Name = Annotated[str, checked_by(_name_problem)]
+Project = Annotated[str, checked_by(_project_problem)]
+LabelKey = Annotated[str, checked_by(_key_problem)]
+LabelValue = Annotated[str, checked_by(names.label_value_problem)]
 AnnotationValue = Annotated[str, _text(MAX_ANNOTATION_BYTES, multiline=True)]
-Image = Annotated[str, _checked(_image_problem)]
+Image = Annotated[str, checked_by(_image_problem)]
 CommandItem = Annotated[str, _text(MAX_ARGV_ITEM_BYTES, multiline=True, nonempty=True)]
 ArgItem = Annotated[str, _text(MAX_ARGV_ITEM_BYTES, multiline=True)]
-EnvName = Annotated[str, _checked(_env_name_problem)]
+EnvName = Annotated[str, checked_by(_env_name_problem)]
 EnvValue = Annotated[str, _text(MAX_ENV_VALUE_BYTES, multiline=True)]
-ObjectName = Annotated[str, _checked(names.dns1123_subdomain_problem)]
-SecretKey = Annotated[str, _checked(_secret_key_problem)]
+ObjectName = Annotated[str, checked_by(names.dns1123_subdomain_problem)]
+SecretKey = Annotated[str, checked_by(_secret_key_problem)]
 Cpu = Annotated[str, BeforeValidator(_quantity_text), AfterValidator(_check_cpu)]
 Bytes = Annotated[str, BeforeValidator(_quantity_text), AfterValidator(_check_bytes)]
 GpuCount = Annotated[int, _whole_number(0, MAX_GPUS, "GPUs")]
-GpuType = Annotated[str, _checked(_gpu_type_problem)]
-DatasetName = Annotated[str, _checked(names.dns1123_label_problem)]
-DatasetVersionName = Annotated[str, _checked(_version_problem)]
-SubPath = Annotated[str, _checked(names.relative_path_problem)]
-PriorityClass = Annotated[str, _checked(_priority_class_problem)]
+GpuType = Annotated[str, checked_by(_gpu_type_problem)]
+DatasetName = Annotated[str, checked_by(names.dns1123_label_problem)]
+DatasetVersionName = Annotated[str, checked_by(_version_problem)]
+SubPath = Annotated[str, checked_by(names.relative_path_problem)]
+PriorityClass = Annotated[str, checked_by(_priority_class_problem)]
 Duration = Annotated[str, AfterValidator(_check_duration)]
 Retries = Annotated[int, _whole_number(0, MAX_RETRIES, "retries")]
 
@@ -536,7 +538,7 @@ class EnvVar(SpecModel):
         if (self.value is None) == (self.secret_ref is None):
             raise _fail("give exactly one of value or secretRef")
         if self.value and _looks_like_credential(self.name):
-            _nested_error(
+            raise_at(
                 "EnvVar",
                 [
                     (
@@ -597,7 +599,7 @@ class Resources(SpecModel):
             problems.append(
                 (("gpuType",), "needs gpus of 1 or more (a CPU-only job has no GPU type)", None)
             )
-        _nested_error("Resources", problems)
+        raise_at("Resources", problems)
         return self
 
 
@@ -612,7 +614,7 @@ class DatasetRef(SpecModel):
     @model_validator(mode="after")
     def _sub_path_needs_claim(self) -> DatasetRef:
         if self.sub_path is not None and self.claim is None:
-            _nested_error(
+            raise_at(
                 "DatasetRef",
                 [
                     (
@@ -708,7 +710,7 @@ class TrainingJobSpec(SpecModel):
                     )
                 )
             claims.setdefault(claim, field)
-        _nested_error("TrainingJobSpec", problems)
+        raise_at("TrainingJobSpec", problems)
         return self
 
 
@@ -751,7 +753,7 @@ class Metadata(SpecModel):
                     None,
                 )
             )
-        _nested_error("Metadata", problems)
+        raise_at("Metadata", problems)
         return self
 
 
