@@ -393,20 +393,27 @@ def canonical_cpu(text: str) -> str:
     return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
 
 
-_BINARY_SUFFIXES = (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
-_DECIMAL_SUFFIXES = (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3))
+_BINARY_SUFFIXES = tuple(
+    (s, 1 << p) for s, p in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
+)
+_DECIMAL_SUFFIXES = tuple(
+    (s, 10**p) for s, p in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3))
+)
 
 
 def canonical_bytes(value: str | int) -> str:
-    """One spelling per amount: the largest binary suffix that divides it, else decimal SI."""
+    """One spelling per amount: the shortest of its largest binary and decimal suffix forms.
+
+    16Gi stays 16Gi and 16G stays 16G (not 15625000Ki); a tie goes to binary.
+    """
     amount = value if isinstance(value, int) else bytes_value(value)
-    for suffix, power in _BINARY_SUFFIXES:
-        if amount and amount % (1 << power) == 0:
-            return f"{amount >> power}{suffix}"
-    for suffix, exponent in _DECIMAL_SUFFIXES:
-        if amount and amount % (10**exponent) == 0:
-            return f"{amount // 10**exponent}{suffix}"
-    return str(amount)
+    candidates = [str(amount)]
+    for suffixes in (_BINARY_SUFFIXES, _DECIMAL_SUFFIXES):
+        for suffix, unit in suffixes:
+            if amount and amount % unit == 0:
+                candidates.append(f"{amount // unit}{suffix}")
+                break
+    return min(candidates, key=len)
 
 
 # Go's time.ParseDuration units, without the sign (a negative run time means nothing).
