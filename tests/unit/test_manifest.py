@@ -427,6 +427,11 @@ def test_secrets_are_referenced_never_inlined():
     assert entries["EPOCHS"] == {"name": "EPOCHS", "value": "10"}
 
 
+def test_an_empty_value_is_rendered_as_the_api_server_stores_it():
+    data = with_spec(env=[{"name": "EMPTY", "value": ""}])
+    assert container(render(data))["env"][-1] == {"name": "EMPTY"}
+
+
 def test_the_status_token_is_a_secret_reference():
     options = m.RenderOptions(
         status_url="http://kubetrain.kubetrain.svc:8080",

@@ -173,7 +173,9 @@ def _check_status_url(url: str) -> None:
 
 
 def _plain(name: str, value: str) -> dict[str, Any]:
-    return {"name": name, "value": value}
+    # The API server drops an empty value (Go's omitempty); leaving it out here keeps
+    # what we render equal to what is stored.
+    return {"name": name, "value": value} if value else {"name": name}
 
 
 def _secret(name: str, ref: SecretKeyRef) -> dict[str, Any]:
