@@ -14,6 +14,7 @@ import pytest
 from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Event, Pod
 from lightkube.resources.scheduling_v1 import PriorityClass
 
@@ -175,6 +176,11 @@ def render(case: str, namespace: str) -> dict[str, Any]:
     return render_job(job_id, job, namespace, dataset=dataset, options=options)
 
 
+def obj(manifest: dict[str, Any]) -> Any:
+    """A lightkube object from a dict (typed Any: from_dict's union does not fit create)."""
+    return from_dict(manifest)
+
+
 def missing(expected: Any, actual: Any, path: str = "") -> list[str]:
     """What of `expected` is not in `actual` (which may hold more: the server's defaults)."""
     if isinstance(expected, dict):
@@ -201,7 +207,7 @@ def missing(expected: Any, actual: Any, path: str = "") -> list[str]:
 @pytest.mark.parametrize("case", list(MATRIX))
 def test_rendered_jobs_pass_a_server_side_dry_run(kube: Client, namespace: str, case: str):
     manifest = render(case, namespace)
-    job = from_dict(manifest)
+    job = obj(manifest)
     # lightkube's models would silently drop a field they do not know.
     assert job.to_dict() == manifest
     created = kube.create(job, namespace=namespace, dry_run=True)
@@ -211,15 +217,13 @@ def test_rendered_jobs_pass_a_server_side_dry_run(kube: Client, namespace: str, 
 
 
 def test_a_dry_run_creates_nothing(kube: Client, namespace: str):
-    from lightkube.resources.batch_v1 import Job
-
-    kube.create(from_dict(render("cpu-only", namespace)), namespace=namespace, dry_run=True)
+    kube.create(obj(render("cpu-only", namespace)), namespace=namespace, dry_run=True)
     assert list(kube.list(Job, namespace=namespace)) == []
 
 
 def pod_of(manifest: dict[str, Any], name: str) -> Any:
     template = manifest["spec"]["template"]
-    return from_dict(
+    return obj(
         {
             "apiVersion": "v1",
             "kind": "Pod",
@@ -246,7 +250,7 @@ def test_a_missing_priority_class_is_refused_only_when_the_pod_is_made(
     assert info.value.status.code == 403
     assert "no PriorityClass with name no-such-class was found" in (info.value.status.message or "")
     # ...and so a real Job exists, and its controller reports FailedCreate on it.
-    kube.create(from_dict(manifest), namespace=namespace)
+    kube.create(obj(manifest), namespace=namespace)
     message = eventually(
         lambda: failed_create(kube, namespace, manifest["metadata"]["name"]),
         30,
@@ -268,7 +272,7 @@ def test_an_existing_priority_class_reaches_the_pod(
 ):
     job = parse_training_job(training_job(priorityClass=priority_class))
     manifest = render_job(JOB_ID, job, namespace, dataset=None)
-    kube.create(from_dict(manifest), namespace=namespace)
+    kube.create(obj(manifest), namespace=namespace)
     pods = eventually(
         lambda: list(kube.list(Pod, namespace=namespace, labels={"kubetrain.io/job-id": JOB_ID})),
         30,
