@@ -459,7 +459,7 @@ def test_image_references_are_accepted(image):
         "train er",
         "trainer\n",
         " trainer",
-        "registry.example/" + "a" * 500,
+        "registry.example/" + "a" * 300,  # a name over 255, a reference under 512
         "a" * 513,
     ],
 )
