@@ -1,0 +1,364 @@
+"""The batch/v1 Job that runs a TrainingJob, rendered as plain data.
+
+`render_job` is pure and deterministic: the same job id, spec, namespace,
+dataset and options give the same dict, key order included, so the
+dispatcher can create it idempotently under the name `job_name(job_id)` and
+tell its own Job from another by the `kubetrain.io/job-id` label.
+
+What the Job carries, and why:
+
+* cpu and memory requests and limits. A memory limit left out is the request
+  (a node's memory is not shared without OOM kills); a cpu limit left out is
+  also the request, so a job that sets neither gets the Guaranteed QoS class:
+  it is evicted last under node pressure and, with whole cores, can be pinned
+  next to its GPUs by the CPU manager. A job that wants to burst sets a higher
+  cpu limit.
+* The GPU count in requests and limits under `RenderOptions.gpu_resource`, the
+  toleration of the taint GPU nodes carry under that key, and a nodeSelector
+  on `RenderOptions.accelerator_label` for a GPU type.
+* Dataset (read-only, at DATASET_PATH, with its subPath), checkpoint and output
+  PVCs, and an emptyDir cache with a sizeLimit. The cache's size plus
+  `RenderOptions.ephemeral_headroom` is requested and limited as
+  ephemeral-storage: the kubelet counts the container's logs and writable
+  layer against the same limit as the emptyDir, so a limit of exactly the
+  cache size would evict a job whose cache is full.
+* The KUBETRAIN_* environment the in-container preflight reads, before the
+  user's entries so those can refer to them as $(KUBETRAIN_DATASET_PATH).
+  Secrets only ever as secretKeyRef: no credential is in a plain value.
+* `restartPolicy: Never` and a podFailurePolicy: a disrupted Pod (node lost,
+  preempted: the DisruptionTarget condition) is replaced without using up
+  `backoffLimit` (the job's `retries`), and the preflight's exit code
+  (PREFLIGHT_EXIT_CODE) fails the Job at once, since the next Pod would fail
+  the same way. `podReplacementPolicy: Failed` keeps a new Pod from asking
+  for the GPUs while the old one still holds them.
+* `activeDeadlineSeconds` from maxRuntime. Kubernetes counts it from the Job's
+  start, which includes the time its Pod waits for a node.
+* No service account token and no service links: training talks to the status
+  URL, not to the Kubernetes API, and service variables could shadow the
+  user's.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlsplit
+
+from kubetrain.domain import names
+from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.quantity import QuantityError, parse_quantity
+from kubetrain.domain.spec import (
+    SecretKeyRef,
+    TrainingJob,
+    bytes_value,
+    canonical_bytes,
+    canonical_cpu,
+    duration_seconds,
+    spec_digest,
+)
+
+__all__ = [
+    "ANNOTATION_SPEC_DIGEST",
+    "CACHE_DIR",
+    "CHECKPOINT_DIR",
+    "CONTAINER_NAME",
+    "DATASET_PATH",
+    "DEFAULT_RENDER_OPTIONS",
+    "LABEL_JOB_ID",
+    "LABEL_MANAGED_BY",
+    "LABEL_NAME",
+    "LABEL_PROJECT",
+    "MANAGED_BY",
+    "MAX_JOB_ID_LENGTH",
+    "OUTPUT_DIR",
+    "PREFLIGHT_EXIT_CODE",
+    "TERMINATION_LOG",
+    "RenderOptions",
+    "job_name",
+    "render_job",
+]
+
+# The exit code our preflight ends with when the container cannot train (no
+# GPU visible, wrong dataset version). 86 is outside the codes shells and
+# runtimes use (1, 2, 126-128, 128+signal) and those Python itself exits with;
+# a training program that exits 86 of its own also fails the Job at once.
+PREFLIGHT_EXIT_CODE = 86
+
+CONTAINER_NAME = "trainer"
+DATASET_PATH = "/data"
+CHECKPOINT_DIR = "/checkpoints"
+OUTPUT_DIR = "/output"
+CACHE_DIR = "/cache"
+TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
+
+LABEL_JOB_ID = "kubetrain.io/job-id"
+LABEL_PROJECT = "kubetrain.io/project"
+LABEL_NAME = "kubetrain.io/name"
+LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+MANAGED_BY = "kubetrain"
+# The digest of the spec the Job was rendered from: an AlreadyExists Job with
+# our job-id and this digest is the one we meant to create.
+ANNOTATION_SPEC_DIGEST = "kubetrain.io/spec-digest"
+
+# "kt-" + 60 characters is a DNS-1123 label (63), and so is the Job controller's
+# `batch.kubernetes.io/job-name` label value on the Pods.
+MAX_JOB_ID_LENGTH = names.DNS1123_LABEL_MAX - len(names.JOB_NAME_PREFIX)
+_JOB_ID = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9]*[A-Za-z0-9])?")
+_MAX_URL_LENGTH = 2048
+
+
+def job_name(job_id: str) -> str:
+    """The Kubernetes Job's name for a job id: "kt-" + the id in lowercase.
+
+    Deterministic, so creating it again finds the same Job. Job ids are taken
+    to be case-insensitive (UUIDs, ULIDs are): "01HX" and "01hx" name the same
+    Job. An id of other characters or over MAX_JOB_ID_LENGTH is a ValueError:
+    the store makes ids, so such an id is a bug, and hashing it would hide that.
+    """
+    if len(job_id) > MAX_JOB_ID_LENGTH or not _JOB_ID.fullmatch(job_id):
+        raise ValueError(
+            f"job id {job_id!r} must be at most {MAX_JOB_ID_LENGTH} letters, digits and '-', "
+            "starting and ending with a letter or digit"
+        )
+    return names.JOB_NAME_PREFIX + job_id.lower()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RenderOptions:
+    """What the platform decides for every Job; checked when made."""
+
+    # The extended resource GPUs are counted in; also the key of the taint GPU
+    # nodes carry (the NVIDIA GPU operator's convention).
+    gpu_resource: str = "nvidia.com/gpu"
+    # The node label whose value is a GPU type (spec.resources.gpuType).
+    accelerator_label: str = "accelerator"
+    # Where the in-container reporter sends progress; no credential in it.
+    status_url: str | None = None
+    # The Secret key holding the reporter's token, passed as KUBETRAIN_STATUS_TOKEN.
+    status_token_secret: SecretKeyRef | None = None
+    # Added to the cache size for ephemeral-storage: logs and the writable layer.
+    ephemeral_headroom: str = "2Gi"
+
+    def __post_init__(self) -> None:
+        if "/" not in self.gpu_resource or names.qualified_name_problem(self.gpu_resource):
+            raise ValueError(
+                f"gpu_resource {self.gpu_resource!r} must be an extended resource such as "
+                "nvidia.com/gpu"
+            )
+        if problem := names.qualified_name_problem(self.accelerator_label):
+            raise ValueError(f"accelerator_label: {problem}")
+        if self.status_url is not None:
+            _check_status_url(self.status_url)
+        try:
+            headroom = parse_quantity(self.ephemeral_headroom)
+        except QuantityError as exc:
+            raise ValueError(f"ephemeral_headroom: {exc}") from None
+        if headroom < 0 or headroom % 1 != 0:
+            raise ValueError("ephemeral_headroom must be a whole, non-negative number of bytes")
+
+
+DEFAULT_RENDER_OPTIONS = RenderOptions()
+
+
+def _check_status_url(url: str) -> None:
+    if len(url) > _MAX_URL_LENGTH or names.control_character_problem(url) or " " in url:
+        raise ValueError("status_url must be a URL without spaces or control characters")
+    parts = urlsplit(url)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValueError(f"status_url {url!r} must be an http or https URL with a host")
+    if "@" in parts.netloc:
+        # It would be a plain env value in the Pod spec, readable by anyone who can read Jobs.
+        raise ValueError("status_url must not carry a user or password; use status_token_secret")
+
+
+def _plain(name: str, value: str) -> dict[str, Any]:
+    # The API server drops an empty value (Go's omitempty); leaving it out here keeps
+    # what we render equal to what is stored.
+    return {"name": name, "value": value} if value else {"name": name}
+
+
+def _secret(name: str, ref: SecretKeyRef) -> dict[str, Any]:
+    return {"name": name, "valueFrom": {"secretKeyRef": {"name": ref.name, "key": ref.key}}}
+
+
+def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
+    ref = job.spec.dataset
+    if ref is None and dataset is not None:
+        raise ValueError("a dataset was given for a job that names none")
+    if ref is not None:
+        if dataset is None:
+            raise ValueError("the job names a dataset: resolve it (resolve_dataset) first")
+        if (dataset.name, dataset.version) != (ref.name, ref.version):
+            raise ValueError(
+                f"dataset {dataset.name}:{dataset.version} is not the job's "
+                f"{ref.name}:{ref.version}"
+            )
+
+
+def render_job(
+    job_id: str,
+    job: TrainingJob,
+    namespace: str,
+    *,
+    dataset: DatasetVersion | None,
+    options: RenderOptions = DEFAULT_RENDER_OPTIONS,
+) -> dict[str, Any]:
+    """The batch/v1 Job for `job`, as a plain dict ready for the API server.
+
+    `dataset` is the resolved version (see datasets.resolve_dataset), None when
+    the job names no dataset. ValueError for arguments that contradict each
+    other or are not Kubernetes names: those are the caller's bugs, the spec
+    itself was validated when it was parsed.
+    """
+    name = job_name(job_id)
+    if problem := names.dns1123_label_problem(namespace):
+        raise ValueError(f"namespace {problem}")
+    _check_dataset(job, dataset)
+    spec = job.spec
+    res = spec.resources
+
+    ours = {
+        LABEL_JOB_ID: job_id,
+        LABEL_PROJECT: job.metadata.project,
+        LABEL_NAME: job.metadata.name,
+        LABEL_MANAGED_BY: MANAGED_BY,
+    }
+
+    requests: dict[str, str] = {
+        "cpu": canonical_cpu(res.requests.cpu),
+        "memory": canonical_bytes(res.requests.memory),
+    }
+    limits: dict[str, str] = {
+        "cpu": canonical_cpu(res.limits.cpu or res.requests.cpu),
+        "memory": canonical_bytes(res.limits.memory or res.requests.memory),
+    }
+    if spec.cache is not None:
+        scratch = canonical_bytes(
+            bytes_value(spec.cache.size) + bytes_value(options.ephemeral_headroom)
+        )
+        requests["ephemeral-storage"] = scratch
+        limits["ephemeral-storage"] = scratch
+    if res.gpus > 0:
+        requests[options.gpu_resource] = str(res.gpus)
+        limits[options.gpu_resource] = str(res.gpus)
+
+    env: list[dict[str, Any]] = [
+        _plain("KUBETRAIN_JOB_ID", job_id),
+        _plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)),
+    ]
+    volumes: list[dict[str, Any]] = []
+    mounts: list[dict[str, Any]] = []
+    if dataset is not None:
+        env += [
+            _plain("KUBETRAIN_DATASET_PATH", DATASET_PATH),
+            _plain("KUBETRAIN_DATASET_NAME", dataset.name),
+            _plain("KUBETRAIN_DATASET_VERSION", dataset.version),
+        ]
+        if dataset.checksums is not None:
+            env.append(_plain("KUBETRAIN_DATASET_CHECKSUMS", f"{DATASET_PATH}/{dataset.checksums}"))
+        if dataset.checksums_sha256 is not None:
+            env.append(_plain("KUBETRAIN_DATASET_CHECKSUMS_SHA256", dataset.checksums_sha256))
+        volumes.append(
+            {
+                "name": "dataset",
+                "persistentVolumeClaim": {"claimName": dataset.claim, "readOnly": True},
+            }
+        )
+        mount: dict[str, Any] = {"name": "dataset", "mountPath": DATASET_PATH, "readOnly": True}
+        if dataset.sub_path is not None:
+            mount["subPath"] = dataset.sub_path
+        mounts.append(mount)
+    for volume, claim, path, variable in (
+        ("checkpoints", spec.checkpoints, CHECKPOINT_DIR, "KUBETRAIN_CHECKPOINT_DIR"),
+        ("output", spec.output, OUTPUT_DIR, "KUBETRAIN_OUTPUT_DIR"),
+    ):
+        if claim is not None:
+            env.append(_plain(variable, path))
+            volumes.append({"name": volume, "persistentVolumeClaim": {"claimName": claim.claim}})
+            mounts.append({"name": volume, "mountPath": path})
+    if spec.cache is not None:
+        env.append(_plain("KUBETRAIN_CACHE_DIR", CACHE_DIR))
+        volumes.append(
+            {"name": "cache", "emptyDir": {"sizeLimit": canonical_bytes(spec.cache.size)}}
+        )
+        mounts.append({"name": "cache", "mountPath": CACHE_DIR})
+    if options.status_url is not None:
+        env.append(_plain("KUBETRAIN_STATUS_URL", options.status_url))
+    if options.status_token_secret is not None:
+        env.append(_secret("KUBETRAIN_STATUS_TOKEN", options.status_token_secret))
+    env.append(_plain("KUBETRAIN_TERMINATION_LOG", TERMINATION_LOG))
+    for entry in spec.env:
+        if entry.secret_ref is not None:
+            env.append(_secret(entry.name, entry.secret_ref))
+        else:
+            env.append(_plain(entry.name, entry.value or ""))
+
+    container: dict[str, Any] = {"name": CONTAINER_NAME, "image": spec.image}
+    if spec.command:
+        container["command"] = list(spec.command)
+    if spec.args:
+        container["args"] = list(spec.args)
+    container["env"] = env
+    container["resources"] = {"requests": requests, "limits": limits}
+    if mounts:
+        container["volumeMounts"] = mounts
+    container["terminationMessagePath"] = TERMINATION_LOG
+    container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+
+    pod: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+    }
+    if spec.priority_class is not None:
+        pod["priorityClassName"] = spec.priority_class
+    if res.gpu_type is not None:
+        pod["nodeSelector"] = {options.accelerator_label: res.gpu_type}
+    if res.gpus > 0:
+        pod["tolerations"] = [
+            {"key": options.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
+        ]
+    pod["containers"] = [container]
+    if volumes:
+        pod["volumes"] = volumes
+
+    template_meta: dict[str, Any] = {
+        "labels": {**dict(sorted(job.metadata.labels.items())), **ours},
+    }
+    if job.metadata.annotations:
+        template_meta["annotations"] = dict(sorted(job.metadata.annotations.items()))
+
+    job_spec: dict[str, Any] = {"backoffLimit": spec.retries}
+    if spec.max_runtime is not None:
+        job_spec["activeDeadlineSeconds"] = duration_seconds(spec.max_runtime)
+    job_spec["podReplacementPolicy"] = "Failed"
+    job_spec["podFailurePolicy"] = {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER_NAME,
+                    "operator": "In",
+                    "values": [PREFLIGHT_EXIT_CODE],
+                },
+            },
+        ]
+    }
+    job_spec["template"] = {"metadata": template_meta, "spec": pod}
+
+    return {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": dict(ours),
+            "annotations": {ANNOTATION_SPEC_DIGEST: spec_digest(job)},
+        },
+        "spec": job_spec,
+    }

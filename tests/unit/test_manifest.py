@@ -1,0 +1,540 @@
+"""The batch/v1 Job rendered from a TrainingJob: each field the issue asks for, nothing else."""
+
+from __future__ import annotations
+
+import copy
+import json
+from typing import Any
+
+import pytest
+
+from kubetrain.domain import manifest as m
+from kubetrain.domain.datasets import DatasetVersion, parse_dataset_version, resolve_dataset
+from kubetrain.domain.names import dns1123_label_problem
+from kubetrain.domain.spec import SecretKeyRef, TrainingJob, parse_training_job, spec_digest
+
+pytestmark = pytest.mark.unit
+
+JOB_ID = "01J9ZK3T7Q8W2X4Y6A0B1C2D3E"
+
+
+def base() -> dict[str, Any]:
+    return {
+        "apiVersion": "kubetrain.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "train", "project": "ai-training"},
+        "spec": {
+            "image": "registry.example/trainer:1",
+            "resources": {"requests": {"cpu": "2", "memory": "4Gi"}},
+        },
+    }
+
+
+def full() -> dict[str, Any]:
+    data = base()
+    data["metadata"]["labels"] = {"team": "vision", "app.kubernetes.io/name": "policy"}
+    data["metadata"]["annotations"] = {"note": "first run\nof v12"}
+    data["spec"].update(
+        {
+            "command": ["python", "train.py"],
+            "args": ["--epochs", "$(EPOCHS)"],
+            "env": [
+                {"name": "EPOCHS", "value": "10"},
+                {"name": "WANDB_API_KEY", "secretRef": {"name": "wandb", "key": "token"}},
+            ],
+            "resources": {
+                "requests": {"cpu": "4", "memory": "16Gi"},
+                "limits": {"cpu": "8", "memory": "32Gi"},
+                "gpus": 1,
+                "gpuType": "nvidia-h100",
+            },
+            "dataset": {"name": "imagenet", "version": "v3", "claim": "ds", "subPath": "v3"},
+            "checkpoints": {"claim": "ckpt"},
+            "output": {"claim": "out"},
+            "cache": {"size": "100Gi"},
+            "priorityClass": "batch-normal",
+            "maxRuntime": "24h",
+            "retries": 3,
+        }
+    )
+    return data
+
+
+def job(data: dict[str, Any]) -> TrainingJob:
+    return parse_training_job(data)
+
+
+def render(
+    data: dict[str, Any],
+    options: m.RenderOptions = m.DEFAULT_RENDER_OPTIONS,
+    dataset: DatasetVersion | None = None,
+) -> dict[str, Any]:
+    parsed = job(data)
+    if dataset is None and parsed.spec.dataset is not None:
+        dataset = resolve_dataset(parsed.spec.dataset, None)
+    return m.render_job(JOB_ID, parsed, "ai-training", dataset=dataset, options=options)
+
+
+def container(manifest: dict[str, Any]) -> dict[str, Any]:
+    [only] = manifest["spec"]["template"]["spec"]["containers"]
+    result: dict[str, Any] = only
+    return result
+
+
+def pod(manifest: dict[str, Any]) -> dict[str, Any]:
+    result: dict[str, Any] = manifest["spec"]["template"]["spec"]
+    return result
+
+
+def env(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {e["name"]: e.get("value", e.get("valueFrom")) for e in container(manifest)["env"]}
+
+
+def with_spec(**fields: Any) -> dict[str, Any]:
+    data = base()
+    data["spec"].update(fields)
+    return data
+
+
+# -- the name ---------------------------------------------------------------------------------
+
+
+def test_the_job_name_is_the_prefixed_lowercase_id():
+    assert m.job_name(JOB_ID) == "kt-" + JOB_ID.lower()
+    assert (
+        m.job_name("0b5c1d2e-3f40-4a5b-8c6d-7e8f9a0b1c2d")
+        == "kt-0b5c1d2e-3f40-4a5b-8c6d-7e8f9a0b1c2d"
+    )
+
+
+def test_the_job_name_is_stable_and_case_insensitive():
+    assert m.job_name(JOB_ID) == m.job_name(JOB_ID) == m.job_name(JOB_ID.lower())
+
+
+@pytest.mark.parametrize("job_id", ["a", JOB_ID, "x" * m.MAX_JOB_ID_LENGTH, "A-1"])
+def test_the_job_name_is_a_dns_label(job_id):
+    name = m.job_name(job_id)
+    assert dns1123_label_problem(name) is None
+    assert len(name) <= 63
+
+
+@pytest.mark.parametrize("job_id", ["", "-a", "a-", "a_b", "a.b", "a b", "x" * 61, "é"])
+def test_ids_that_cannot_make_a_name_are_refused(job_id):
+    with pytest.raises(ValueError, match="job id"):
+        m.job_name(job_id)
+
+
+# -- the Job ----------------------------------------------------------------------------------
+
+
+def test_the_job_is_a_batch_v1_job_in_the_namespace_under_our_name():
+    manifest = render(base())
+    assert (manifest["apiVersion"], manifest["kind"]) == ("batch/v1", "Job")
+    assert manifest["metadata"]["name"] == m.job_name(JOB_ID)
+    assert manifest["metadata"]["namespace"] == "ai-training"
+
+
+def test_our_labels_are_on_the_job_and_the_pod_template():
+    manifest = render(full())
+    ours = {
+        "kubetrain.io/job-id": JOB_ID,
+        "kubetrain.io/project": "ai-training",
+        "kubetrain.io/name": "train",
+        "app.kubernetes.io/managed-by": "kubetrain",
+    }
+    assert manifest["metadata"]["labels"] == ours
+    template = manifest["spec"]["template"]["metadata"]
+    assert template["labels"] == {"team": "vision", "app.kubernetes.io/name": "policy", **ours}
+
+
+def test_user_labels_and_annotations_reach_the_pod_template_only():
+    manifest = render(full())
+    assert "team" not in manifest["metadata"]["labels"]
+    assert manifest["spec"]["template"]["metadata"]["annotations"] == {"note": "first run\nof v12"}
+    assert "annotations" not in render(base())["spec"]["template"]["metadata"]
+
+
+def test_the_spec_digest_is_annotated_on_the_job():
+    manifest = render(full())
+    assert manifest["metadata"]["annotations"] == {
+        "kubetrain.io/spec-digest": spec_digest(job(full()))
+    }
+
+
+def test_the_job_fails_fast_on_the_preflight_and_ignores_disruptions():
+    spec = render(base())["spec"]
+    assert spec["podReplacementPolicy"] == "Failed"
+    ignore, fail = spec["podFailurePolicy"]["rules"]
+    assert ignore == {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    assert fail == {
+        "action": "FailJob",
+        "onExitCodes": {
+            "containerName": m.CONTAINER_NAME,
+            "operator": "In",
+            "values": [m.PREFLIGHT_EXIT_CODE],
+        },
+    }
+    assert m.PREFLIGHT_EXIT_CODE == 86
+
+
+def test_retries_become_the_backoff_limit_and_max_runtime_the_deadline():
+    spec = render(full())["spec"]
+    assert spec["backoffLimit"] == 3
+    assert spec["activeDeadlineSeconds"] == 86400
+    spec = render(base())["spec"]
+    assert spec["backoffLimit"] == 0
+    assert "activeDeadlineSeconds" not in spec
+    assert render(with_spec(maxRuntime="1h30m"))["spec"]["activeDeadlineSeconds"] == 5400
+
+
+def test_the_pod_never_restarts_in_place_and_keeps_its_termination_message():
+    manifest = render(base())
+    assert pod(manifest)["restartPolicy"] == "Never"
+    assert container(manifest)["terminationMessagePolicy"] == "FallbackToLogsOnError"
+    assert container(manifest)["terminationMessagePath"] == m.TERMINATION_LOG
+
+
+def test_the_pod_gets_no_api_token_and_no_service_links():
+    spec = pod(render(base()))
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["enableServiceLinks"] is False
+
+
+def test_the_container_runs_the_image_command_and_args():
+    c = container(render(full()))
+    assert c["name"] == "trainer"
+    assert c["image"] == "registry.example/trainer:1"
+    assert c["command"] == ["python", "train.py"]
+    assert c["args"] == ["--epochs", "$(EPOCHS)"]
+    bare = container(render(base()))
+    assert "command" not in bare
+    assert "args" not in bare
+
+
+def test_priority_class_is_passed_only_when_given():
+    assert pod(render(full()))["priorityClassName"] == "batch-normal"
+    assert "priorityClassName" not in pod(render(base()))
+
+
+# -- resources --------------------------------------------------------------------------------
+
+
+def test_requests_and_limits_are_rendered():
+    resources = container(render(full()))["resources"]
+    assert resources["requests"] == {
+        "cpu": "4",
+        "memory": "16Gi",
+        "ephemeral-storage": "102Gi",
+        "nvidia.com/gpu": "1",
+    }
+    assert resources["limits"] == {
+        "cpu": "8",
+        "memory": "32Gi",
+        "ephemeral-storage": "102Gi",
+        "nvidia.com/gpu": "1",
+    }
+
+
+def test_limits_left_out_are_the_requests():
+    resources = container(render(base()))["resources"]
+    assert resources == {
+        "requests": {"cpu": "2", "memory": "4Gi"},
+        "limits": {"cpu": "2", "memory": "4Gi"},
+    }
+    data = base()
+    data["spec"]["resources"]["limits"] = {"cpu": "3"}
+    assert container(render(data))["resources"]["limits"] == {"cpu": "3", "memory": "4Gi"}
+
+
+def test_quantities_are_rendered_in_one_spelling():
+    data = base()
+    data["spec"]["resources"]["requests"] = {"cpu": 0.5, "memory": "17179869184"}
+    data["spec"]["resources"]["limits"] = {"cpu": "1000m", "memory": "2e10"}
+    resources = container(render(data))["resources"]
+    assert resources["requests"] == {"cpu": "500m", "memory": "16Gi"}
+    assert resources["limits"] == {"cpu": "1", "memory": "20G"}
+
+
+def test_a_cpu_job_asks_for_no_gpu_and_tolerates_no_gpu_taint():
+    manifest = render(base())
+    resources = container(manifest)["resources"]
+    assert "nvidia.com/gpu" not in resources["requests"]
+    assert "nvidia.com/gpu" not in resources["limits"]
+    assert "tolerations" not in pod(manifest)
+    assert "nodeSelector" not in pod(manifest)
+
+
+def test_gpus_are_requested_limited_and_tolerated():
+    data = base()
+    data["spec"]["resources"]["gpus"] = 8
+    manifest = render(data)
+    resources = container(manifest)["resources"]
+    assert resources["limits"]["nvidia.com/gpu"] == "8"
+    assert resources["requests"]["nvidia.com/gpu"] == "8"
+    assert pod(manifest)["tolerations"] == [
+        {"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}
+    ]
+    assert "nodeSelector" not in pod(manifest)
+
+
+def test_a_gpu_type_selects_nodes_by_the_accelerator_label():
+    assert pod(render(full()))["nodeSelector"] == {"accelerator": "nvidia-h100"}
+    options = m.RenderOptions(accelerator_label="nvidia.com/gpu.product")
+    assert pod(render(full(), options))["nodeSelector"] == {"nvidia.com/gpu.product": "nvidia-h100"}
+
+
+def test_the_gpu_resource_is_the_platforms_choice():
+    manifest = render(full(), m.RenderOptions(gpu_resource="amd.com/gpu"))
+    resources = container(manifest)["resources"]
+    assert resources["limits"]["amd.com/gpu"] == "1"
+    assert "nvidia.com/gpu" not in resources["limits"]
+    assert pod(manifest)["tolerations"][0]["key"] == "amd.com/gpu"
+
+
+# -- volumes ----------------------------------------------------------------------------------
+
+
+def volumes(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {v["name"]: v for v in pod(manifest).get("volumes", [])}
+
+
+def mounts(manifest: dict[str, Any]) -> dict[str, Any]:
+    return {v["name"]: v for v in container(manifest).get("volumeMounts", [])}
+
+
+def test_a_job_without_volumes_mounts_none():
+    manifest = render(base())
+    assert "volumes" not in pod(manifest)
+    assert "volumeMounts" not in container(manifest)
+
+
+def test_the_dataset_is_mounted_read_only_with_its_sub_path():
+    manifest = render(full())
+    assert volumes(manifest)["dataset"] == {
+        "name": "dataset",
+        "persistentVolumeClaim": {"claimName": "ds", "readOnly": True},
+    }
+    assert mounts(manifest)["dataset"] == {
+        "name": "dataset",
+        "mountPath": "/data",
+        "readOnly": True,
+        "subPath": "v3",
+    }
+
+
+def test_a_registered_dataset_is_mounted_from_its_entry():
+    data = with_spec(dataset={"name": "imagenet", "version": "v3"})
+    registered = parse_dataset_version(
+        {
+            "name": "imagenet",
+            "version": "v3",
+            "claim": "datasets",
+            "subPath": "imagenet/v3",
+            "checksums": "SHA256SUMS",
+            "checksumsSha256": "ab" * 32,
+        }
+    )
+    manifest = render(data, dataset=registered)
+    assert volumes(manifest)["dataset"]["persistentVolumeClaim"]["claimName"] == "datasets"
+    assert mounts(manifest)["dataset"]["subPath"] == "imagenet/v3"
+    variables = env(manifest)
+    assert variables["KUBETRAIN_DATASET_CHECKSUMS"] == "/data/SHA256SUMS"
+    assert variables["KUBETRAIN_DATASET_CHECKSUMS_SHA256"] == "ab" * 32
+
+
+def test_a_dataset_without_sub_path_mounts_the_whole_claim():
+    data = with_spec(dataset={"name": "imagenet", "version": "v3", "claim": "ds"})
+    assert "subPath" not in mounts(render(data))["dataset"]
+
+
+def test_checkpoints_and_output_are_writable_claims():
+    manifest = render(full())
+    assert volumes(manifest)["checkpoints"] == {
+        "name": "checkpoints",
+        "persistentVolumeClaim": {"claimName": "ckpt"},
+    }
+    assert volumes(manifest)["output"] == {
+        "name": "output",
+        "persistentVolumeClaim": {"claimName": "out"},
+    }
+    assert mounts(manifest)["checkpoints"] == {"name": "checkpoints", "mountPath": "/checkpoints"}
+    assert mounts(manifest)["output"] == {"name": "output", "mountPath": "/output"}
+
+
+def test_the_cache_is_a_sized_empty_dir_with_matching_ephemeral_storage():
+    manifest = render(with_spec(cache={"size": "10Gi"}))
+    assert volumes(manifest)["cache"] == {"name": "cache", "emptyDir": {"sizeLimit": "10Gi"}}
+    assert mounts(manifest)["cache"] == {"name": "cache", "mountPath": "/cache"}
+    resources = container(manifest)["resources"]
+    assert resources["requests"]["ephemeral-storage"] == "12Gi"  # 10Gi + the 2Gi headroom
+    assert resources["limits"]["ephemeral-storage"] == "12Gi"
+
+
+def test_without_headroom_the_ephemeral_storage_is_the_cache_size():
+    manifest = render(with_spec(cache={"size": "10Gi"}), m.RenderOptions(ephemeral_headroom="0"))
+    resources = container(manifest)["resources"]
+    assert resources["requests"]["ephemeral-storage"] == "10Gi"
+    assert resources["limits"]["ephemeral-storage"] == "10Gi"
+
+
+def test_no_cache_no_ephemeral_storage():
+    resources = container(render(base()))["resources"]
+    assert "ephemeral-storage" not in resources["requests"]
+    assert "ephemeral-storage" not in resources["limits"]
+
+
+# -- environment ------------------------------------------------------------------------------
+
+
+def test_the_preflight_environment_is_set():
+    variables = env(render(full(), m.RenderOptions(status_url="https://kubetrain.example/api")))
+    assert variables["KUBETRAIN_JOB_ID"] == JOB_ID
+    assert variables["KUBETRAIN_EXPECTED_GPUS"] == "1"
+    assert variables["KUBETRAIN_DATASET_PATH"] == "/data"
+    assert variables["KUBETRAIN_DATASET_NAME"] == "imagenet"
+    assert variables["KUBETRAIN_DATASET_VERSION"] == "v3"
+    assert variables["KUBETRAIN_CHECKPOINT_DIR"] == "/checkpoints"
+    assert variables["KUBETRAIN_OUTPUT_DIR"] == "/output"
+    assert variables["KUBETRAIN_CACHE_DIR"] == "/cache"
+    assert variables["KUBETRAIN_STATUS_URL"] == "https://kubetrain.example/api"
+    assert variables["KUBETRAIN_TERMINATION_LOG"] == "/dev/termination-log"
+
+
+def test_a_bare_job_gets_only_the_variables_that_apply():
+    variables = env(render(base()))
+    assert variables == {
+        "KUBETRAIN_JOB_ID": JOB_ID,
+        "KUBETRAIN_EXPECTED_GPUS": "0",
+        "KUBETRAIN_TERMINATION_LOG": "/dev/termination-log",
+    }
+
+
+def test_ours_come_first_so_the_users_can_refer_to_them():
+    names = [e["name"] for e in container(render(full()))["env"]]
+    assert names[-2:] == ["EPOCHS", "WANDB_API_KEY"]
+    assert all(name.startswith("KUBETRAIN_") for name in names[:-2])
+
+
+def test_secrets_are_referenced_never_inlined():
+    entries = {e["name"]: e for e in container(render(full()))["env"]}
+    assert entries["WANDB_API_KEY"] == {
+        "name": "WANDB_API_KEY",
+        "valueFrom": {"secretKeyRef": {"name": "wandb", "key": "token"}},
+    }
+    assert entries["EPOCHS"] == {"name": "EPOCHS", "value": "10"}
+
+
+def test_an_empty_value_is_rendered_as_the_api_server_stores_it():
+    data = with_spec(env=[{"name": "EMPTY", "value": ""}])
+    assert container(render(data))["env"][-1] == {"name": "EMPTY"}
+
+
+def test_the_status_token_is_a_secret_reference():
+    options = m.RenderOptions(
+        status_url="http://kubetrain.kubetrain.svc:8080",
+        status_token_secret=SecretKeyRef.model_validate({"name": "kubetrain-status", "key": "t"}),
+    )
+    entries = {e["name"]: e for e in container(render(base(), options))["env"]}
+    assert entries["KUBETRAIN_STATUS_TOKEN"] == {
+        "name": "KUBETRAIN_STATUS_TOKEN",
+        "valueFrom": {"secretKeyRef": {"name": "kubetrain-status", "key": "t"}},
+    }
+
+
+def test_no_plain_value_carries_a_credential():
+    options = m.RenderOptions(
+        status_url="https://kubetrain.example",
+        status_token_secret=SecretKeyRef.model_validate({"name": "s", "key": "k"}),
+    )
+    for entry in container(render(full(), options))["env"]:
+        if "value" in entry:
+            assert entry["name"] in {"EPOCHS"} or entry["name"].startswith("KUBETRAIN_")
+            assert entry["name"] != "KUBETRAIN_STATUS_TOKEN"
+            assert "@" not in entry["value"]
+        else:
+            assert set(entry["valueFrom"]) == {"secretKeyRef"}
+
+
+# -- options ----------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        {"gpu_resource": "gpu"},
+        {"gpu_resource": "nvidia.com/"},
+        {"accelerator_label": "bad label"},
+        {"status_url": "ftp://kubetrain.example"},
+        {"status_url": "https://user:secret@kubetrain.example"},
+        {"status_url": "https://kubetrain.example/a b"},
+        {"status_url": "https:///path"},
+        {"ephemeral_headroom": "lots"},
+        {"ephemeral_headroom": "-1Gi"},
+        {"ephemeral_headroom": "500m"},
+    ],
+)
+def test_bad_options_are_refused_when_made(fields):
+    with pytest.raises(ValueError):  # noqa: PT011 - each message is checked by eye, kinds vary
+        m.RenderOptions(**fields)
+
+
+# -- calls that contradict themselves ---------------------------------------------------------
+
+
+def test_a_job_naming_a_dataset_needs_it_resolved():
+    with pytest.raises(ValueError, match="resolve it"):
+        m.render_job(JOB_ID, job(full()), "ai-training", dataset=None)
+
+
+def test_a_dataset_for_a_job_without_one_is_refused():
+    extra = resolve_dataset(job(full()).spec.dataset, None)
+    with pytest.raises(ValueError, match="names none"):
+        m.render_job(JOB_ID, job(base()), "ai-training", dataset=extra)
+
+
+def test_a_dataset_of_another_version_is_refused():
+    other = parse_dataset_version({"name": "imagenet", "version": "v2", "claim": "ds"})
+    with pytest.raises(ValueError, match="is not the job's"):
+        m.render_job(JOB_ID, job(full()), "ai-training", dataset=other)
+
+
+@pytest.mark.parametrize("namespace", ["", "AI", "a_b", "x" * 64])
+def test_the_namespace_must_be_a_dns_label(namespace):
+    with pytest.raises(ValueError, match="namespace"):
+        m.render_job(JOB_ID, job(base()), namespace, dataset=None)
+
+
+def test_a_bad_job_id_is_refused():
+    with pytest.raises(ValueError, match="job id"):
+        m.render_job("job_1", job(base()), "ai-training", dataset=None)
+
+
+# -- plain, deterministic data ----------------------------------------------------------------
+
+
+def test_the_manifest_is_plain_json_data():
+    manifest = render(full())
+    assert json.loads(json.dumps(manifest)) == manifest
+
+
+def test_the_same_input_renders_the_same_bytes():
+    first = json.dumps(render(full()))
+    assert json.dumps(render(full())) == first
+
+
+def test_label_order_in_the_spec_does_not_change_the_output():
+    forward = full()
+    backward = copy.deepcopy(forward)
+    backward["metadata"]["labels"] = dict(reversed(forward["metadata"]["labels"].items()))
+    backward["metadata"]["annotations"] = {"note": "first run\nof v12"}
+    assert json.dumps(render(forward)) == json.dumps(render(backward))
+
+
+def test_rendering_does_not_change_the_job():
+    parsed = job(full())
+    before = parsed.model_dump()
+    m.render_job(JOB_ID, parsed, "ai-training", dataset=resolve_dataset(parsed.spec.dataset, None))
+    assert parsed.model_dump() == before
