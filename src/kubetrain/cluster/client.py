@@ -1,0 +1,58 @@
+"""Kubernetes client setup from a kubeconfig or the in-cluster ServiceAccount."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.config.client_adapter import AsyncClient as adapter_async_client
+from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.kubeconfig import KubeConfig, SingleConfig
+
+FIELD_MANAGER = "kubetrain"
+
+
+class ClusterConfigError(RuntimeError):
+    """No usable cluster configuration; the message says where we looked."""
+
+
+def load_config(kubeconfig: str | os.PathLike[str] | None = None) -> SingleConfig:
+    """The explicit kubeconfig, else $KUBECONFIG, else ~/.kube/config, else in-cluster."""
+    config = _load(kubeconfig)
+    if config is None:
+        raise ClusterConfigError("the kubeconfig names no current context")
+    return config
+
+
+def _load(kubeconfig: str | os.PathLike[str] | None) -> SingleConfig | None:
+    candidates = [kubeconfig] if kubeconfig else []
+    if not candidates and (env := os.environ.get("KUBECONFIG")):
+        candidates = [env.split(os.pathsep)[0]]
+    if not candidates:
+        default = Path.home() / ".kube" / "config"
+        if default.exists():
+            candidates = [default]
+    for path in candidates:
+        try:
+            return KubeConfig.from_file(path).get()
+        except (OSError, ValueError, KeyError) as exc:
+            raise ClusterConfigError(f"cannot use kubeconfig {path}: {exc}") from None
+    try:
+        return KubeConfig.from_service_account().get()
+    except Exception as exc:  # lightkube raises several kinds here
+        raise ClusterConfigError(
+            "no cluster configured: set KUBECONFIG (or pass --kubeconfig), or run in a Pod "
+            f"with a ServiceAccount ({exc})"
+        ) from None
+
+
+def typed_client(config: SingleConfig) -> AsyncClient:
+    return AsyncClient(config=config, field_manager=FIELD_MANAGER)
+
+
+def http_client(config: SingleConfig) -> httpx.AsyncClient:
+    """A plain HTTP client with the kubeconfig's TLS and credentials, for list+watch
+    of raw JSON (the diagnosis reads plain objects, not typed models)."""
+    return adapter_async_client(config, ConnectionParams())

@@ -1,0 +1,166 @@
+"""List+watch of one resource into an in-memory cache, as client-go's reflector does.
+
+List (paginated) gives a consistent view and a resourceVersion; the watch then
+streams changes from there, with bookmarks so that a reconnect resumes from a
+recent version. A `410 Gone` (the version was compacted away) means events
+were lost: we relist, and emit the differences — including deletions that
+happened while we were not watching, which a watch alone would never report.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx2 as httpx
+
+log = logging.getLogger(__name__)
+
+Obj = dict[str, Any]
+Handler = Callable[[str, Obj], Awaitable[None] | None]
+
+
+@dataclass
+class ReflectorStats:
+    lists: int = 0
+    relists_410: int = 0
+    watch_restarts: int = 0
+    events: int = 0
+    last_error: str | None = None
+
+
+class GoneError(Exception):
+    """The watch's resourceVersion is too old (HTTP 410 / Status code 410)."""
+
+
+@dataclass
+class Reflector:
+    http: httpx.AsyncClient
+    path: str  # e.g. /api/v1/pods or /apis/batch/v1/jobs
+    label_selector: str | None = None
+    field_selector: str | None = None
+    on_event: Handler | None = None
+    page_size: int = 500
+    watch_timeout: int = 290
+    backoff: float = 0.5
+    items: dict[str, Obj] = field(default_factory=dict)  # uid -> object
+    resource_version: str | None = None
+    synced: asyncio.Event = field(default_factory=asyncio.Event)
+    stats: ReflectorStats = field(default_factory=ReflectorStats)
+
+    def _params(self) -> dict[str, str]:
+        params: dict[str, str] = {}
+        if self.label_selector:
+            params["labelSelector"] = self.label_selector
+        if self.field_selector:
+            params["fieldSelector"] = self.field_selector
+        return params
+
+    async def run(self) -> None:
+        """List, then watch forever; relist on 410, reconnect with backoff on errors."""
+        delay = self.backoff
+        need_list = True
+        while True:
+            try:
+                if need_list:
+                    await self._list()
+                    need_list = False
+                await self._watch()
+                delay = self.backoff
+            except asyncio.CancelledError:
+                raise
+            except GoneError:
+                self.stats.relists_410 += 1
+                need_list = True
+            except (httpx.HTTPError, OSError, ValueError) as exc:
+                self.stats.watch_restarts += 1
+                self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                log.warning("watch %s failed, retrying in %.1fs: %s", self.path, delay, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                # A list that failed halfway is redone from scratch.
+                need_list = need_list or self.resource_version is None
+
+    async def _list(self) -> None:
+        fresh: dict[str, Obj] = {}
+        params = {**self._params(), "limit": str(self.page_size)}
+        version = None
+        while True:
+            resp = await self.http.get(self.path, params=params)
+            if resp.status_code == 410:
+                params.pop("continue", None)  # the continue token expired: start over
+                fresh.clear()
+                continue
+            resp.raise_for_status()
+            body = resp.json()
+            for item in body.get("items") or []:
+                fresh[item["metadata"]["uid"]] = item
+            version = body["metadata"].get("resourceVersion")
+            token = body["metadata"].get("continue")
+            if not token:
+                break
+            params["continue"] = token
+        old = self.items
+        self.items = fresh
+        self.resource_version = version
+        self.stats.lists += 1
+        # Emit what changed while we were not watching, deletions included.
+        for uid, obj in old.items():
+            if uid not in fresh:
+                await self._emit("DELETED", obj)
+        for uid, obj in fresh.items():
+            before = old.get(uid)
+            if before is None:
+                await self._emit("ADDED", obj)
+            elif before["metadata"].get("resourceVersion") != obj["metadata"].get(
+                "resourceVersion"
+            ):
+                await self._emit("MODIFIED", obj)
+        self.synced.set()
+
+    async def _watch(self) -> None:
+        params = {
+            **self._params(),
+            "watch": "1",
+            "allowWatchBookmarks": "true",
+            "timeoutSeconds": str(self.watch_timeout),
+        }
+        if self.resource_version:
+            params["resourceVersion"] = self.resource_version
+        timeout = httpx.Timeout(10.0, read=self.watch_timeout + 30.0)
+        async with self.http.stream("GET", self.path, params=params, timeout=timeout) as resp:
+            if resp.status_code == 410:
+                raise GoneError
+            resp.raise_for_status()
+            async for line in resp.aiter_lines():
+                if not line:
+                    continue
+                event = json.loads(line)
+                kind, obj = event.get("type"), event.get("object") or {}
+                if kind == "ERROR":
+                    if obj.get("code") == 410:
+                        raise GoneError
+                    raise ValueError(f"watch error: {obj.get('message')}")
+                version = (obj.get("metadata") or {}).get("resourceVersion")
+                if version:
+                    self.resource_version = version
+                if kind == "BOOKMARK":
+                    continue
+                uid = obj["metadata"]["uid"]
+                if kind == "DELETED":
+                    self.items.pop(uid, None)
+                else:
+                    self.items[uid] = obj
+                self.stats.events += 1
+                await self._emit(kind, obj)
+
+    async def _emit(self, kind: str, obj: Obj) -> None:
+        if self.on_event is None:
+            return
+        result = self.on_event(kind, obj)
+        if result is not None:
+            await result
