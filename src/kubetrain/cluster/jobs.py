@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.types import CascadeType
@@ -37,7 +37,7 @@ async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> bool:
     The name is derived from our job id, so a retry after a lost response (or a
     dispatcher restarted mid-create) finds its own Job and calls it success.
     """
-    obj = Job.from_dict(manifest)
+    obj = cast(Job, Job.from_dict(manifest))
     namespace: str = manifest["metadata"]["namespace"]
     try:
         await client.create(obj, namespace=namespace)
