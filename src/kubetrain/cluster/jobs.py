@@ -5,10 +5,10 @@ from __future__ import annotations
 from typing import Any, cast
 
 from lightkube import ApiError, AsyncClient
-from lightkube.types import CascadeType
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace
+from lightkube.types import CascadeType
 
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -40,7 +40,7 @@ async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> bool:
     obj = cast(Job, Job.from_dict(manifest))
     namespace: str = manifest["metadata"]["namespace"]
     try:
-        await client.create(obj, namespace=namespace)
+        await client.create(obj)  # the namespace is in the manifest
         return True
     except ApiError as exc:
         if exc.status.code != 409:
