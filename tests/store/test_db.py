@@ -69,7 +69,7 @@ def test_naive_times_are_refused(db: Database) -> None:
 
 
 # SQLite has no read-only transactions; its read_only() merely takes no lock.
-@pytest.mark.parametrize("database_url", ["postgresql"], indirect=True)
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
 def test_read_only_refuses_writes_on_postgresql(db: Database) -> None:
     with pytest.raises(InternalError, match="read-only"), db.read_only() as session:
         new_job(session)

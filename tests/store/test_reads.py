@@ -62,7 +62,7 @@ def test_filters_by_state_reason_and_name(db: Database) -> None:
     with db.read_only() as session:
 
         def ids(**filters: object) -> list[str]:
-            return [job.id for job in list_jobs(session, "ai-training", **filters).jobs]  # type: ignore[arg-type]
+            return [job.id for job in list_jobs(session, "ai-training", **filters).jobs]
 
         assert ids(states=[BusinessState.QUEUED]) == [queued.id, queued_gpu.id]
         assert ids(reasons=[ReasonCode.INSUFFICIENT_GPU]) == [queued_gpu.id]

@@ -25,6 +25,7 @@ from kubetrain.store.errors import (
 )
 from kubetrain.store.jobs import (
     MATERIAL_FIELDS,
+    MAX_PAGE_SIZE,
     JobPage,
     PodObservation,
     RuntimeChange,
@@ -75,6 +76,7 @@ from kubetrain.store.tokens import (
 __all__ = [
     "ALL_PROJECTS",
     "MATERIAL_FIELDS",
+    "MAX_PAGE_SIZE",
     "Attempt",
     "Base",
     "Database",

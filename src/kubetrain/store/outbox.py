@@ -53,7 +53,7 @@ def claim_due_jobs(
         session.scalars(
             select(Job)
             .where(Job.business_state == BusinessState.CREATED, Job.next_dispatch_at <= now)
-            .order_by(Job.next_dispatch_at, Job.id)
+            .order_by(Job.next_dispatch_at, Job.created_at, Job.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
             .execution_options(populate_existing=True)
