@@ -39,6 +39,11 @@ def test_models_match_migrations(db: Database) -> None:
         assert compare_metadata(context, Base.metadata) == []
 
 
+def test_alembic_check_passes(db: Database) -> None:
+    """The same through Alembic's own command, which also runs env.py without a connection."""
+    command.check(db.alembic_config())
+
+
 def test_downgrade_to_empty_and_back(db: Database) -> None:
     command.downgrade(db.alembic_config(), "base")
     assert TABLES.isdisjoint(inspect(db.engine).get_table_names())

@@ -5,7 +5,7 @@ from __future__ import annotations
 import hashlib
 
 import pytest
-from sqlalchemy import text
+from sqlalchemy import event, text
 from sqlalchemy.exc import IntegrityError
 
 from kubetrain.store import (
@@ -80,6 +80,24 @@ def test_last_use_is_recorded_about_once_a_minute(db: Database) -> None:
         stored = session.get(Token, token.id)
         assert stored is not None
         assert stored.last_used_at == at(71)
+
+
+def test_checking_a_token_writes_at_most_one_update(db: Database) -> None:
+    with db.transaction() as session:
+        _, plaintext = create_token(session, name="ci", role=Role.VIEWER, project="p", now=T0)
+    statements: list[str] = []
+
+    def record(_conn: object, _cursor: object, statement: str, *_: object) -> None:
+        statements.append(statement.split()[0].upper())
+
+    event.listen(db.engine, "before_cursor_execute", record)
+    try:
+        for seconds in (1, 2):
+            with db.transaction() as session:
+                assert authenticate_token(session, plaintext, now=at(seconds)) is not None
+    finally:
+        event.remove(db.engine, "before_cursor_execute", record)
+    assert statements.count("UPDATE") == 1  # the first check; the second is within the minute
 
 
 def test_listing_and_scopes(db: Database) -> None:

@@ -174,3 +174,23 @@ def test_the_latest_diagnosis_is_kept_with_the_job(db: Database) -> None:
         stored = get_job(session, "ai-training", job.id)
         assert stored is not None
         assert (stored.diagnosis, stored.updated_at) == (diagnosis, at(1))
+
+
+def test_history_rows_cannot_be_changed_or_deleted(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+    with db.transaction() as session:
+        [row] = job_history(session, "ai-training", job.id)
+        row.raw_message = "rewritten"
+        with pytest.raises(TypeError, match="append-only"):
+            session.flush()
+        session.rollback()
+    with db.transaction() as session:
+        [row] = job_history(session, "ai-training", job.id)
+        session.delete(row)
+        with pytest.raises(TypeError, match="append-only"):
+            session.flush()
+        session.rollback()
+    with db.read_only() as session:
+        [row] = job_history(session, "ai-training", job.id)
+        assert row.raw_message is None

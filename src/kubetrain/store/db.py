@@ -60,15 +60,17 @@ def normalize_url(url: str | URL) -> URL:
 class Database:
     """An engine plus session factories. Create one per process and share it across threads."""
 
-    def __init__(self, url: str | URL, *, echo: bool = False) -> None:
+    def __init__(self, url: str | URL, *, echo: bool = False, **engine_options: Any) -> None:
+        """`engine_options` go to `create_engine` (e.g. `pool_size` for many API threads)."""
         self.url = normalize_url(url)
         self.dialect = self.url.get_backend_name()
         if self.dialect == "sqlite":
-            self.engine = _sqlite_engine(self.url, echo=echo)
+            self.engine = _sqlite_engine(self.url, echo=echo, **engine_options)
         elif self.dialect == "postgresql":
             # pre_ping: a server restart or failover should cost one reconnect,
             # not a failed request per pooled connection.
-            self.engine = create_engine(self.url, echo=echo, pool_pre_ping=True)
+            engine_options.setdefault("pool_pre_ping", True)
+            self.engine = create_engine(self.url, echo=echo, **engine_options)
         else:
             raise ValueError(
                 f"unsupported database {self.url.drivername!r}: use sqlite or postgresql"
@@ -135,11 +137,12 @@ class Database:
         return ScriptDirectory.from_config(self.alembic_config()).get_current_head()
 
 
-def _sqlite_engine(url: URL, *, echo: bool) -> Engine:
+def _sqlite_engine(url: URL, *, echo: bool, **engine_options: Any) -> Engine:
     if url.database and url.database != ":memory:" and not url.database.startswith("file:"):
         # SQLite creates the file but not its directory (e.g. a fresh ~/.local/share).
         Path(url.database).expanduser().parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    engine = create_engine(url, echo=echo, connect_args={"timeout": SQLITE_BUSY_TIMEOUT_S})
+    connect_args = {"timeout": SQLITE_BUSY_TIMEOUT_S, **engine_options.pop("connect_args", {})}
+    engine = create_engine(url, echo=echo, connect_args=connect_args, **engine_options)
 
     @event.listens_for(engine, "connect")
     def _configure(dbapi_connection: DBAPIConnection, _record: ConnectionPoolEntry) -> None:

@@ -36,6 +36,7 @@ from sqlalchemy import (
     Text,
     TypeDecorator,
     UniqueConstraint,
+    event,
 )
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
@@ -247,6 +248,13 @@ class Transition(Base):
             f"<Transition {self.id} {self.job_id} {self.kind} "
             f"{self.from_state}/{self.from_reason} -> {self.to_state}/{self.to_reason}>"
         )
+
+
+@event.listens_for(Transition, "before_update")
+@event.listens_for(Transition, "before_delete")
+def _history_is_append_only(_mapper: Any, _connection: Any, row: Transition) -> None:
+    # What happened stays as it was recorded; a correction is a new row.
+    raise TypeError(f"transitions are append-only: refusing to change or delete {row!r}")
 
 
 class Token(Base):

@@ -16,6 +16,7 @@ from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import or_, select, update
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.attributes import set_committed_value
 
 from kubetrain.store.models import ALL_PROJECTS, Role, Token
 
@@ -87,7 +88,8 @@ def authenticate_token(
             .values(last_used_at=now)
             .execution_options(synchronize_session=False)
         )
-        token.last_used_at = now
+        # Show the caller the new value without making the ORM write it again.
+        set_committed_value(token, "last_used_at", now)
     return token
 
 
