@@ -432,34 +432,22 @@ def apply_runtime_change(
     attempt = session.scalars(
         select(Attempt).where(Attempt.job_id == job_id, Attempt.pod_uid == pod.pod_uid)
     ).one_or_none()
-    observed = {f.name: getattr(pod, f.name) for f in fields(PodObservation)}
     new = attempt is None
     if attempt is None:
         highest = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
         number = max(highest or 0, job.current_attempt) + 1
         attempt = Attempt(job_id=job_id, number=number, created_at=now, updated_at=now)
-        changes = {k: [None, observed[k]] for k in MATERIAL_FIELDS if observed[k] is not None}
-        before_phase = None
-        for key, value in observed.items():
-            setattr(attempt, key, value)
         session.add(attempt)
         job.current_attempt = number
         job.updated_at = now
-    else:
-        changes = {
-            k: [getattr(attempt, k), observed[k]]
-            for k in MATERIAL_FIELDS
-            if getattr(attempt, k) != observed[k]
-        }
-        before_phase = attempt.pod_phase
-        dirty = False
-        for key, value in observed.items():
-            if getattr(attempt, key) != value:
-                setattr(attempt, key, value)
-                dirty = True
-        if dirty:
-            attempt.updated_at = now
 
+    observed = {f.name: getattr(pod, f.name) for f in fields(PodObservation)}
+    stored = {key: getattr(attempt, key) for key in observed}  # all None for a new attempt
+    changes = {k: [stored[k], observed[k]] for k in MATERIAL_FIELDS if stored[k] != observed[k]}
+    if stored != observed:
+        for key, value in observed.items():
+            setattr(attempt, key, value)
+        attempt.updated_at = now
     if not new and not changes:
         return RuntimeChange(attempt, new_attempt=False, transition=None)
     row = Transition(
@@ -467,7 +455,7 @@ def apply_runtime_change(
         at=now,
         source=source,
         kind=TransitionKind.RUNTIME,
-        from_state=before_phase,
+        from_state=stored["pod_phase"],
         to_state=pod.pod_phase,
         raw_reason=pod.raw_reason,
         raw_message=pod.raw_message,
