@@ -5,13 +5,23 @@ from __future__ import annotations
 import threading
 
 import pytest
+import sqlalchemy as sa
 from alembic import command
 from alembic.autogenerate import compare_metadata
+from alembic.config import Config
+from alembic.operations import Operations
 from alembic.runtime.migration import MigrationContext
 from sqlalchemy import inspect, text
 from sqlalchemy.exc import IntegrityError
 
-from kubetrain.store import Base, Database
+from kubetrain.store import (
+    Base,
+    Database,
+    PodObservation,
+    apply_runtime_change,
+    job_history,
+)
+from tests.store.builders import T0, new_job
 
 pytestmark = pytest.mark.db
 
@@ -75,6 +85,30 @@ def test_replicas_upgrading_at_once_all_succeed(database_url: str) -> None:
     database = Database(database_url)
     assert database.current_revision() == database.head_revision()
     database.dispose()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_sqlite_table_rebuilds_keep_referencing_rows(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A future migration that alters `jobs` makes SQLite rebuild it (copy, drop, rename);
+    the drop must not trip the foreign keys of the attempts and history pointing at it."""
+    with db.transaction() as session:
+        job = new_job(session)
+        apply_runtime_change(session, job.id, PodObservation("pod", "uid"), now=T0)
+
+    def rebuild_jobs(config: Config, _revision: str) -> None:
+        operations = Operations(MigrationContext.configure(config.attributes["connection"]))
+        with operations.batch_alter_table("jobs", recreate="always") as batch:
+            batch.alter_column("owner", existing_type=sa.String(255), type_=sa.String(300))
+
+    monkeypatch.setattr(command, "upgrade", rebuild_jobs)
+    db.upgrade()
+    with db.read_only() as session:
+        assert len(job_history(session, "ai-training", job.id)) == 2
+    # The pooled connection has its foreign keys back on.
+    with db.engine.connect() as connection:
+        assert connection.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
 
 
 def test_foreign_keys_are_enforced(db: Database) -> None:

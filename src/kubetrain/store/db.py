@@ -25,7 +25,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import URL, Engine, create_engine, event, make_url
+from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy.engine.interfaces import DBAPIConnection
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
@@ -123,11 +123,29 @@ class Database:
     def upgrade(self, revision: str = "head") -> None:
         """Migrate the schema to `revision` (by default the newest), in one transaction."""
         config = self.alembic_config()
-        with self.engine.begin() as connection:
-            if self.dialect == "postgresql":
-                connection.exec_driver_sql(f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})")
-            config.attributes["connection"] = connection
-            command.upgrade(config, revision)
+        with self.engine.connect() as connection:
+            if self.dialect == "sqlite":
+                # SQLite alters a table by rebuilding it, and dropping the old copy
+                # of a referenced table would trip the foreign keys; the pragma is a
+                # no-op inside a transaction, so it is set before BEGIN, and the
+                # keys are checked once the migration is done.
+                _set_sqlite_foreign_keys(connection, on=False)
+            try:
+                with connection.begin():
+                    if self.dialect == "postgresql":
+                        connection.exec_driver_sql(
+                            f"SELECT pg_advisory_xact_lock({MIGRATION_LOCK_KEY})"
+                        )
+                    config.attributes["connection"] = connection
+                    command.upgrade(config, revision)
+                    if self.dialect == "sqlite":
+                        broken = connection.exec_driver_sql("PRAGMA foreign_key_check").all()
+                        if broken:
+                            raise RuntimeError(f"migration broke foreign keys: {broken[:10]}")
+            finally:
+                if self.dialect == "sqlite":
+                    # The connection goes back to the pool: restore what _configure set.
+                    _set_sqlite_foreign_keys(connection, on=True)
 
     def current_revision(self) -> str | None:
         with self.engine.connect() as connection:
@@ -163,3 +181,13 @@ def _sqlite_engine(url: URL, *, echo: bool, **engine_options: Any) -> Engine:
         connection.exec_driver_sql(f"BEGIN {mode}")
 
     return engine
+
+
+def _set_sqlite_foreign_keys(connection: Connection, *, on: bool) -> None:
+    # On the DBAPI connection itself: through SQLAlchemy, the statement would
+    # first begin a transaction, inside which SQLite ignores this pragma.
+    raw = connection.connection.dbapi_connection
+    assert raw is not None  # an open connection has one
+    cursor = raw.cursor()
+    cursor.execute(f"PRAGMA foreign_keys={'ON' if on else 'OFF'}")
+    cursor.close()
