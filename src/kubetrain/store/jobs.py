@@ -1,0 +1,466 @@
+"""Jobs: submission with idempotency, lookups and pages, and every change of either state.
+
+All functions take a `Session` inside a transaction the caller owns
+(`with db.transaction() as session: ...`), so several changes can commit
+together (the syncer writes an attempt's runtime change and the job's business
+change at once). None of them commits.
+
+Every writer of a job's state or history first locks the job's row (`SELECT ...
+FOR UPDATE` on PostgreSQL; SQLite's write transactions are serialised already),
+so two writers never interleave on one job and its history stays in order.
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import hashlib
+import json
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, fields
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import and_, func, or_, select
+from sqlalchemy.orm import Session
+
+from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
+from kubetrain.store._unique import insert_unless_exists
+from kubetrain.store.errors import (
+    IdempotencyConflict,
+    IllegalTransition,
+    InvalidCursor,
+    JobNotFound,
+    TerminalStateError,
+)
+from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
+
+
+def spec_digest(spec: Mapping[str, Any]) -> str:
+    """SHA-256 of the spec's canonical JSON: equal specs, in any key order, give equal digests."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+def _now(now: datetime | None) -> datetime:
+    return now if now is not None else datetime.now(UTC)
+
+
+# -- submission ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    job: Job
+    replayed: bool  # True: the idempotency key matched an earlier identical submission
+
+
+def submit_job(
+    session: Session,
+    *,
+    project: str,
+    name: str,
+    owner: str,
+    namespace: str,
+    spec: Mapping[str, Any],
+    idempotency_key: str | None = None,
+    job_id: str | None = None,
+    source: Source = Source.API,
+    now: datetime | None = None,
+) -> Submission:
+    """Store a new job in `CREATED`/`JOB_NOT_CREATED`, with its first history row.
+
+    With an idempotency key, a second submission of the same spec in the same
+    project returns the first job (`replayed=True`), and one with another spec
+    raises `IdempotencyConflict`. Concurrent submissions with one key make one
+    job: the unique constraint on (project, key) decides, not timing.
+    """
+    now = _now(now)
+    digest = spec_digest(spec)
+    spec_copy = json.loads(json.dumps(spec))  # detach from the caller's mutable object
+
+    def find() -> Job | None:
+        if idempotency_key is None:
+            return None
+        return session.scalars(
+            select(Job).where(Job.project == project, Job.idempotency_key == idempotency_key)
+        ).one_or_none()
+
+    def make() -> Job:
+        return Job(
+            id=job_id or str(uuid.uuid4()),
+            project=project,
+            name=name,
+            owner=owner,
+            spec=spec_copy,
+            spec_digest=digest,
+            idempotency_key=idempotency_key,
+            namespace=namespace,
+            business_state=BusinessState.CREATED,
+            reason=ReasonCode.JOB_NOT_CREATED,
+            current_attempt=0,
+            cancel_requested=False,
+            dispatch_attempts=0,
+            next_dispatch_at=now,  # due at once
+            created_at=now,
+            updated_at=now,
+        )
+
+    def created(job: Job) -> list[Any]:
+        return [
+            Transition(
+                job_id=job.id,
+                at=now,
+                source=source,
+                kind=TransitionKind.BUSINESS,
+                to_state=BusinessState.CREATED,
+                to_reason=ReasonCode.JOB_NOT_CREATED,
+            )
+        ]
+
+    job, inserted = insert_unless_exists(session, find, make, created)
+    if inserted:
+        return Submission(job, replayed=False)
+    if job.spec_digest != digest:
+        assert idempotency_key is not None
+        raise IdempotencyConflict(project, idempotency_key, job.id)
+    return Submission(job, replayed=True)
+
+
+# -- reads ---------------------------------------------------------------------
+
+
+def get_job(session: Session, project: str, job_id: str) -> Job | None:
+    """The job, or None if there is none with that id *in that project* (no existence leak)."""
+    return session.scalars(
+        select(Job).where(Job.id == job_id, Job.project == project)
+    ).one_or_none()
+
+
+def get_job_any_project(session: Session, job_id: str) -> Job | None:
+    """For the control loops, which know a job only by the id on its Kubernetes labels."""
+    return session.get(Job, job_id)
+
+
+def get_job_by_name(session: Session, project: str, name: str) -> Job | None:
+    """The newest job of that name in the project (names may repeat)."""
+    return session.scalars(
+        select(Job)
+        .where(Job.project == project, Job.name == name)
+        .order_by(Job.created_at.desc(), Job.id.desc())
+        .limit(1)
+    ).one_or_none()
+
+
+def list_unfinished_jobs(session: Session, *, project: str | None = None) -> list[Job]:
+    """Every job not yet terminal, oldest first: what the syncer must account for on resync."""
+    query = select(Job).where(Job.business_state.not_in(list(TERMINAL)))
+    if project is not None:
+        query = query.where(Job.project == project)
+    return list(session.scalars(query.order_by(Job.created_at, Job.id)))
+
+
+@dataclass(frozen=True, slots=True)
+class JobPage:
+    jobs: list[Job]
+    next_cursor: str | None  # None on the last page
+
+
+def list_jobs(
+    session: Session,
+    project: str,
+    *,
+    states: Collection[BusinessState] | None = None,
+    reasons: Collection[ReasonCode] | None = None,
+    name: str | None = None,
+    limit: int = DEFAULT_PAGE_SIZE,
+    cursor: str | None = None,
+) -> JobPage:
+    """A page of a project's jobs, newest first, optionally filtered.
+
+    Keyset pagination on (created_at, id): a cursor names the last job of the
+    previous page, so jobs submitted while a client pages through appear before
+    its first page and never shift, repeat or hide the rest. `limit` is clamped
+    to 1..MAX_PAGE_SIZE.
+    """
+    limit = max(1, min(limit, MAX_PAGE_SIZE))
+    query = select(Job).where(Job.project == project)
+    if states:
+        query = query.where(Job.business_state.in_(list(states)))
+    if reasons:
+        query = query.where(Job.reason.in_(list(reasons)))
+    if name is not None:
+        query = query.where(Job.name == name)
+    if cursor is not None:
+        created_at, last_id = _decode_cursor(cursor)
+        query = query.where(
+            or_(Job.created_at < created_at, and_(Job.created_at == created_at, Job.id < last_id))
+        )
+    rows = list(
+        session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1))
+    )
+    more = len(rows) > limit
+    rows = rows[:limit]
+    return JobPage(rows, _encode_cursor(rows[-1]) if more else None)
+
+
+def _encode_cursor(job: Job) -> str:
+    raw = json.dumps([job.created_at.isoformat(), job.id], separators=(",", ":"))
+    return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
+
+
+def _decode_cursor(cursor: str) -> tuple[datetime, str]:
+    try:
+        raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
+        created_at, last_id = json.loads(raw)
+        when = datetime.fromisoformat(created_at)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError) as exc:
+        raise InvalidCursor(cursor) from exc
+    if not isinstance(last_id, str) or when.tzinfo is None:
+        raise InvalidCursor(cursor)
+    return when, last_id
+
+
+def job_history(
+    session: Session, project: str, job_id: str, *, kind: TransitionKind | None = None
+) -> list[Transition]:
+    """The job's history in the order it happened; empty if the job is not in the project."""
+    query = (
+        select(Transition)
+        .join(Job, Job.id == Transition.job_id)
+        .where(Job.id == job_id, Job.project == project)
+    )
+    if kind is not None:
+        query = query.where(Transition.kind == kind)
+    return list(session.scalars(query.order_by(Transition.id)))
+
+
+def list_attempts(session: Session, job_id: str) -> list[Attempt]:
+    return list(
+        session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
+    )
+
+
+def get_attempt(session: Session, job_id: str, number: int) -> Attempt | None:
+    """Attempt `number` of the job (e.g. `job.current_attempt`); None before the first Pod."""
+    return session.scalars(
+        select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
+    ).one_or_none()
+
+
+# -- business state ------------------------------------------------------------
+
+
+def lock_job(session: Session, job_id: str, project: str | None = None) -> Job:
+    """Read the job and hold its row until the transaction ends (PostgreSQL; SQLite's
+    write transaction holds the whole database already). Raises `JobNotFound`."""
+    query = select(Job).where(Job.id == job_id)
+    if project is not None:
+        query = query.where(Job.project == project)
+    job = session.scalars(
+        # populate_existing: the locked row, not a copy the session read earlier
+        query.with_for_update().execution_options(populate_existing=True)
+    ).one_or_none()
+    if job is None:
+        raise JobNotFound(job_id)
+    return job
+
+
+def apply_business_change(
+    session: Session,
+    job_id: str,
+    state: BusinessState,
+    reason: ReasonCode,
+    raw_reason: str | None = None,
+    raw_message: str | None = None,
+    *,
+    source: Source,
+    attempt: int | None = None,
+    detail: Mapping[str, Any] | None = None,
+    message: str | None = None,
+    now: datetime | None = None,
+) -> Transition | None:
+    """Move the job to (state, reason); return the new history row, or None if nothing changed.
+
+    A history row is written only when (state, reason) changes, so replaying an
+    observation writes nothing; the raw reason and message (and the plain
+    `message`) are still refreshed on the job, as the latest word from
+    Kubernetes. Moves the state machine forbids raise `IllegalTransition`, and
+    any change to a finished job raises `TerminalStateError` (a replay of its
+    final (state, reason) is a no-op).
+    """
+    now = _now(now)
+    job = lock_job(session, job_id)
+    current = (job.business_state, job.reason)
+    target = (state, reason)
+    if current == target:
+        _refresh(job, now, reason_message=message, raw_reason=raw_reason, raw_message=raw_message)
+        return None
+    if job.business_state in TERMINAL:
+        raise TerminalStateError(job_id, current, target)
+    if state != job.business_state and not can_move(job.business_state, state):
+        raise IllegalTransition(job_id, current, target)
+
+    job.business_state = state
+    job.reason = reason
+    job.reason_message = message
+    job.raw_reason = raw_reason
+    job.raw_message = raw_message
+    job.updated_at = now
+    if state in TERMINAL:
+        job.finished_at = now
+        job.next_dispatch_at = None  # nothing left to dispatch
+    row = Transition(
+        job_id=job_id,
+        at=now,
+        source=source,
+        kind=TransitionKind.BUSINESS,
+        from_state=current[0],
+        to_state=state,
+        from_reason=current[1],
+        to_reason=reason,
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        attempt=attempt,
+        detail=dict(detail) if detail is not None else None,
+    )
+    session.add(row)
+    return row
+
+
+def _refresh(job: Job, now: datetime, **values: Any) -> None:
+    changed = False
+    for key, value in values.items():
+        if getattr(job, key) != value:
+            setattr(job, key, value)
+            changed = True
+    if changed:
+        job.updated_at = now
+
+
+def request_cancel(
+    session: Session, project: str, job_id: str, *, now: datetime | None = None
+) -> Job | None:
+    """Flag the job for cancellation (idempotent); None if it is not in the project.
+
+    The flag is what the API promises; the control loop deletes the Kubernetes
+    Job and then records `CANCELLED`. A finished job is returned unchanged.
+    """
+    try:
+        job = lock_job(session, job_id, project)
+    except JobNotFound:
+        return None
+    if job.business_state not in TERMINAL and not job.cancel_requested:
+        job.cancel_requested = True
+        job.updated_at = _now(now)
+    return job
+
+
+def record_diagnosis(
+    session: Session, job_id: str, diagnosis: Mapping[str, Any], *, now: datetime | None = None
+) -> bool:
+    """Keep the syncer's latest diagnosis with the job; True if it differed from the stored one."""
+    job = lock_job(session, job_id)
+    value = json.loads(json.dumps(diagnosis))
+    if job.diagnosis == value:
+        return False
+    job.diagnosis = value
+    job.updated_at = _now(now)
+    return True
+
+
+# -- runtime state -------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class PodObservation:
+    """What Kubernetes says about one Pod of a job, as the syncer read it.
+
+    The observation is the whole current truth (level-triggered): every field
+    overwrites the stored one, including with None.
+    """
+
+    pod_name: str
+    pod_uid: str
+    node: str | None = None
+    pod_phase: str | None = None
+    container_state: str | None = None
+    scheduling_reason: str | None = None
+    raw_reason: str | None = None
+    raw_message: str | None = None
+    exit_code: int | None = None
+    termination_message: str | None = None
+    started_at: datetime | None = None
+    finished_at: datetime | None = None
+
+
+# A change in any of these is worth a history row; the rest (messages, times)
+# are refreshed silently, so a scheduler retrying every few seconds with a new
+# node count in its message does not flood the history.
+MATERIAL_FIELDS = ("pod_phase", "node", "container_state", "raw_reason", "exit_code")
+
+
+@dataclass(frozen=True, slots=True)
+class RuntimeChange:
+    attempt: Attempt
+    new_attempt: bool  # a Pod uid not seen before: attempt N+1
+    transition: Transition | None  # the runtime history row, if anything material changed
+
+
+def apply_runtime_change(
+    session: Session,
+    job_id: str,
+    pod: PodObservation,
+    *,
+    source: Source = Source.SYNCER,
+    now: datetime | None = None,
+) -> RuntimeChange:
+    """Record a Pod's state on its attempt, creating the attempt for a new Pod uid.
+
+    Attempts are numbered 1, 2, ... in the order their Pods are first seen (the
+    syncer should present Pods oldest first); the job's `current_attempt`
+    follows the newest. An old Pod's late update changes its own attempt only.
+    Runtime state is recorded even after the job finished: a Pod's final
+    details can arrive after the Job's verdict.
+    """
+    now = _now(now)
+    job = lock_job(session, job_id)
+    attempt = session.scalars(
+        select(Attempt).where(Attempt.job_id == job_id, Attempt.pod_uid == pod.pod_uid)
+    ).one_or_none()
+    new = attempt is None
+    if attempt is None:
+        highest = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
+        number = max(highest or 0, job.current_attempt) + 1
+        attempt = Attempt(job_id=job_id, number=number, created_at=now, updated_at=now)
+        session.add(attempt)
+        job.current_attempt = number
+        job.updated_at = now
+
+    observed = {f.name: getattr(pod, f.name) for f in fields(PodObservation)}
+    stored = {key: getattr(attempt, key) for key in observed}  # all None for a new attempt
+    changes = {k: [stored[k], observed[k]] for k in MATERIAL_FIELDS if stored[k] != observed[k]}
+    if stored != observed:
+        for key, value in observed.items():
+            setattr(attempt, key, value)
+        attempt.updated_at = now
+    if not new and not changes:
+        return RuntimeChange(attempt, new_attempt=False, transition=None)
+    row = Transition(
+        job_id=job_id,
+        at=now,
+        source=source,
+        kind=TransitionKind.RUNTIME,
+        from_state=stored["pod_phase"],
+        to_state=pod.pod_phase,
+        raw_reason=pod.raw_reason,
+        raw_message=pod.raw_message,
+        attempt=attempt.number,
+        detail={"pod_name": pod.pod_name, "pod_uid": pod.pod_uid, "changed": changes},
+    )
+    session.add(row)
+    return RuntimeChange(attempt, new_attempt=new, transition=row)

@@ -1,0 +1,128 @@
+"""The dispatcher's outbox: jobs in `CREATED` whose Kubernetes Job is still to be made.
+
+The API commits a `CREATED` job and returns; the dispatcher then loops:
+
+1. `claim_due_jobs` (one short transaction) takes the due jobs and pushes their
+   `next_dispatch_at` forward by a hold, so a second dispatcher skips them and a
+   dispatcher that dies mid-create leaves them due again once the hold ends.
+2. It creates each Job in Kubernetes, with no transaction open.
+3. `mark_dispatched` or `record_dispatch_failure` (a second transaction).
+
+Creation is idempotent by the Job's deterministic name, so a retry after a lost
+answer is safe. A claimed job with `cancel_requested` set should be finished
+as `CANCELLED` rather than created.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from datetime import UTC, datetime, timedelta
+
+from sqlalchemy import select
+from sqlalchemy.orm import Session
+
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store.jobs import apply_business_change, lock_job
+from kubetrain.store.models import Job, Source, Transition
+
+CLAIM_HOLD = timedelta(seconds=60)  # well over one create call, incl. client timeouts
+BACKOFF_FIRST = timedelta(seconds=1)
+BACKOFF_CAP = timedelta(minutes=5)  # an outage of hours still retries every few minutes
+
+
+def dispatch_backoff(failures: int) -> timedelta:
+    """1 s, 2 s, 4 s, ... up to 5 min after the `failures`-th failure in a row."""
+    return min(BACKOFF_CAP, BACKOFF_FIRST * (1 << max(0, min(failures - 1, 30))))
+
+
+def claim_due_jobs(
+    session: Session,
+    *,
+    limit: int = 20,
+    hold: timedelta = CLAIM_HOLD,
+    now: datetime | None = None,
+) -> list[Job]:
+    """Claim up to `limit` due `CREATED` jobs, longest waiting first.
+
+    On PostgreSQL `FOR UPDATE SKIP LOCKED` lets concurrent claimers take
+    disjoint sets without waiting on each other; SQLite has one writer at a
+    time, so a plain select is already exclusive.
+    """
+    now = now if now is not None else datetime.now(UTC)
+    jobs = list(
+        session.scalars(
+            select(Job)
+            .where(Job.business_state == BusinessState.CREATED, Job.next_dispatch_at <= now)
+            .order_by(Job.next_dispatch_at, Job.created_at, Job.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
+        )
+    )
+    for job in jobs:
+        job.next_dispatch_at = now + hold
+    return jobs
+
+
+def mark_dispatched(
+    session: Session,
+    job_id: str,
+    *,
+    k8s_job_name: str,
+    reason: ReasonCode = ReasonCode.SCHEDULING,
+    source: Source = Source.DISPATCHER,
+    now: datetime | None = None,
+) -> Transition | None:
+    """The Kubernetes Job exists: leave the outbox and move `CREATED -> QUEUED`.
+
+    If the syncer (or a cancel) has moved the job on already, only the Job name
+    is recorded; returns the history row of the move, if one was made.
+    """
+    now = now if now is not None else datetime.now(UTC)
+    job = lock_job(session, job_id)
+    job.k8s_job_name = k8s_job_name
+    job.next_dispatch_at = None
+    job.last_dispatch_error = None
+    job.updated_at = now
+    if job.business_state != BusinessState.CREATED:
+        return None
+    return apply_business_change(
+        session, job_id, BusinessState.QUEUED, reason, source=source, now=now
+    )
+
+
+def record_dispatch_failure(
+    session: Session,
+    job_id: str,
+    *,
+    raw_reason: str,
+    raw_message: str,
+    backoff: Callable[[int], timedelta] = dispatch_backoff,
+    source: Source = Source.DISPATCHER,
+    now: datetime | None = None,
+) -> Job:
+    """The create failed (API server unreachable, refused): keep the raw error, retry later.
+
+    The job stays `CREATED` with reason `JOB_NOT_CREATED`, and is due again
+    after `backoff(failures in a row)`. A job that has moved on meanwhile is
+    left alone.
+    """
+    now = now if now is not None else datetime.now(UTC)
+    job = lock_job(session, job_id)
+    if job.business_state != BusinessState.CREATED:
+        return job
+    apply_business_change(
+        session,
+        job_id,
+        BusinessState.CREATED,
+        ReasonCode.JOB_NOT_CREATED,
+        raw_reason,
+        raw_message,
+        source=source,
+        now=now,
+    )
+    job.dispatch_attempts += 1
+    job.last_dispatch_error = f"{raw_reason}: {raw_message}"
+    job.next_dispatch_at = now + backoff(job.dispatch_attempts)
+    job.updated_at = now
+    return job

@@ -1,0 +1,170 @@
+"""Runtime state: one attempt per Pod uid, history only for material changes."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from kubetrain.domain.states import BusinessState
+from kubetrain.store import (
+    Database,
+    PodObservation,
+    Source,
+    TransitionKind,
+    apply_runtime_change,
+    get_attempt,
+    get_job,
+    job_history,
+    list_attempts,
+)
+from tests.store.builders import at, new_job
+
+pytestmark = pytest.mark.db
+
+PENDING = PodObservation(
+    pod_name="train-abc12-0-x7k2p",
+    pod_uid="7f8e0c4a-1111-4d5e-9a0b-000000000001",
+    pod_phase="Pending",
+    scheduling_reason="Unschedulable",
+    raw_reason="Unschedulable",
+    raw_message="0/3 nodes are available: 3 Insufficient nvidia.com/gpu.",
+)
+
+
+def runtime_rows(db: Database, job_id: str) -> list[dict[str, object]]:
+    with db.read_only() as session:
+        rows = job_history(session, "ai-training", job_id, kind=TransitionKind.RUNTIME)
+        return [
+            {"attempt": r.attempt, "from": r.from_state, "to": r.to_state, **(r.detail or {})}
+            for r in rows
+        ]
+
+
+def test_first_pod_is_attempt_one_and_replays_write_nothing(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session, state=BusinessState.QUEUED)
+        change = apply_runtime_change(session, job.id, PENDING, now=at(1))
+        assert change.new_attempt
+        assert change.attempt.number == 1
+        assert change.transition is not None
+    for i in range(3):
+        with db.transaction() as session:
+            replay = apply_runtime_change(session, job.id, PENDING, now=at(2 + i))
+            assert not replay.new_attempt
+            assert replay.transition is None
+    assert runtime_rows(db, job.id) == [
+        {
+            "attempt": 1,
+            "from": None,
+            "to": "Pending",
+            "pod_name": PENDING.pod_name,
+            "pod_uid": PENDING.pod_uid,
+            "changed": {"pod_phase": [None, "Pending"], "raw_reason": [None, "Unschedulable"]},
+        }
+    ]
+    with db.read_only() as session:
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert stored.current_attempt == 1
+        attempt = get_attempt(session, job.id, 1)
+        assert attempt is not None
+        assert attempt.updated_at == at(1)  # replays changed nothing
+
+
+def test_material_changes_write_history_and_the_rest_is_refreshed(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session, state=BusinessState.QUEUED)
+        apply_runtime_change(session, job.id, PENDING, now=at(1))
+    # Only the scheduler's message changed: stored, but no history row.
+    newer_message = dataclasses.replace(PENDING, raw_message="0/4 nodes are available: ...")
+    running = dataclasses.replace(
+        PENDING,
+        pod_phase="Running",
+        node="gpu-node-1",
+        container_state="running",
+        scheduling_reason=None,
+        raw_reason=None,
+        raw_message=None,
+        started_at=at(3),
+    )
+    done = dataclasses.replace(
+        running,
+        pod_phase="Failed",
+        container_state="terminated",
+        raw_reason="Error",
+        exit_code=1,
+        termination_message="CUDA error: out of memory",
+        finished_at=at(4),
+    )
+    written = []
+    for i, observation in enumerate([newer_message, running, running, done, done]):
+        with db.transaction() as session:
+            change = apply_runtime_change(session, job.id, observation, now=at(2 + i))
+            written.append(change.transition is not None)
+    assert written == [False, True, False, True, False]
+    rows = runtime_rows(db, job.id)
+    assert [(r["from"], r["to"]) for r in rows] == [
+        (None, "Pending"),
+        ("Pending", "Running"),
+        ("Running", "Failed"),
+    ]
+    assert rows[1]["changed"] == {
+        "pod_phase": ["Pending", "Running"],
+        "node": [None, "gpu-node-1"],
+        "container_state": [None, "running"],
+        "raw_reason": ["Unschedulable", None],
+    }
+    assert rows[2]["changed"] == {
+        "pod_phase": ["Running", "Failed"],
+        "container_state": ["running", "terminated"],
+        "raw_reason": [None, "Error"],
+        "exit_code": [None, 1],
+    }
+    with db.read_only() as session:
+        attempt = get_attempt(session, job.id, 1)
+        assert attempt is not None
+        assert (attempt.node, attempt.exit_code, attempt.termination_message) == (
+            "gpu-node-1",
+            1,
+            "CUDA error: out of memory",
+        )
+        assert (attempt.started_at, attempt.finished_at) == (at(3), at(4))
+
+
+def test_a_new_pod_uid_is_the_next_attempt(db: Database) -> None:
+    second_pod = dataclasses.replace(
+        PENDING, pod_name="train-abc12-0-q9w8e", pod_uid="7f8e0c4a-2222-4d5e-9a0b-000000000002"
+    )
+    with db.transaction() as session:
+        job = new_job(session, state=BusinessState.RUNNING)
+        apply_runtime_change(session, job.id, PENDING, now=at(1))
+        change = apply_runtime_change(session, job.id, second_pod, now=at(2))
+        assert change.new_attempt
+        assert change.attempt.number == 2
+    # A late update of the lost first Pod changes its own attempt only.
+    lost = dataclasses.replace(PENDING, pod_phase="Failed", raw_reason="DisruptionTarget")
+    with db.transaction() as session:
+        late = apply_runtime_change(session, job.id, lost, source=Source.SYNCER, now=at(3))
+        assert (late.new_attempt, late.attempt.number) == (False, 1)
+    with db.read_only() as session:
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert stored.current_attempt == 2
+        attempts = list_attempts(session, job.id)
+        assert [(a.number, a.pod_uid, a.pod_phase) for a in attempts] == [
+            (1, PENDING.pod_uid, "Failed"),
+            (2, second_pod.pod_uid, "Pending"),
+        ]
+    assert [(r["attempt"], r["to"]) for r in runtime_rows(db, job.id)] == [
+        (1, "Pending"),
+        (2, "Pending"),
+        (1, "Failed"),
+    ]
+
+
+def test_runtime_state_is_kept_after_the_job_finished(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session, state=BusinessState.FAILED)
+        change = apply_runtime_change(session, job.id, PENDING, now=at(1))
+        assert change.transition is not None

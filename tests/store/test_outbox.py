@@ -1,0 +1,161 @@
+"""The dispatcher's outbox: claims, backoff with the raw error kept, and leaving it."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store import (
+    Database,
+    Source,
+    apply_business_change,
+    claim_due_jobs,
+    dispatch_backoff,
+    get_job,
+    job_history,
+    mark_dispatched,
+    record_dispatch_failure,
+    request_cancel,
+)
+from tests.store.builders import T0, at, new_job
+
+pytestmark = pytest.mark.db
+
+
+def claimed_ids(db: Database, seconds: float, limit: int = 20) -> list[str]:
+    with db.transaction() as session:
+        return [job.id for job in claim_due_jobs(session, now=at(seconds), limit=limit)]
+
+
+def test_backoff_doubles_up_to_a_cap() -> None:
+    assert [dispatch_backoff(n).total_seconds() for n in range(1, 6)] == [1, 2, 4, 8, 16]
+    assert dispatch_backoff(50) == dispatch_backoff(10_000) == timedelta(minutes=5)
+
+
+def test_claims_take_due_jobs_oldest_first_and_hold_them(db: Database) -> None:
+    with db.transaction() as session:
+        first = new_job(session, name="first", now=at(0))
+        second = new_job(session, name="second", now=at(1))
+        new_job(session, name="future", now=at(100))
+        new_job(session, name="queued", now=at(0), state=BusinessState.QUEUED)
+    assert claimed_ids(db, 10, limit=1) == [first.id]
+    assert claimed_ids(db, 10) == [second.id]
+    assert claimed_ids(db, 10) == []  # both held
+    # A dispatcher that died holding them: due again once the hold ends.
+    assert claimed_ids(db, 10 + 61) == [first.id, second.id]
+
+
+def test_a_failure_keeps_the_raw_error_and_backs_off(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+    now = 0.0
+    for failures in (1, 2, 3):
+        assert claimed_ids(db, now) == [job.id]
+        with db.transaction() as session:
+            record_dispatch_failure(
+                session, job.id, raw_reason="ConnectionRefused",
+                raw_message=f"connect to 127.0.0.1:6443 failed ({failures})", now=at(now),
+            )  # fmt: skip
+        delay = dispatch_backoff(failures).total_seconds()
+        assert claimed_ids(db, now + delay - 0.001) == []
+        now += delay
+    with db.read_only() as session:
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert (stored.business_state, stored.reason) == (
+            BusinessState.CREATED,
+            ReasonCode.JOB_NOT_CREATED,
+        )
+        assert (stored.raw_reason, stored.raw_message) == (
+            "ConnectionRefused",
+            "connect to 127.0.0.1:6443 failed (3)",
+        )
+        assert stored.dispatch_attempts == 3
+        assert stored.last_dispatch_error == f"ConnectionRefused: {stored.raw_message}"
+        assert stored.next_dispatch_at == at(now)
+        assert len(job_history(session, "ai-training", job.id)) == 1  # retries are not changes
+
+
+def test_dispatched_jobs_leave_the_outbox_as_queued(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+        record_dispatch_failure(session, job.id, raw_reason="Timeout", raw_message="...", now=T0)
+    assert claimed_ids(db, 5) == [job.id]
+    with db.transaction() as session:
+        row = mark_dispatched(session, job.id, k8s_job_name="kt-abc12", now=at(6))
+        assert row is not None
+        assert (row.to_state, row.to_reason, row.source) == (
+            BusinessState.QUEUED,
+            ReasonCode.SCHEDULING,
+            Source.DISPATCHER,
+        )
+    assert claimed_ids(db, 10_000) == []
+    with db.read_only() as session:
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert (stored.k8s_job_name, stored.next_dispatch_at, stored.last_dispatch_error) == (
+            "kt-abc12",
+            None,
+            None,
+        )
+        assert stored.raw_reason is None  # the old dispatch error no longer describes it
+
+
+def test_marking_after_the_syncer_moved_on_only_records_the_name(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+        apply_business_change(
+            session, job.id, BusinessState.RUNNING, ReasonCode.TRAINING, source=Source.SYNCER
+        )
+        assert mark_dispatched(session, job.id, k8s_job_name="kt-abc12", now=at(1)) is None
+        record_dispatch_failure(session, job.id, raw_reason="late", raw_message="late", now=at(2))
+    with db.read_only() as session:
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert (stored.business_state, stored.k8s_job_name) == (BusinessState.RUNNING, "kt-abc12")
+        assert (stored.dispatch_attempts, stored.raw_reason) == (0, None)
+
+
+def test_cancel_is_a_flag_idempotent_and_scoped(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+        done = new_job(session, name="done", state=BusinessState.SUCCEEDED)
+    for _ in range(2):
+        with db.transaction() as session:
+            flagged = request_cancel(session, "ai-training", job.id, now=at(1))
+            assert flagged is not None
+            assert flagged.cancel_requested
+            assert flagged.updated_at == at(1)
+    with db.transaction() as session:
+        assert request_cancel(session, "someone-else", job.id) is None
+        finished = request_cancel(session, "ai-training", done.id)
+        assert finished is not None
+        assert not finished.cancel_requested
+    # The dispatcher still sees a cancelled CREATED job, to finish it instead of creating it.
+    with db.transaction() as session:
+        [claimed] = claim_due_jobs(session, now=at(2))
+        assert claimed.cancel_requested
+        apply_business_change(
+            session, claimed.id, BusinessState.CANCELLED, ReasonCode.CANCELLED,
+            source=Source.DISPATCHER, now=at(2),
+        )  # fmt: skip
+    assert claimed_ids(db, 10_000) == []
+    with db.read_only() as session:
+        assert len(job_history(session, "ai-training", job.id)) == 2
+
+
+# SKIP LOCKED needs two open write transactions at once, which SQLite never has.
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_concurrent_claimers_take_disjoint_jobs_without_waiting(db: Database) -> None:
+    with db.transaction() as session:
+        jobs = [new_job(session, name=f"j{i}", now=at(i)).id for i in range(4)]
+    with db.transaction() as one:
+        first = [job.id for job in claim_due_jobs(one, limit=2, now=at(10))]
+        one.flush()
+        with db.transaction() as two:  # while `one` still holds its rows
+            two.connection().exec_driver_sql("SET LOCAL lock_timeout = '2s'")
+            second = [job.id for job in claim_due_jobs(two, limit=10, now=at(10))]
+    assert first == jobs[:2]
+    assert second == jobs[2:]
