@@ -58,6 +58,7 @@ class ClusterCache:
         self._events: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         self._job_by_name: dict[tuple[str, str], str] = {}  # (ns, k8s Job name) -> job id
         self._pod_job: dict[tuple[str, str], str] = {}  # (ns, pod name) -> job id
+        self._deleted_jobs: set[tuple[str, str]] = set()  # (ns, Job name) seen deleted
         for name, path, selector in _RESOURCES:
             self.reflectors[name] = Reflector(
                 http, path, label_selector=selector, on_event=self._handler(name)
@@ -69,7 +70,12 @@ class ClusterCache:
             ns = meta.get("namespace", "")
             job_id = job_id_of(obj)
             if resource == "jobs" and job_id:
-                self._job_by_name[(ns, meta.get("name", ""))] = job_id
+                key = (ns, meta.get("name", ""))
+                self._job_by_name[key] = job_id
+                if kind == "DELETED":
+                    self._deleted_jobs.add(key)
+                else:
+                    self._deleted_jobs.discard(key)
             elif resource == "pods" and job_id:
                 if kind == "DELETED":
                     self._pod_job.pop((ns, meta.get("name", "")), None)
@@ -108,6 +114,10 @@ class ClusterCache:
             if meta.get("namespace") == namespace and meta.get("name") == name:
                 return obj
         return None
+
+    def deleted(self, namespace: str, name: str) -> bool:
+        """True when this cache saw the Job go (a watch DELETED or a relist's difference)."""
+        return (namespace, name) in self._deleted_jobs
 
     def snapshot(self, namespace: str, k8s_name: str) -> dict[str, Any]:
         """The `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o json` view

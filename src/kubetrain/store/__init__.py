@@ -59,8 +59,10 @@ from kubetrain.store.models import (
     TransitionKind,
 )
 from kubetrain.store.outbox import (
+    claim_due_deletions,
     claim_due_jobs,
     dispatch_backoff,
+    mark_deleted,
     mark_dispatched,
     record_dispatch_failure,
 )
@@ -101,6 +103,7 @@ __all__ = [
     "apply_business_change",
     "apply_runtime_change",
     "authenticate_token",
+    "claim_due_deletions",
     "claim_due_jobs",
     "create_token",
     "default_data_dir",
@@ -119,6 +122,7 @@ __all__ = [
     "list_tokens",
     "list_unfinished_jobs",
     "lock_job",
+    "mark_deleted",
     "mark_dispatched",
     "normalize_url",
     "record_diagnosis",

@@ -357,6 +357,9 @@ def request_cancel(
     if job.business_state not in TERMINAL and not job.cancel_requested:
         job.cancel_requested = True
         job.updated_at = _now(now)
+        if job.k8s_job_name is not None:
+            # Back into the outbox: the dispatcher deletes the Kubernetes Job.
+            job.next_dispatch_at = job.updated_at
     return job
 
 

@@ -81,7 +81,8 @@ def mark_dispatched(
     now = now if now is not None else datetime.now(UTC)
     job = lock_job(session, job_id)
     job.k8s_job_name = k8s_job_name
-    job.next_dispatch_at = None
+    # Cancelled while the create was in flight: stay due, so the Job is deleted.
+    job.next_dispatch_at = now if job.cancel_requested else None
     job.last_dispatch_error = None
     job.updated_at = now
     if job.business_state != BusinessState.CREATED:
@@ -126,3 +127,38 @@ def record_dispatch_failure(
     job.next_dispatch_at = now + backoff(job.dispatch_attempts)
     job.updated_at = now
     return job
+
+
+def claim_due_deletions(
+    session: Session,
+    *,
+    limit: int = 20,
+    hold: timedelta = CLAIM_HOLD,
+    now: datetime | None = None,
+) -> list[Job]:
+    """Claim cancelled jobs whose Kubernetes Job is still to be deleted."""
+    now = now if now is not None else datetime.now(UTC)
+    jobs = list(
+        session.scalars(
+            select(Job)
+            .where(
+                Job.cancel_requested.is_(True),
+                Job.k8s_job_name.is_not(None),
+                Job.next_dispatch_at <= now,
+            )
+            .order_by(Job.next_dispatch_at, Job.id)
+            .limit(limit)
+            .with_for_update(skip_locked=True)
+            .execution_options(populate_existing=True)
+        )
+    )
+    for job in jobs:
+        job.next_dispatch_at = now + hold
+    return jobs
+
+
+def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
+    """The cancelled job's Kubernetes Job is gone (or going): leave the outbox."""
+    job = lock_job(session, job_id)
+    job.next_dispatch_at = None
+    job.updated_at = now if now is not None else datetime.now(UTC)

@@ -1,0 +1,136 @@
+"""Leader election through a coordination.k8s.io/v1 Lease, as client-go does it.
+
+Only the holder of the Lease runs the dispatcher and the syncer. Expiry is
+judged by the *local* time since the record last changed (never by comparing
+the holder's clock with ours), so clock skew between replicas does not matter.
+A leader that cannot renew within `renew_deadline` stops acting before its
+Lease can expire, so two replicas never act at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Coroutine
+from typing import Any
+from datetime import UTC, datetime
+
+import httpx2 as httpx
+from lightkube import ApiError, AsyncClient
+from lightkube.models.coordination_v1 import LeaseSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.coordination_v1 import Lease
+
+log = logging.getLogger(__name__)
+
+
+class LeaderElector:
+    def __init__(
+        self,
+        client: AsyncClient,
+        *,
+        identity: str,
+        name: str = "kubetrain-controller",
+        namespace: str = "kube-system",
+        lease_duration: float = 15.0,
+        renew_deadline: float = 10.0,
+        retry_period: float = 2.0,
+    ) -> None:
+        self.client = client
+        self.identity = identity
+        self.name = name
+        self.namespace = namespace
+        self.lease_duration = lease_duration
+        self.renew_deadline = renew_deadline
+        self.retry_period = retry_period
+        self.leading = asyncio.Event()
+        self._observed: tuple[str | None, str | None] = (None, None)  # holder, renewTime
+        self._observed_at = 0.0
+        self.transitions = 0
+
+    async def try_acquire_or_renew(self) -> bool:
+        now = datetime.now(UTC)
+        try:
+            lease = await self.client.get(Lease, self.name, namespace=self.namespace)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+            lease = Lease(
+                metadata=ObjectMeta(name=self.name, namespace=self.namespace),
+                spec=LeaseSpec(
+                    holderIdentity=self.identity,
+                    leaseDurationSeconds=int(self.lease_duration),
+                    acquireTime=now,
+                    renewTime=now,
+                    leaseTransitions=0,
+                ),
+            )
+            try:
+                await self.client.create(lease)
+            except ApiError as again:
+                if again.status.code == 409:
+                    return False  # another replica created it first
+                raise
+            return True
+        spec = lease.spec or LeaseSpec()
+        record = (spec.holderIdentity, str(spec.renewTime))
+        if record != self._observed:
+            self._observed, self._observed_at = record, time.monotonic()
+        held_by_other = spec.holderIdentity not in (None, "", self.identity)
+        expired = time.monotonic() - self._observed_at > (
+            spec.leaseDurationSeconds or self.lease_duration
+        )
+        if held_by_other and not expired:
+            return False
+        if spec.holderIdentity != self.identity:
+            spec.acquireTime = now
+            spec.leaseTransitions = (spec.leaseTransitions or 0) + 1
+        spec.holderIdentity = self.identity
+        spec.renewTime = now
+        spec.leaseDurationSeconds = int(self.lease_duration)
+        lease.spec = spec
+        try:
+            # The resourceVersion we read makes this a compare-and-swap.
+            await self.client.replace(lease)
+        except ApiError as exc:
+            if exc.status.code == 409:
+                return False
+            raise
+        self._observed, self._observed_at = (self.identity, str(now)), time.monotonic()
+        return True
+
+    async def run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
+        """Forever: wait to lead, run `work` while leading, cancel it on losing."""
+        while True:
+            if not await self._attempt():
+                await asyncio.sleep(self.retry_period)
+                continue
+            log.info("%s is the leader (lease %s/%s)", self.identity, self.namespace, self.name)
+            self.transitions += 1
+            self.leading.set()
+            task = asyncio.create_task(work())
+            try:
+                await self._keep_renewing(task)
+            finally:
+                self.leading.clear()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+            log.warning("%s lost the lease; standing by", self.identity)
+
+    async def _keep_renewing(self, task: asyncio.Task[None]) -> None:
+        last_renew = time.monotonic()
+        while not task.done():
+            await asyncio.sleep(self.retry_period)
+            if await self._attempt():
+                last_renew = time.monotonic()
+            elif time.monotonic() - last_renew > self.renew_deadline:
+                return
+        task.result()  # surface a crashed loop
+
+    async def _attempt(self) -> bool:
+        try:
+            return await self.try_acquire_or_renew()
+        except (ApiError, httpx.HTTPError, OSError) as exc:
+            log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
+            return False

@@ -1,0 +1,231 @@
+"""The syncer: watch -> runtime state -> business state -> history.
+
+Level-triggered: every watch event only marks a job dirty; a worker then
+rebuilds that job's snapshot from the caches, runs the one pure diagnosis, and
+writes what changed (attempts, business state, the diagnosis itself). Replays
+write nothing, a relist converges, and a periodic resync repairs anything a
+lost event left behind.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from kubetrain.cluster.cache import CLUSTER_WIDE, ClusterCache
+from kubetrain.cluster.reflector import Obj
+from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
+from kubetrain.domain.states import BusinessState
+from kubetrain.store import (
+    Database,
+    IllegalTransition,
+    PodObservation,
+    Source,
+    apply_business_change,
+    apply_runtime_change,
+    get_job_any_project,
+    list_unfinished_jobs,
+    record_diagnosis,
+)
+
+log = logging.getLogger(__name__)
+
+# A Job we created seconds ago may not have reached the watch yet: its absence
+# from the cache is not yet evidence that someone deleted it.
+DISPATCH_GRACE = 30.0
+
+
+@dataclass
+class SyncStats:
+    syncs: int = 0
+    business_changes: int = 0
+    errors: int = 0
+    # seconds from the Kubernetes event to the committed business change
+    lags: list[float] | None = None
+
+
+class Syncer:
+    def __init__(
+        self,
+        db: Database,
+        cache: ClusterCache,
+        *,
+        resync_interval: float = 30.0,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.db = db
+        self.cache = cache
+        self.resync_interval = resync_interval
+        self.clock = clock
+        self.dirty: dict[str, float] = {}  # job id -> monotonic time first marked
+        self.wake = asyncio.Event()
+        self.dispatched_at: dict[str, float] = {}
+        self.stats = SyncStats(lags=[])
+        cache.listener = self.on_change
+
+    # -- triggers ---------------------------------------------------------------------
+
+    def on_change(self, resource: str, kind: str, obj: Obj, job_id: str | None) -> None:
+        if job_id is not None:
+            self.mark(job_id)
+        elif resource in CLUSTER_WIDE:
+            # A node, claim or quota change can unblock any waiting job.
+            for job in self.cache.jobs():
+                waiting_id = _job_id(job)
+                if waiting_id and not _finished(job):
+                    self.mark(waiting_id)
+
+    def mark(self, job_id: str) -> None:
+        self.dirty.setdefault(job_id, time.monotonic())
+        self.wake.set()
+
+    def note_dispatched(self, job_id: str) -> None:
+        self.dispatched_at[job_id] = time.monotonic()
+        self.mark(job_id)
+
+    # -- loops ------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        await self.cache.wait_synced(timeout=120)
+        await asyncio.gather(self._work(), self._resync())
+
+    async def _resync(self) -> None:
+        while True:
+            ids = await asyncio.to_thread(self._unfinished_ids)
+            for job_id in ids:
+                self.mark(job_id)
+            await asyncio.sleep(self.resync_interval)
+
+    def _unfinished_ids(self) -> list[str]:
+        with self.db.read_only() as session:
+            return [job.id for job in list_unfinished_jobs(session)]
+
+    async def _work(self) -> None:
+        while True:
+            if not self.dirty:
+                self.wake.clear()
+                await self.wake.wait()
+            batch, self.dirty = self.dirty, {}
+            for job_id, marked in batch.items():
+                try:
+                    await self.sync(job_id, marked)
+                except Exception:  # one job's failure must not stop the others
+                    self.stats.errors += 1
+                    log.exception("syncing job %s failed; it will be retried", job_id)
+                    self.dirty.setdefault(job_id, marked)
+                    await asyncio.sleep(0.5)
+
+    # -- one job ----------------------------------------------------------------------
+
+    async def sync(self, job_id: str, marked: float | None = None) -> None:
+        record = await asyncio.to_thread(self._load, job_id)
+        if record is None:
+            return
+        namespace, k8s_name, facts = record
+        present = self.cache.job(namespace, k8s_name) is not None
+        if (
+            not present
+            and facts.dispatched
+            and not self._absence_is_real(job_id, namespace, k8s_name)
+        ):
+            return
+        # Built on the event loop, where the caches change; the rest runs in a thread.
+        listing = self.cache.snapshot(namespace, k8s_name)
+        await asyncio.to_thread(self._apply, job_id, facts, listing, marked)
+
+    def _absence_is_real(self, job_id: str, namespace: str, k8s_name: str) -> bool:
+        if self.cache.deleted(namespace, k8s_name):
+            return True
+        recent = self.dispatched_at.get(job_id)
+        return recent is None or time.monotonic() - recent > DISPATCH_GRACE
+
+    def _load(self, job_id: str) -> tuple[str, str, JobFacts] | None:
+        from kubetrain.domain.manifest import job_name
+
+        with self.db.read_only() as session:
+            job = get_job_any_project(session, job_id)
+            if job is None:
+                return None
+            k8s_name = job.k8s_job_name or job_name(job.id)
+            present = self.cache.job(job.namespace, k8s_name) is not None
+            facts = JobFacts(
+                name=job.name,
+                k8s_name=k8s_name,
+                namespace=job.namespace,
+                dispatched=job.k8s_job_name is not None or present,
+                cancel_requested=job.cancel_requested,
+                dispatch_error=job.last_dispatch_error,
+            )
+            if job.business_state.terminal:
+                return None  # never left; the dispatcher deletes a cancelled job's Job
+            if job.business_state == BusinessState.CREATED and not present:
+                return None  # the dispatcher's to create; it records why not
+            return job.namespace, k8s_name, facts
+
+    def _apply(
+        self, job_id: str, facts: JobFacts, listing: dict[str, Any], marked: float | None
+    ) -> None:
+        diagnosis = diagnose(facts, Snapshot.from_list(listing), self.clock())
+        with self.db.transaction() as session:
+            for attempt in diagnosis.attempts:
+                apply_runtime_change(session, job_id, _observation(attempt))
+            try:
+                changed = apply_business_change(
+                    session,
+                    job_id,
+                    diagnosis.state,
+                    diagnosis.reason,
+                    diagnosis.raw_reason,
+                    diagnosis.raw_message,
+                    source=Source.SYNCER,
+                    attempt=diagnosis.attempts[-1].number if diagnosis.attempts else None,
+                    message=diagnosis.explanation,
+                    detail={"link": str(diagnosis.link), "waitable": diagnosis.waitable},
+                )
+            except IllegalTransition as exc:
+                log.warning("job %s: %s", job_id, exc)
+                changed = None
+            record_diagnosis(session, job_id, diagnosis.to_json(facts.name))
+        self.stats.syncs += 1
+        if changed is not None:
+            self.stats.business_changes += 1
+            if marked is not None and self.stats.lags is not None:
+                self.stats.lags.append(time.monotonic() - marked)
+
+
+def _observation(attempt: Any) -> PodObservation:
+    return PodObservation(
+        pod_name=attempt.pod_name,
+        pod_uid=attempt.pod_uid,
+        node=attempt.node,
+        pod_phase=attempt.phase,
+        container_state=attempt.container_state,
+        raw_reason=attempt.raw_reason,
+        raw_message=attempt.raw_message,
+        exit_code=attempt.exit_code,
+        termination_message=attempt.termination_message,
+        started_at=attempt.started_at,
+        finished_at=attempt.finished_at,
+    )
+
+
+def _job_id(job: Obj) -> str | None:
+    from kubetrain.cluster.cache import job_id_of
+
+    return job_id_of(job)
+
+
+def _finished(job: Obj) -> bool:
+    conditions = (job.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
+    )
+
+
+__all__ = ["Diagnosis", "Syncer"]
