@@ -63,7 +63,9 @@ class Reflector:
     async def run(self) -> None:
         """List, then watch forever; relist on 410, reconnect with backoff on errors."""
         delay = self.backoff
-        need_list = True
+        # Resume from a known version (the server replays from its watch cache);
+        # only a first start or a 410 needs the full list.
+        need_list = self.resource_version is None
         while True:
             try:
                 if need_list:

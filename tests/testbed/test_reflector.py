@@ -1,0 +1,106 @@
+"""The list+watch cache against the real API server: events, bookmarks, and a
+relist after etcd compaction makes the watch's resourceVersion `410 Gone`."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import urllib.request
+from typing import Any
+
+import pytest
+from lightkube import Client
+
+from kubetrain.cluster.client import http_client, load_config
+from kubetrain.cluster.reflector import Reflector
+from kubetrain.testbed.cluster import Testbed
+from tests.kube import create
+
+pytestmark = pytest.mark.testbed
+
+
+def configmap(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {}}
+
+
+def compact_etcd(testbed: Testbed) -> int:
+    """Compact etcd at its current revision through its HTTP gateway."""
+    base = f"http://127.0.0.1:{testbed.state().ports.etcd_client}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(  # noqa: S310 - loopback etcd
+            f"{base}/{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return dict(json.load(resp))
+
+    revision = int(post("range", {"key": "AA=="})["header"]["revision"])
+    post("compaction", {"revision": str(revision), "physical": True})
+    return revision
+
+
+async def until(predicate: Any, timeout: float = 20.0) -> None:
+    deadline = asyncio.get_running_loop().time() + timeout
+    while not predicate():
+        if asyncio.get_running_loop().time() > deadline:
+            raise AssertionError("condition not reached")
+        await asyncio.sleep(0.05)
+
+
+def test_list_then_watch_then_relist_after_compaction(
+    testbed: Testbed, kube: Client, namespace: str
+):
+    for name in ("a", "b", "c"):
+        create(kube, configmap(name), namespace)
+    seen: list[tuple[str, str]] = []
+
+    async def scenario() -> Reflector:
+        http = http_client(load_config(testbed.kubeconfig))
+        reflector = Reflector(
+            http,
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            field_selector="metadata.name!=kube-root-ca.crt",
+            on_event=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+            page_size=2,  # exercises the paginated list
+        )
+        task = asyncio.create_task(reflector.run())
+        await asyncio.wait_for(reflector.synced.wait(), 20)
+        assert sorted(seen) == [("ADDED", "a"), ("ADDED", "b"), ("ADDED", "c")]
+        await asyncio.to_thread(create, kube, configmap("d"), namespace)
+        await until(lambda: ("ADDED", "d") in seen)
+        from lightkube.resources.core_v1 import ConfigMap
+
+        async def away(change: Any) -> None:
+            nonlocal task
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            await asyncio.to_thread(change)
+            seen.clear()
+
+        # A short absence: the watch resumes from our resourceVersion and the API
+        # server's watch cache replays what we missed; no relist is needed.
+        await away(
+            lambda: (
+                kube.delete(ConfigMap, "a", namespace=namespace),
+                create(kube, configmap("e"), namespace),
+            )
+        )
+        task = asyncio.create_task(reflector.run())
+        await until(lambda: ("ADDED", "e") in seen and ("DELETED", "a") in seen)
+        assert reflector.stats.relists_410 == 0
+        # A long absence: etcd compacted and our version is older than anything the
+        # server keeps (410 Gone). Only a relist can tell what was deleted meanwhile.
+        await away(
+            lambda: (kube.delete(ConfigMap, "b", namespace=namespace), compact_etcd(testbed))
+        )
+        reflector.resource_version = "1"
+        task = asyncio.create_task(reflector.run())
+        await until(lambda: reflector.stats.relists_410 >= 1 and ("DELETED", "b") in seen)
+        assert sorted(o["metadata"]["name"] for o in reflector.items.values()) == ["c", "d", "e"]
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await http.aclose()
+        return reflector
+
+    reflector = asyncio.run(scenario())
+    assert reflector.stats.lists == 2  # the first start and the 410, nothing else
