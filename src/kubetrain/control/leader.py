@@ -13,8 +13,8 @@ import asyncio
 import logging
 import time
 from collections.abc import Callable, Coroutine
-from typing import Any
 from datetime import UTC, datetime
+from typing import Any
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
