@@ -1,0 +1,82 @@
+"""Runs the control loops of one kubetrain process: watch caches, syncer and
+dispatcher, under leader election so that only one replica acts at a time."""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import os
+import socket
+import uuid
+from dataclasses import dataclass, field
+
+import httpx2 as httpx
+from lightkube import AsyncClient
+from lightkube.config.kubeconfig import SingleConfig
+
+from kubetrain.cluster.cache import ClusterCache
+from kubetrain.cluster.client import http_client, typed_client
+from kubetrain.control.dispatcher import Dispatcher
+from kubetrain.control.leader import LeaderElector
+from kubetrain.control.syncer import Syncer
+from kubetrain.domain.manifest import RenderOptions
+from kubetrain.store import Database
+
+log = logging.getLogger(__name__)
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
+
+
+@dataclass
+class ControlLoops:
+    db: Database
+    config: SingleConfig
+    render_options: RenderOptions = field(default_factory=RenderOptions)
+    leader_elect: bool = True
+    lease_namespace: str = "default"
+    lease_name: str = "kubetrain-controller"
+    identity: str = field(default_factory=default_identity)
+    resync_interval: float = 30.0
+    dispatcher: Dispatcher | None = None
+    syncer: Syncer | None = None
+    elector: LeaderElector | None = None
+    _loop: asyncio.AbstractEventLoop | None = None
+
+    def notify(self) -> None:
+        """Wake the dispatcher; safe to call from the API's worker threads."""
+        loop, dispatcher = self._loop, self.dispatcher
+        if loop is not None and dispatcher is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(dispatcher.notify)
+
+    async def run(self) -> None:
+        self._loop = asyncio.get_running_loop()
+        http = http_client(self.config)
+        client = typed_client(self.config)
+        try:
+            if self.leader_elect:
+                self.elector = LeaderElector(
+                    client,
+                    identity=self.identity,
+                    name=self.lease_name,
+                    namespace=self.lease_namespace,
+                )
+                await self.elector.run(lambda: self._work(http, client))
+            else:
+                await self._work(http, client)
+        finally:
+            await http.aclose()
+
+    async def _work(self, http: httpx.AsyncClient, client: AsyncClient) -> None:
+        # Fresh caches for every term as leader: a standby's view may be stale.
+        cache = ClusterCache(http)
+        self.syncer = Syncer(self.db, cache, resync_interval=self.resync_interval)
+        self.dispatcher = Dispatcher(
+            self.db,
+            client,
+            render_options=self.render_options,
+            on_dispatched=self.syncer.note_dispatched,
+        )
+        log.info("control loops running as %s", self.identity)
+        await asyncio.gather(cache.run(), self.syncer.run(), self.dispatcher.run())
