@@ -159,3 +159,47 @@ def test_concurrent_claimers_take_disjoint_jobs_without_waiting(db: Database) ->
             second = [job.id for job in claim_due_jobs(two, limit=10, now=at(10))]
     assert first == jobs[:2]
     assert second == jobs[2:]
+
+
+def deletions(db: Database, seconds: float) -> list[str]:
+    from kubetrain.store import claim_due_deletions
+
+    with db.transaction() as session:
+        return [job.id for job in claim_due_deletions(session, now=at(seconds))]
+
+
+def test_a_cancelled_dispatched_job_is_due_for_deletion_until_marked(db: Database) -> None:
+    from kubetrain.store import mark_deleted
+
+    with db.transaction() as session:
+        job = new_job(session, now=at(0))
+        mark_dispatched(session, job.id, k8s_job_name="kt-x", now=at(1))
+    assert deletions(db, 2) == []  # nothing to delete before a cancel
+    with db.transaction() as session:
+        request_cancel(session, job.project, job.id, now=at(3))
+    assert deletions(db, 3) == [job.id]
+    assert deletions(db, 4) == []  # held while the dispatcher deletes
+    with db.transaction() as session:
+        mark_deleted(session, job.id, now=at(5))
+    assert deletions(db, 500) == []
+
+
+def test_cancelled_while_the_create_was_in_flight_stays_due_for_deletion(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session, now=at(0))
+    assert claimed_ids(db, 1) == [job.id]
+    with db.transaction() as session:  # the user cancels: no Job known yet
+        request_cancel(session, job.project, job.id, now=at(2))
+        apply_business_change(
+            session,
+            job.id,
+            BusinessState.CANCELLED,
+            ReasonCode.CANCELLED,
+            source=Source.API,
+            now=at(2),
+        )
+    with db.transaction() as session:  # then the create returns
+        mark_dispatched(session, job.id, k8s_job_name="kt-x", now=at(3))
+    assert deletions(db, 3) == [job.id]
+    with db.read_only() as session:
+        assert get_job(session, job.project, job.id).business_state == BusinessState.CANCELLED

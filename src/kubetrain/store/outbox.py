@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import select
+from sqlalchemy import ColumnElement, and_, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -48,11 +48,22 @@ def claim_due_jobs(
     disjoint sets without waiting on each other; SQLite has one writer at a
     time, so a plain select is already exclusive.
     """
+    return _claim(session, Job.business_state == BusinessState.CREATED, limit, hold, now)
+
+
+def _claim(
+    session: Session,
+    which: ColumnElement[bool],
+    limit: int,
+    hold: timedelta,
+    now: datetime | None,
+) -> list[Job]:
+    """Claim due outbox rows matching `which`, and hold them for `hold`."""
     now = now if now is not None else datetime.now(UTC)
     jobs = list(
         session.scalars(
             select(Job)
-            .where(Job.business_state == BusinessState.CREATED, Job.next_dispatch_at <= now)
+            .where(which, Job.next_dispatch_at <= now)
             .order_by(Job.next_dispatch_at, Job.created_at, Job.id)
             .limit(limit)
             .with_for_update(skip_locked=True)
@@ -137,24 +148,8 @@ def claim_due_deletions(
     now: datetime | None = None,
 ) -> list[Job]:
     """Claim cancelled jobs whose Kubernetes Job is still to be deleted."""
-    now = now if now is not None else datetime.now(UTC)
-    jobs = list(
-        session.scalars(
-            select(Job)
-            .where(
-                Job.cancel_requested.is_(True),
-                Job.k8s_job_name.is_not(None),
-                Job.next_dispatch_at <= now,
-            )
-            .order_by(Job.next_dispatch_at, Job.id)
-            .limit(limit)
-            .with_for_update(skip_locked=True)
-            .execution_options(populate_existing=True)
-        )
-    )
-    for job in jobs:
-        job.next_dispatch_at = now + hold
-    return jobs
+    which = and_(Job.cancel_requested.is_(True), Job.k8s_job_name.is_not(None))
+    return _claim(session, which, limit, hold, now)
 
 
 def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
