@@ -88,7 +88,9 @@ class NodeFit:
 
 @dataclass(frozen=True)
 class ConstraintCount:
-    constraint: str  # "tolerates taint nvidia.com/gpu=present:NoSchedule", "nvidia.com/gpu >= 4 free"
+    constraint: (
+        str  # "tolerates taint nvidia.com/gpu=present:NoSchedule", "nvidia.com/gpu >= 4 free"
+    )
     reason: ReasonCode
     matched: int
     ruled_out: int
@@ -240,7 +242,9 @@ def _rule_checks(node: NodeInfo, pod: _PodPlacement) -> list[_Check]:
         checks.append(_Check("cordoned", R.NODE_NOT_READY, Filter.UNSCHEDULABLE))
     if pod.node_name and pod.node_name != node.name:
         checks.append(
-            _Check(f"the Pod asks for node {pod.node_name}", R.NODE_SELECTOR_MISMATCH, Filter.NODE_NAME)
+            _Check(
+                f"the Pod asks for node {pod.node_name}", R.NODE_SELECTOR_MISMATCH, Filter.NODE_NAME
+            )
         )
     for taint in pod.untolerated(node):
         condition = taint.condition
@@ -257,10 +261,14 @@ def _rule_checks(node: NodeInfo, pod: _PodPlacement) -> list[_Check]:
         if have != want:
             shown = f"≠ {have}" if have is not None else "(no such label)"
             checks.append(
-                _Check(f"selector {key}={want} {shown}", R.NODE_SELECTOR_MISMATCH, Filter.NODE_AFFINITY)
+                _Check(
+                    f"selector {key}={want} {shown}", R.NODE_SELECTOR_MISMATCH, Filter.NODE_AFFINITY
+                )
             )
     if pod.affinity_terms is not None and not _selector_terms_match(pod.affinity_terms, node):
-        checks.append(_Check("node affinity not matched", R.NODE_SELECTOR_MISMATCH, Filter.NODE_AFFINITY))
+        checks.append(
+            _Check("node affinity not matched", R.NODE_SELECTOR_MISMATCH, Filter.NODE_AFFINITY)
+        )
     for volume, terms in pod.volume_terms:
         if not _selector_terms_match(terms, node):
             checks.append(
@@ -297,9 +305,7 @@ def _resource_checks(
         reason = resource_reason(resource, advertised=advertised.get(resource, True))
         if alloc < need:
             why = (
-                f"no {resource}"
-                if alloc == 0
-                else f"{resource}: has {_q(alloc)}, needs {_q(need)}"
+                f"no {resource}" if alloc == 0 else f"{resource}: has {_q(alloc)}, needs {_q(need)}"
             )
             checks.append(_Check(why, reason, Filter.INSUFFICIENT, resource, never=True))
         elif in_use + need > alloc:
@@ -436,9 +442,17 @@ def analyze_fit(
         if r != "pods"
     }
     constraints = _constraints(
-        len(nodes), pod, nodes, untolerated, selector_out, rule_fail_nodes, checked,
-        resource_short, resource_never, advertised,
-    )  # fmt: skip
+        len(nodes),
+        pod,
+        nodes,
+        untolerated,
+        selector_out,
+        rule_fail_nodes,
+        checked,
+        resource_short,
+        resource_never,
+        advertised,
+    )
     return FitAnalysis(
         nodes=tuple(row[2] for row in rows),
         constraints=constraints,
@@ -471,7 +485,9 @@ def _constraints(
     out.append(ConstraintCount("node is Ready", R.NODE_NOT_READY, total - not_ready, not_ready))
     if not pod.tolerates_cordon:
         cordoned = sum(1 for n in nodes if n.unschedulable)
-        out.append(ConstraintCount("node is not cordoned", R.NODE_NOT_READY, total - cordoned, cordoned))
+        out.append(
+            ConstraintCount("node is not cordoned", R.NODE_NOT_READY, total - cordoned, cordoned)
+        )
     for taint, count in sorted(untolerated.items(), key=lambda item: str(item[0])):
         code = R.NODE_NOT_READY if taint.condition else R.UNTOLERATED_TAINT
         out.append(ConstraintCount(f"tolerates taint {taint}", code, total - count, count))
@@ -486,13 +502,20 @@ def _constraints(
     for volume, terms in pod.volume_terms:
         count = sum(1 for n in nodes if not _selector_terms_match(terms, n))
         out.append(
-            ConstraintCount(f"volume {volume} reachable", R.VOLUME_NODE_CONFLICT, total - count, count)
+            ConstraintCount(
+                f"volume {volume} reachable", R.VOLUME_NODE_CONFLICT, total - count, count
+            )
         )
     for resource, need in requests.items():
         if resource == "pods":
             if short.get("pods"):
                 out.append(
-                    ConstraintCount("room for one more pod", R.INSUFFICIENT_RESOURCE, total - short["pods"], short["pods"])
+                    ConstraintCount(
+                        "room for one more pod",
+                        R.INSUFFICIENT_RESOURCE,
+                        total - short["pods"],
+                        short["pods"],
+                    )
                 )
             continue
         code = resource_reason(resource, advertised=advertised.get(resource, True))
@@ -509,7 +532,12 @@ def _constraints(
     return tuple(out)
 
 
-_FIRST_RESOURCE_ORDER = (R.NO_GPU_NODES, R.INSUFFICIENT_GPU, R.INSUFFICIENT_CPU, R.INSUFFICIENT_MEMORY)
+_FIRST_RESOURCE_ORDER = (
+    R.NO_GPU_NODES,
+    R.INSUFFICIENT_GPU,
+    R.INSUFFICIENT_CPU,
+    R.INSUFFICIENT_MEMORY,
+)
 _RULE_ORDER = (
     R.NODE_NOT_READY,
     R.UNTOLERATED_TAINT,
@@ -553,9 +581,14 @@ def _closest(
         if hopeless:
             resource = sorted(
                 hopeless,
-                key=lambda r: _FIRST_RESOURCE_ORDER.index(resource_reason(r, advertised=numbers[r].advertised > 0))
-                if resource_reason(r, advertised=numbers[r].advertised > 0) in _FIRST_RESOURCE_ORDER
-                else len(_FIRST_RESOURCE_ORDER),
+                key=lambda r: (
+                    _FIRST_RESOURCE_ORDER.index(
+                        resource_reason(r, advertised=numbers[r].advertised > 0)
+                    )
+                    if resource_reason(r, advertised=numbers[r].advertised > 0)
+                    in _FIRST_RESOURCE_ORDER
+                    else len(_FIRST_RESOURCE_ORDER)
+                ),
             )[0]
             code = resource_reason(resource, advertised=numbers[resource].advertised > 0)
         else:

@@ -206,7 +206,9 @@ class Snapshot:
             take("Pod", name)
         claims = set()
         for pod in pods or ([job] if job else []):
-            spec = as_map(pod, "spec") if pod is not job else as_map(job, "spec", "template", "spec")
+            spec = (
+                as_map(pod, "spec") if pod is not job else as_map(job, "spec", "template", "spec")
+            )
             for volume in as_list(spec, "volumes"):
                 claim = text(volume, "persistentVolumeClaim", "claimName")
                 if claim:
@@ -251,7 +253,9 @@ def _items(document: object, number: int) -> Iterable[tuple[object, str | None]]
             return
         if not isinstance(items, list):
             raise SnapshotError(f"{where}: items is {type(items).__name__}, expected a list")
-        list_kind = kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else None
+        list_kind = (
+            kind[: -len("List")] if isinstance(kind, str) and kind.endswith("List") else None
+        )
         for item in items:
             if isinstance(item, Mapping) and "items" in item and item.get("kind") == "List":
                 yield from ((inner, None) for inner in as_list(item, "items"))
@@ -302,9 +306,7 @@ class SnapshotIndex:
             owner = _owner_job(pod)
             if owner:
                 self.pods_by_job[(meta_namespace(pod), owner)].append(pod)
-        self.events_by_object: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(
-            list
-        )
+        self.events_by_object: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
         # Pod names from the Job controller's "Created pod: NAME" events: the
         # attempts whose Pods are gone (deadline, garbage collection).
         self.created_pods: dict[tuple[str, str], list[str]] = defaultdict(list)
@@ -326,9 +328,9 @@ class SnapshotIndex:
         for workload in snap.workloads:
             for ref in as_list(workload, "metadata", "ownerReferences"):
                 if text(ref, "kind") == "Job" and text(ref, "name"):
-                    self.workloads_by_job[(meta_namespace(workload), str(text(ref, "name")))].append(
-                        workload
-                    )
+                    self.workloads_by_job[
+                        (meta_namespace(workload), str(text(ref, "name")))
+                    ].append(workload)
         self.pvcs_by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         for pvc in snap.pvcs:
