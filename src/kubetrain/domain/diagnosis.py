@@ -852,9 +852,9 @@ def _verdict_findings(
 
 def _not_ready_detail(token: Filter, key: str | None, raw: str) -> str:
     if token is Filter.UNSCHEDULABLE:
-        return "the nodes that could hold the job are cordoned (marked unschedulable)"
+        return "cordoned nodes (marked unschedulable for maintenance) take no new Pods"
     if key:
-        return f"the nodes that could hold the job carry the health taint {key}"
+        return f"nodes with the health taint {key} take no new Pods"
     return raw
 
 
@@ -906,7 +906,7 @@ def _closest_finding(reader: _Reader, fit: FitAnalysis, pod: object) -> _Finding
     elif closest.reason is R.NODE_SELECTOR_MISMATCH:
         detail = _selector_detail(spec, reader.index.nodes)
     elif closest.reason is R.NODE_NOT_READY:
-        detail = "the nodes that could hold the job are not ready or are cordoned"
+        detail = ""  # the verdict's part says whether cordoned or unhealthy
     else:
         detail = closest.detail
     return _Finding(closest.reason, detail, waitable=closest.waitable, nodes=closest.nodes)
