@@ -51,8 +51,8 @@ def facts(data: dict[str, Any], **overrides: Any) -> JobFacts:
     return JobFacts(**values)
 
 
-def run(data: dict[str, Any], **overrides: Any) -> Diagnosis:
-    job = facts(data, **overrides)
+def run(data: dict[str, Any], job: JobFacts | None = None, **overrides: Any) -> Diagnosis:
+    job = job or facts(data, **overrides)
     snapshot = Snapshot.from_list(copy.deepcopy(data))
     return diagnose(job, snapshot.for_job(job.k8s_name, job.namespace), NOW)
 

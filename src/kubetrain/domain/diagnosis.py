@@ -38,7 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
-from typing import Any
+from typing import Any, Literal
 
 from kubetrain.domain.admission import (
     AdmissionRefusal,
@@ -308,7 +308,8 @@ class _Finding:
 
     reason: ReasonCode
     detail: str = ""
-    waitable: bool | None = None
+    # "default": the code's usual answer (_WAITABLE); None: cannot tell.
+    waitable: bool | None | Literal["default"] = "default"
     raw_reason: str | None = None
     raw_message: str | None = None
     since: datetime | None = None
@@ -318,7 +319,7 @@ class _Finding:
     current: bool = True  # False: about an earlier attempt (not marked on the chain)
 
     def blocker(self) -> Blocker:
-        waitable = self.waitable if self.waitable is not None else _WAITABLE.get(self.reason)
+        waitable = _WAITABLE.get(self.reason) if self.waitable == "default" else self.waitable
         return Blocker(
             reason=self.reason,
             link=CATALOG[self.reason].link,
