@@ -29,7 +29,7 @@ def dump(name: str) -> dict[str, Any]:
 
 
 def items(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
-    return [i for i in data["items"] if i.get("kind") == kind]
+    return [i for i in data["items"] if isinstance(i, dict) and i.get("kind") == kind]
 
 
 def the_job(data: dict[str, Any]) -> dict[str, Any]:

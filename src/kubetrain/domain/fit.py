@@ -29,7 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubetrain.domain.nodes import (
     NodeInfo,
@@ -67,8 +67,9 @@ def resource_reason(resource: str, *, advertised: bool = True) -> ReasonCode:
     )
 
 
-@dataclass(frozen=True)
-class NodeFit:
+class NodeFit(NamedTuple):
+    """One row of the fit table (a NamedTuple: a thousand are made per diagnosis)."""
+
     name: str
     fits: bool
     why: tuple[str, ...]  # every reason the Pod cannot go there, in the scheduler's order
@@ -146,14 +147,15 @@ class FitAnalysis:
     fitting: int = 0
 
 
-@dataclass
+@dataclass(frozen=True)
 class _Check:
     why: str
     reason: ReasonCode
     token: Filter
-    key: str | None = None
+    key: str | None = None  # the resource, or the taint's key
     never: bool = False  # a resource the node's allocatable could never hold
-    free_only: bool = False  # a resource short only because others use it
+    taint: Taint | None = None
+    label: str | None = None  # the selector "key=value" not met
 
 
 def _q(value: Decimal) -> str:
@@ -222,7 +224,25 @@ class _PodPlacement:
         ):
             not_evaluated.append("host ports")
         self.not_evaluated = tuple(not_evaluated)
+        keys = set(self.selector)
+        by_name = bool(self.node_name)
+        for terms in [self.affinity_terms or [], *(t for _, t in volume_terms)]:
+            for term in terms:
+                keys.update(text(e, "key") or "" for e in as_list(term, "matchExpressions"))
+                by_name = by_name or bool(as_list(term, "matchFields"))
+        self.label_keys = tuple(sorted(keys))
+        self.by_name = by_name
         self._taint_cache: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
+
+    def rule_key(self, node: NodeInfo) -> tuple[Any, ...]:
+        """What the rules look at on `node`: nodes with equal keys get equal checks."""
+        return (
+            node.ready,
+            node.unschedulable,
+            node.taints,
+            tuple(node.labels.get(k) for k in self.label_keys),
+            node.name if self.by_name else None,
+        )
 
     def untolerated(self, node: NodeInfo) -> tuple[Taint, ...]:
         found = self._taint_cache.get(node.taints)
@@ -254,6 +274,7 @@ def _rule_checks(node: NodeInfo, pod: _PodPlacement) -> list[_Check]:
                 R.NODE_NOT_READY if condition else R.UNTOLERATED_TAINT,
                 Filter.UNTOLERATED_TAINT,
                 taint.key,
+                taint=taint,
             )
         )
     for key, want in pod.selector.items():
@@ -298,7 +319,6 @@ def _resource_checks(
                         f"pods {_q(in_use)}/{_q(alloc)} used",
                         R.INSUFFICIENT_RESOURCE,
                         Filter.TOO_MANY_PODS,
-                        free_only=True,
                     )
                 )
             continue
@@ -315,10 +335,55 @@ def _resource_checks(
                     reason,
                     Filter.INSUFFICIENT,
                     resource,
-                    free_only=True,
                 )
             )
     return checks
+
+
+@dataclass(frozen=True)
+class _Verdict:
+    """What the checks say about one kind of node; shared by nodes alike in every
+    way the Pod's rules and requests look at (a pool's nodes, mostly)."""
+
+    checks: tuple[_Check, ...]
+    rules: bool  # some non-resource rule fails
+    closeness: int
+    deciding: tuple[_Check, ...]
+    first: tuple[tuple[Filter, str | None], ...]
+    codes: tuple[ReasonCode, ...]  # distinct, in order
+
+
+def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
+    checks = tuple(rules + resources)
+    never = tuple(c for c in resources if c.never)
+    if not checks:
+        closeness, deciding = 0, ()
+    elif never:
+        closeness, deciding = 3, never
+    elif rules:
+        closeness, deciding = 2, (rules[0],)
+    else:
+        closeness, deciding = 1, tuple(resources)
+    # The scheduler stops at the first failing filter (our own readiness check is
+    # not one: it filters on the not-ready taint); NodeResourcesFit reports every
+    # short resource at once.
+    scheduler_rules = [c for c in rules if c.token is not Filter.NOT_READY]
+    first: tuple[tuple[Filter, str | None], ...]
+    if scheduler_rules:
+        head = scheduler_rules[0]
+        first = ((head.token, head.key if head.token is Filter.UNTOLERATED_TAINT else None),)
+    else:
+        first = tuple(
+            (c.token, c.key if c.token is Filter.INSUFFICIENT else None) for c in resources
+        )
+    return _Verdict(
+        checks=checks,
+        rules=bool(rules),
+        closeness=closeness,
+        deciding=deciding,
+        first=first,
+        codes=tuple(dict.fromkeys(c.reason for c in checks)),
+    )
 
 
 def analyze_fit(
@@ -331,128 +396,111 @@ def analyze_fit(
     """The fit table of one Pod over `nodes`, with counts and the closest-nodes reason.
 
     `volume_terms` holds, per bound volume with node affinity, the PV's
-    required nodeSelectorTerms.
+    required nodeSelectorTerms. Nodes alike in what the Pod looks at share one
+    evaluation, so a pool of a thousand nodes costs little more than a few.
     """
     pod = _PodPlacement(pod_spec, volume_terms)
-    checked = {k: v for k, v in requests.items() if k not in _UNCHECKED or k == "pods"}
-    advertised = {
-        r: any(n.allocatable.get(r, Decimal(0)) > 0 for n in nodes) for r in checked if r != "pods"
-    }
+    checked = dict(requests)
+    resources_only = [r for r in checked if r != "pods"]
+    zero = Decimal(0)
     empty: Mapping[str, Decimal] = {}
+    # Group the nodes by what the Pod looks at; each group is evaluated once.
+    groups: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    for node in nodes:
+        used = usage.get(node.name, empty)
+        amounts = tuple([(node.allocatable.get(r, zero), used.get(r, zero)) for r in checked])
+        key = (pod.rule_key(node), amounts)
+        group = groups.get(key)
+        if group is None:
+            groups[key] = [node]
+        else:
+            group.append(node)
+    positions = {r: i for i, r in enumerate(checked)}
+    advertised = {
+        r: any(amounts[positions[r]][0] > 0 for _, amounts in groups) for r in resources_only
+    }
     rows: list[tuple[int, str, NodeFit]] = []
     ruled_out: dict[ReasonCode, int] = {}
     first: dict[tuple[Filter, str | None], int] = {}
     untolerated: dict[Taint, int] = {}
     selector_out: dict[str, int] = {}
-    rule_fail_nodes = 0
-    resource_never: dict[str, int] = {r: 0 for r in checked}
-    resource_short: dict[str, int] = {r: 0 for r in checked}
-    largest: dict[str, Decimal] = {r: Decimal(0) for r in checked}
-    largest_matching: dict[str, Decimal | None] = {r: None for r in checked}
-    most_free: dict[str, Decimal | None] = {r: None for r in checked}
+    resource_never: dict[str, int] = dict.fromkeys(checked, 0)
+    resource_short: dict[str, int] = dict.fromkeys(checked, 0)
+    largest: dict[str, Decimal] = dict.fromkeys(resources_only, zero)
+    largest_matching: dict[str, Decimal] = {}
+    most_free: dict[str, Decimal] = {}
     closest_codes: dict[int, dict[ReasonCode, int]] = {1: {}, 2: {}, 3: {}}
     closest_resource: dict[ReasonCode, str] = {}
+    advertising = dict.fromkeys(resources_only, 0)
     fitting = 0
-    for node in nodes:
-        used = usage.get(node.name, empty)
-        rules = _rule_checks(node, pod)
-        resources = _resource_checks(node, checked, used, advertised)
-        for resource in checked:
-            alloc = node.allocatable.get(resource, Decimal(0))
+    rule_cache: dict[tuple[Any, ...], list[_Check]] = {}
+    for (rule_key, amounts), members in groups.items():
+        count = len(members)
+        sample = members[0]
+        rules = rule_cache.get(rule_key)
+        if rules is None:
+            rules = rule_cache[rule_key] = _rule_checks(sample, pod)
+        used = usage.get(sample.name, empty)
+        verdict = _verdict(rules, _resource_checks(sample, checked, used, advertised))
+        for resource, (alloc, in_use) in zip(checked, amounts, strict=True):
+            if resource == "pods":
+                continue
+            if alloc > 0:
+                advertising[resource] += count
             if alloc > largest[resource]:
                 largest[resource] = alloc
-            if not rules:
-                free = alloc - used.get(resource, Decimal(0))
-                if largest_matching[resource] is None or alloc > largest_matching[resource]:  # type: ignore[operator]
+            if not verdict.rules:
+                free = alloc - in_use
+                if resource not in largest_matching or alloc > largest_matching[resource]:
                     largest_matching[resource] = alloc
-                if most_free[resource] is None or free > most_free[resource]:  # type: ignore[operator]
+                if resource not in most_free or free > most_free[resource]:
                     most_free[resource] = free
-        checks = rules + resources
-        if not checks:
-            fitting += 1
-            rows.append((0, node.name, NodeFit(node.name, True, ())))
+        if not verdict.checks:
+            fitting += count
+            rows += [(0, n.name, NodeFit(n.name, True, ())) for n in members]
             continue
-        if rules:
-            rule_fail_nodes += 1
-        for check in resources:
-            assert check.key is not None or check.token is Filter.TOO_MANY_PODS
-            key = check.key or "pods"
-            if check.never:
-                resource_never[key] += 1
-            resource_short[key] += 1
-        for check in rules:
-            if check.token is Filter.UNTOLERATED_TAINT:
-                for taint in pod.untolerated(node):
-                    if taint.key == check.key:
-                        untolerated[taint] = untolerated.get(taint, 0) + 1
-            if check.token is Filter.NODE_AFFINITY and check.why.startswith("selector "):
-                label = check.why.split(" ", 2)[1]
-                selector_out[label] = selector_out.get(label, 0) + 1
-        for code in dict.fromkeys(c.reason for c in checks):
-            ruled_out[code] = ruled_out.get(code, 0) + 1
-        # The scheduler stops at the first failing filter; NodeResourcesFit
-        # reports every short resource at once.
-        head = checks[0]
-        if head in resources:
-            for check in resources:
-                tag = (check.token, check.key if check.token is Filter.INSUFFICIENT else None)
-                first[tag] = first.get(tag, 0) + 1
-        else:
-            tag = (head.token, head.key if head.token is Filter.UNTOLERATED_TAINT else None)
-            if head.token is Filter.NOT_READY and head.why == "NotReady":
-                tag = (Filter.NOT_READY, None)
-            first[tag] = first.get(tag, 0) + 1
-        never = [c for c in resources if c.never]
-        if never:
-            closeness, deciding = 3, never
-        elif rules:
-            closeness, deciding = 2, rules
-        else:
-            closeness, deciding = 1, resources
-        bucket = closest_codes[closeness]
-        for check in deciding[:1] if closeness == 2 else deciding:
-            bucket[check.reason] = bucket.get(check.reason, 0) + 1
+        for check in verdict.checks:
+            if check.token is Filter.INSUFFICIENT or check.token is Filter.TOO_MANY_PODS:
+                resource = check.key or "pods"
+                resource_short[resource] += count
+                if check.never:
+                    resource_never[resource] += count
+            elif check.token is Filter.UNTOLERATED_TAINT and check.taint is not None:
+                untolerated[check.taint] = untolerated.get(check.taint, 0) + count
+            elif check.token is Filter.NODE_AFFINITY and check.label is not None:
+                selector_out[check.label] = selector_out.get(check.label, 0) + count
+        for code in verdict.codes:
+            ruled_out[code] = ruled_out.get(code, 0) + count
+        for tag in verdict.first:
+            first[tag] = first.get(tag, 0) + count
+        bucket = closest_codes[verdict.closeness]
+        for check in verdict.deciding:
+            bucket[check.reason] = bucket.get(check.reason, 0) + count
             if check.key and check.token is Filter.INSUFFICIENT:
                 closest_resource.setdefault(check.reason, check.key)
-        rows.append(
-            (
-                closeness,
-                node.name,
-                NodeFit(
-                    node.name,
-                    False,
-                    tuple(c.why for c in checks),
-                    tuple(c.reason for c in checks),
-                    waitable=closeness == 1,
-                    closeness=closeness,
-                ),
-            )
-        )
+        why = tuple(c.why for c in verdict.checks)
+        reasons = tuple(c.reason for c in verdict.checks)
+        closeness, waitable = verdict.closeness, verdict.closeness == 1
+        rows += [
+            (closeness, n.name, NodeFit(n.name, False, why, reasons, waitable, closeness))
+            for n in members
+        ]
     rows.sort(key=lambda row: (row[0], row[1]))
     numbers = {
         r: ResourceNumbers(
             resource=r,
             requested=checked[r],
-            advertised=sum(1 for n in nodes if n.allocatable.get(r, Decimal(0)) > 0),
+            advertised=advertising[r],
             largest=largest[r],
-            largest_matching=largest_matching[r],
-            most_free_matching=most_free[r],
+            largest_matching=largest_matching.get(r),
+            most_free_matching=most_free.get(r),
         )
-        for r in checked
-        if r != "pods"
+        for r in resources_only
     }
     constraints = _constraints(
-        len(nodes),
-        pod,
-        nodes,
-        untolerated,
-        selector_out,
-        rule_fail_nodes,
-        checked,
-        resource_short,
-        resource_never,
-        advertised,
-    )
+        len(nodes), pod, nodes, untolerated, selector_out, checked,
+        resource_short, resource_never, advertised,
+    )  # fmt: skip
     return FitAnalysis(
         nodes=tuple(row[2] for row in rows),
         constraints=constraints,
@@ -474,7 +522,6 @@ def _constraints(
     nodes: Sequence[NodeInfo],
     untolerated: Mapping[Taint, int],
     selector_out: Mapping[str, int],
-    rule_fail_nodes: int,
     requests: Mapping[str, Decimal],
     short: Mapping[str, int],
     never: Mapping[str, int],
@@ -528,7 +575,6 @@ def _constraints(
                 never=never.get(resource, 0),
             )
         )
-    del rule_fail_nodes
     return tuple(out)
 
 

@@ -14,7 +14,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal
-from typing import Any
+from typing import Any, NamedTuple
 
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, text
 from kubetrain.domain.quantity import QuantityError, parse_quantity
@@ -74,8 +74,9 @@ def resource_label(name: str, amount: Decimal | None = None) -> str:
     return name
 
 
-@dataclass(frozen=True)
-class Taint:
+class Taint(NamedTuple):
+    """A node taint (a NamedTuple: hashed often, as a key of shared evaluations)."""
+
     key: str
     value: str
     effect: str
