@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from datetime import UTC, datetime
+from typing import Any
 
 import pytest
 from lightkube import Client
@@ -21,7 +22,8 @@ pytestmark = pytest.mark.testbed
 def test_a_job_too_big_for_any_node_is_queued_and_never_fits(kube: Client, namespace: str) -> None:
     scenario = next(s for s in SCENARIOS if s.name == "insufficient-gpu")
     job = manifest(scenario)
-    kube.create(from_dict(job), namespace=namespace)  # type: ignore[call-overload]
+    created: Any = from_dict(job)
+    kube.create(created, namespace=namespace)
 
     def verdict() -> bool:
         pods = list(kube.list(Pod, namespace=namespace))

@@ -39,138 +39,263 @@ TAINT = "taint nvidia.com/gpu=present:NoSchedule not tolerated"
 
 CASES: dict[str, Expected] = {
     "succeeded": Expected(
-        S.SUCCEEDED, R.COMPLETED, None, (), "CompletionsReached", "succeeded pods",
+        S.SUCCEEDED,
+        R.COMPLETED,
+        None,
+        (),
+        "CompletionsReached",
+        "succeeded pods",
         chain={link: ChainState.PASSED for link in Link},
     ),
     "exit-nonzero": Expected(
-        S.FAILED, R.EXIT_NONZERO, None,
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
         ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "Error", "loss is NaN at step 120",
-        chain={Link.PREFLIGHT: ChainState.PASSED, Link.TRAINING: ChainState.FAILED, Link.JOB: ChainState.FAILED},
+        "Error",
+        "loss is NaN at step 120",
+        chain={
+            Link.PREFLIGHT: ChainState.PASSED,
+            Link.TRAINING: ChainState.FAILED,
+            Link.JOB: ChainState.FAILED,
+        },
         explanation="exited with code 1: loss is NaN at step 120",
     ),
     "preflight-failed": Expected(
-        S.FAILED, R.PREFLIGHT_FAILED, None,
+        S.FAILED,
+        R.PREFLIGHT_FAILED,
+        None,
         ((R.PREFLIGHT_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "Error", "preflight: GPU visible: expected 1, found 0",
-        chain={Link.VOLUME: ChainState.PASSED, Link.PREFLIGHT: ChainState.FAILED, Link.TRAINING: ChainState.NOT_REACHED},
+        "Error",
+        "preflight: GPU visible: expected 1, found 0",
+        chain={
+            Link.VOLUME: ChainState.PASSED,
+            Link.PREFLIGHT: ChainState.FAILED,
+            Link.TRAINING: ChainState.NOT_REACHED,
+        },
     ),
     "oom-killed": Expected(
-        S.FAILED, R.OOM_KILLED, None,
-        ((R.OOM_KILLED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)), "OOMKilled",
+        S.FAILED,
+        R.OOM_KILLED,
+        None,
+        ((R.OOM_KILLED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "OOMKilled",
         chain={Link.TRAINING: ChainState.FAILED},
     ),
     "backoff-limit": Expected(
-        S.FAILED, R.EXIT_NONZERO, None,
-        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)), "Error", attempts=2,
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        attempts=2,
         explanation="exited with code 2",
     ),
     "deadline-exceeded": Expected(
-        S.FAILED, R.DEADLINE_EXCEEDED, None, ((R.DEADLINE_EXCEEDED, None),),
-        "DeadlineExceeded", "active longer than specified deadline",
+        S.FAILED,
+        R.DEADLINE_EXCEEDED,
+        None,
+        ((R.DEADLINE_EXCEEDED, None),),
+        "DeadlineExceeded",
+        "active longer than specified deadline",
         chain={Link.JOB: ChainState.FAILED},
         # The deadline deleted the Pod; the Job controller's events still name it.
         attempts=1,
     ),
     "running": Expected(
-        S.RUNNING, R.TRAINING, None, (), None,
-        chain={Link.PREFLIGHT: ChainState.PASSED, Link.TRAINING: ChainState.ACTIVE, Link.JOB: ChainState.NOT_REACHED},
+        S.RUNNING,
+        R.TRAINING,
+        None,
+        (),
+        None,
+        chain={
+            Link.PREFLIGHT: ChainState.PASSED,
+            Link.TRAINING: ChainState.ACTIVE,
+            Link.JOB: ChainState.NOT_REACHED,
+        },
     ),
     "insufficient-gpu": Expected(
-        S.QUEUED, R.INSUFFICIENT_GPU, False, ((R.INSUFFICIENT_GPU, 4),), "Unschedulable",
-        "4 Insufficient nvidia.com/gpu", chain=SCHEDULER_BLOCKING,
-        nodes={"gpu-h100-0": (False, "nvidia.com/gpu: has 8, needs 16"), "cpu-0": (False, "no nvidia.com/gpu")},
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        False,
+        ((R.INSUFFICIENT_GPU, 4),),
+        "Unschedulable",
+        "4 Insufficient nvidia.com/gpu",
+        chain=SCHEDULER_BLOCKING,
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu: has 8, needs 16"),
+            "cpu-0": (False, "no nvidia.com/gpu"),
+        },
         explanation="Needs 16 GPUs on one node; the largest node has 8",
         numbers={"resource": "nvidia.com/gpu", "requested": "16", "allocatable": "8"},
     ),
     "gpu-busy": Expected(
-        S.QUEUED, R.INSUFFICIENT_GPU, True, ((R.INSUFFICIENT_GPU, 4),), "Unschedulable",
-        nodes={"gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 4"), "cpu-1": (False, "no nvidia.com/gpu")},
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        True,
+        ((R.INSUFFICIENT_GPU, 4),),
+        "Unschedulable",
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 4"),
+            "cpu-1": (False, "no nvidia.com/gpu"),
+        },
         explanation="the most free on a node the job may use is 0 of 8",
         numbers={"resource": "nvidia.com/gpu", "requested": "4", "free": "0", "allocatable": "8"},
     ),
     "untolerated-taint": Expected(
-        S.QUEUED, R.UNTOLERATED_TAINT, False,
-        ((R.UNTOLERATED_TAINT, 2), (R.INSUFFICIENT_GPU, 2)), "Unschedulable",
-        "had untolerated taint {nvidia.com/gpu: present}", chain=SCHEDULER_BLOCKING,
+        S.QUEUED,
+        R.UNTOLERATED_TAINT,
+        False,
+        ((R.UNTOLERATED_TAINT, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "had untolerated taint {nvidia.com/gpu: present}",
+        chain=SCHEDULER_BLOCKING,
         nodes={"gpu-h100-1": (False, TAINT), "cpu-0": (False, "no nvidia.com/gpu")},
         explanation="nvidia.com/gpu=present:NoSchedule",
     ),
     "node-selector-mismatch": Expected(
-        S.QUEUED, R.NODE_SELECTOR_MISMATCH, False, ((R.NODE_SELECTOR_MISMATCH, 4),),
-        "Unschedulable", "didn't match Pod's node affinity/selector",
+        S.QUEUED,
+        R.NODE_SELECTOR_MISMATCH,
+        False,
+        ((R.NODE_SELECTOR_MISMATCH, 4),),
+        "Unschedulable",
+        "didn't match Pod's node affinity/selector",
         nodes={"gpu-h100-0": (False, "selector accelerator=nvidia-a100 ≠ nvidia-h100")},
         explanation="accelerator=nvidia-h100 (2)",
     ),
     "no-gpu-nodes": Expected(
-        S.QUEUED, R.NO_GPU_NODES, False, ((R.NO_GPU_NODES, 4),), "Unschedulable",
+        S.QUEUED,
+        R.NO_GPU_NODES,
+        False,
+        ((R.NO_GPU_NODES, 4),),
+        "Unschedulable",
         "4 Insufficient nvidia.com/gpu",
-        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.NOT_REACHED, Link.DEVICE_PLUGIN: ChainState.BLOCKING},
+        chain={
+            Link.SCHEDULER: ChainState.BLOCKING,
+            Link.GPU_NODE: ChainState.NOT_REACHED,
+            Link.DEVICE_PLUGIN: ChainState.BLOCKING,
+        },
         nodes={"gpu-h100-0": (False, "no nvidia.com/gpu")},
         explanation="no node advertises nvidia.com/gpu",
     ),
     "insufficient-cpu": Expected(
-        S.QUEUED, R.INSUFFICIENT_CPU, False,
-        ((R.INSUFFICIENT_CPU, 2), (R.UNTOLERATED_TAINT, 2)), "Unschedulable", "2 Insufficient cpu",
+        S.QUEUED,
+        R.INSUFFICIENT_CPU,
+        False,
+        ((R.INSUFFICIENT_CPU, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "2 Insufficient cpu",
         nodes={"cpu-0": (False, "cpu: has 32, needs 200"), "gpu-h100-0": (False, TAINT)},
         explanation="Needs 200 cpu on one node",
         numbers={"resource": "cpu", "requested": "200", "allocatable": "32"},
     ),
     "cordoned": Expected(
-        S.QUEUED, R.NODE_NOT_READY, True,
-        ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)), "Unschedulable", "were unschedulable",
+        S.QUEUED,
+        R.NODE_NOT_READY,
+        True,
+        ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "were unschedulable",
         chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.BLOCKING},
         nodes={"gpu-h100-0": (False, "cordoned")},
         explanation="Cordoned nodes",
     ),
     "placement-rules": Expected(
-        S.QUEUED, R.PLACEMENT_RULES, None,
-        ((R.PLACEMENT_RULES, 2), (R.UNTOLERATED_TAINT, 2)), "Unschedulable",
-        "didn't match pod affinity rules", nodes={"cpu-0": (True, "")},
+        S.QUEUED,
+        R.PLACEMENT_RULES,
+        None,
+        ((R.PLACEMENT_RULES, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "didn't match pod affinity rules",
+        nodes={"cpu-0": (True, "")},
     ),
     "pvc-not-found": Expected(
-        S.QUEUED, R.PVC_NOT_FOUND, False, ((R.PVC_NOT_FOUND, 4),), "Unschedulable",
+        S.QUEUED,
+        R.PVC_NOT_FOUND,
+        False,
+        ((R.PVC_NOT_FOUND, 4),),
+        "Unschedulable",
         'persistentvolumeclaim "dataset-imagenet" not found',
         chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
         explanation='Claim "dataset-imagenet" does not exist',
     ),
     "pvc-unbound": Expected(
-        S.QUEUED, R.PVC_UNBOUND, False, ((R.PVC_UNBOUND, 4),), "Unschedulable",
+        S.QUEUED,
+        R.PVC_UNBOUND,
+        False,
+        ((R.PVC_UNBOUND, 4),),
+        "Unschedulable",
         "unbound immediate PersistentVolumeClaims",
         explanation="no storage class is set",
     ),
     "waiting-for-quota": Expected(
-        S.QUEUED, R.WAITING_FOR_QUOTA, False, ((R.WAITING_FOR_QUOTA, None),), "FailedCreate",
-        "exceeded quota: gpu-quota", attempts=0,
-        chain={Link.CONTROL_PLANE: ChainState.PASSED, Link.QUOTA: ChainState.BLOCKING, Link.SCHEDULER: ChainState.NOT_REACHED},
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        False,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "FailedCreate",
+        "exceeded quota: gpu-quota",
+        attempts=0,
+        chain={
+            Link.CONTROL_PLANE: ChainState.PASSED,
+            Link.QUOTA: ChainState.BLOCKING,
+            Link.SCHEDULER: ChainState.NOT_REACHED,
+        },
         explanation="the limit is 2, 0 in use",
-        numbers={"resource": "requests.nvidia.com/gpu", "requested": "4", "limit": "2", "used": "0"},
+        numbers={
+            "resource": "requests.nvidia.com/gpu",
+            "requested": "4",
+            "limit": "2",
+            "used": "0",
+        },
     ),
     "quota-busy": Expected(
-        S.QUEUED, R.WAITING_FOR_QUOTA, True, ((R.WAITING_FOR_QUOTA, None),), "FailedCreate",
-        "used: requests.nvidia.com/gpu=6", attempts=0,
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        True,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "FailedCreate",
+        "used: requests.nvidia.com/gpu=6",
+        attempts=0,
         numbers={"requested": "4", "limit": "8", "used": "6"},
     ),
     "image-pull-failed": Expected(
-        S.QUEUED, R.IMAGE_PULL_FAILED, False, ((R.IMAGE_PULL_FAILED, None),), "ImagePullBackOff",
+        S.QUEUED,
+        R.IMAGE_PULL_FAILED,
+        False,
+        ((R.IMAGE_PULL_FAILED, None),),
+        "ImagePullBackOff",
         "Back-off pulling image",
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
         explanation="failed to pull and unpack image: not found",
     ),
     "mount-failed": Expected(
-        S.QUEUED, R.VOLUME_MOUNT_FAILED, None, ((R.VOLUME_MOUNT_FAILED, None),), "FailedMount",
+        S.QUEUED,
+        R.VOLUME_MOUNT_FAILED,
+        None,
+        ((R.VOLUME_MOUNT_FAILED, None),),
+        "FailedMount",
         'MountVolume.SetUp failed for volume "dataset"',
         chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
     ),
     "config-error": Expected(
-        S.QUEUED, R.CONTAINER_CONFIG_ERROR, False, ((R.CONTAINER_CONFIG_ERROR, None),),
-        "CreateContainerConfigError", 'secret "wandb" not found',
+        S.QUEUED,
+        R.CONTAINER_CONFIG_ERROR,
+        False,
+        ((R.CONTAINER_CONFIG_ERROR, None),),
+        "CreateContainerConfigError",
+        'secret "wandb" not found',
     ),
     "scheduling-gated": Expected(
-        S.QUEUED, R.SCHEDULING_GATED, True, ((R.SCHEDULING_GATED, None),), "SchedulingGated",
-        "non-empty scheduling gates", explanation="example.com/queue",
+        S.QUEUED,
+        R.SCHEDULING_GATED,
+        True,
+        ((R.SCHEDULING_GATED, None),),
+        "SchedulingGated",
+        "non-empty scheduling gates",
+        explanation="example.com/queue",
     ),
-}  # fmt: skip
+}
 
 
 def test_every_recorded_fixture_has_expectations() -> None:
@@ -240,7 +365,9 @@ def test_attempts(case: tuple[str, Diagnosis, Expected]) -> None:
     assert all(a.pod_name.startswith(f"kt-{name}-") for a in d.attempts)
 
 
-def test_since_is_set_for_everything_but_running_nothing(case: tuple[str, Diagnosis, Expected]) -> None:
+def test_since_is_set_for_everything_but_running_nothing(
+    case: tuple[str, Diagnosis, Expected],
+) -> None:
     _, d, _ = case
     assert d.since is not None
     assert d.since.tzinfo is not None
@@ -251,18 +378,33 @@ def test_json_matches_the_documented_schema(case: tuple[str, Diagnosis, Expected
     data = d.to_json(name)
     assert json.loads(json.dumps(data)) == data
     assert list(data)[:14] == [
-        "job", "business_status", "reason", "link", "waitable", "actor", "explanation", "action",
-        "since", "raw_reason", "raw_message", "blockers", "chain", "nodes",
-    ]  # fmt: skip
+        "job",
+        "business_status",
+        "reason",
+        "link",
+        "waitable",
+        "actor",
+        "explanation",
+        "action",
+        "since",
+        "raw_reason",
+        "raw_message",
+        "blockers",
+        "chain",
+        "nodes",
+    ]
     assert data["business_status"] in {s.value for s in BusinessState}
     links = {link.value for link in Link}
     codes = {code.value for code in ReasonCode}
-    assert data["reason"] in codes and data["link"] in links
+    assert data["reason"] in codes
+    assert data["link"] in links
     assert data["actor"] in {"user", "platform", "none"}
     assert data["since"] is None or data["since"].endswith("Z")
     for blocker in data["blockers"]:
-        assert blocker["reason"] in codes and blocker["link"] in links
-        assert isinstance(blocker["detail"], str) and blocker["detail"]
+        assert blocker["reason"] in codes
+        assert blocker["link"] in links
+        assert isinstance(blocker["detail"], str)
+        assert blocker["detail"]
         assert blocker["nodes"] is None or isinstance(blocker["nodes"], int)
     states = {s.value for s in ChainState}
     assert all(m["state"] in states for m in data["chain"])
@@ -279,9 +421,16 @@ def _agreement_notes(d: Diagnosis) -> list[str]:
 
 @pytest.mark.parametrize(
     "name",
-    ["insufficient-gpu", "gpu-busy", "untolerated-taint", "node-selector-mismatch", "no-gpu-nodes",
-     "insufficient-cpu", "cordoned"],
-)  # fmt: skip
+    [
+        "insufficient-gpu",
+        "gpu-busy",
+        "untolerated-taint",
+        "node-selector-mismatch",
+        "no-gpu-nodes",
+        "insufficient-cpu",
+        "cordoned",
+    ],
+)
 def test_node_table_agrees_with_the_schedulers_counts(name: str) -> None:
     assert _agreement_notes(recorded(name)) == []
 

@@ -13,9 +13,8 @@ from typing import Any
 
 import pytest
 
-from kubetrain.domain.diagnosis import ChainState
+from kubetrain.domain.diagnosis import ChainState, JobFacts
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
-from kubetrain.domain.diagnosis import JobFacts
 from tests.unit.diagnosis_helpers import dump, facts, items, run, the_job
 
 pytestmark = pytest.mark.unit
@@ -83,7 +82,17 @@ def suspended(data: dict[str, Any]) -> dict[str, Any]:
     data = without(data, "Pod", "Event")
     job = the_job(data)
     job["spec"]["suspend"] = True
-    job["status"] = {"conditions": [{"type": "Suspended", "status": "True", "reason": "JobSuspended", "message": "Job suspended", "lastTransitionTime": "2026-12-02T15:14:40Z"}]}  # fmt: skip
+    job["status"] = {
+        "conditions": [
+            {
+                "type": "Suspended",
+                "status": "True",
+                "reason": "JobSuspended",
+                "message": "Job suspended",
+                "lastTransitionTime": "2026-12-02T15:14:40Z",
+            }
+        ]
+    }
     return data
 
 
@@ -94,11 +103,24 @@ def workload(job: dict[str, Any], message: str, reason: str = "Pending") -> dict
         "metadata": {
             "name": f"job-{job['metadata']['name']}-1a2b3",
             "namespace": job["metadata"]["namespace"],
-            "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": job["metadata"]["name"], "uid": job["metadata"]["uid"]}],  # fmt: skip
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                }
+            ],
         },
         "status": {
             "conditions": [
-                {"type": "QuotaReserved", "status": "False", "reason": reason, "message": message, "lastTransitionTime": "2026-12-02T15:14:41Z"}  # fmt: skip
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": "2026-12-02T15:14:41Z",
+                }
             ]
         },
     }
@@ -114,8 +136,16 @@ def test_a_suspended_job_is_queued_waiting_for_quota_never_failed() -> None:
 @pytest.mark.parametrize(
     ("message", "waitable"),
     [
-        ("couldn't assign flavors to pod set main: insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 4 more needed", True),  # fmt: skip
-        ("couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in flavor default-flavor, request > maximum capacity (16 > 8)", False),  # fmt: skip
+        (
+            "couldn't assign flavors to pod set main: insufficient unused quota for "
+            "nvidia.com/gpu in flavor default-flavor, 4 more needed",
+            True,
+        ),
+        (
+            "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+            "flavor default-flavor, request > maximum capacity (16 > 8)",
+            False,
+        ),
     ],
 )
 def test_kueue_workload_says_whether_waiting_helps(message: str, waitable: bool) -> None:
@@ -140,7 +170,13 @@ def failed_pod(data: dict[str, Any], **status: Any) -> dict[str, Any]:
 
 
 def disruption(reason: str, message: str) -> dict[str, Any]:
-    return {"type": "DisruptionTarget", "status": "True", "reason": reason, "message": message, "lastTransitionTime": "2026-12-02T15:20:00Z"}  # fmt: skip
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-12-02T15:20:00Z",
+    }
 
 
 @pytest.mark.parametrize(
@@ -164,7 +200,9 @@ def test_a_disrupted_pod_awaiting_its_replacement_is_queued(reason: str, code: R
 def test_the_replacement_pod_is_attempt_two_and_the_node_loss_explains_the_wait() -> None:
     data = dump("running")
     old = failed_pod(data)
-    old["status"]["conditions"].append(disruption("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint"))  # fmt: skip
+    old["status"]["conditions"].append(
+        disruption("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint")
+    )
     new = copy.deepcopy(old)
     new["metadata"]["name"] = old["metadata"]["name"][:-5] + "zzzzz"
     new["metadata"]["uid"] = "0000-new"
@@ -191,7 +229,12 @@ def test_a_job_failed_after_an_eviction_says_evicted() -> None:
 def test_unexpected_admission_error_is_gpu_allocation_failed() -> None:
     data = dump("preflight-failed")
     pod = items(data, "Pod")[0]
-    pod["status"] = {"phase": "Failed", "reason": "UnexpectedAdmissionError", "message": "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected"}  # fmt: skip
+    pod["status"] = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Allocate failed due to requested number of devices unavailable for "
+        "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected",
+    }
     d = run(data)
     assert (d.state, d.reason, d.link) == (S.FAILED, R.GPU_ALLOCATION_FAILED, Link.DEVICE_PLUGIN)
     assert d.raw_reason == "UnexpectedAdmissionError"
@@ -201,7 +244,10 @@ def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> No
     data = without(dump("preflight-failed"), "Pod")
     cond = the_job(data)["status"]["conditions"][-1]
     cond["reason"] = "PodFailurePolicy"
-    cond["message"] = "Container trainer for pod ns/kt-x failed with exit code 86 matching FailJob rule at index 1"  # fmt: skip
+    cond["message"] = (
+        "Container trainer for pod ns/kt-x failed with exit code 86 matching FailJob rule at "
+        "index 1"
+    )
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
 
@@ -217,7 +263,12 @@ def test_a_failed_attempt_with_a_retry_pending_is_queued_with_its_cause() -> Non
 def test_crash_loop_backoff() -> None:
     data = dump("config-error")
     status = items(data, "Pod")[0]["status"]["containerStatuses"][0]
-    status["state"] = {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off 5m0s restarting failed container"}}  # fmt: skip
+    status["state"] = {
+        "waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": "back-off 5m0s restarting failed container",
+        }
+    }
     status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.CRASH_LOOP, "CrashLoopBackOff")
@@ -276,7 +327,11 @@ def test_every_taint_wording_finds_the_taint_from_the_nodes(wording: str) -> Non
 
 
 def test_an_unknown_verdict_part_is_kept_and_said() -> None:
-    data = reworded("node-selector-mismatch", "node(s) didn't match Pod's node affinity/selector", "node(s) are on the moon")  # fmt: skip
+    data = reworded(
+        "node-selector-mismatch",
+        "node(s) didn't match Pod's node affinity/selector",
+        "node(s) are on the moon",
+    )
     d = run(data)
     assert d.state is S.QUEUED
     assert "are on the moon" in (d.raw_message or "")

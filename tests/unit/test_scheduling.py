@@ -20,13 +20,19 @@ WORDINGS = [
         "{nvidia.com/gpu: present}. preemption: 0/4 nodes are available: 2 No preemption victims "
         "found for incoming pod, 2 Preemption is not helpful for scheduling.",
         4,
-        [(Filter.INSUFFICIENT, 2, "nvidia.com/gpu"), (Filter.UNTOLERATED_TAINT, 2, "nvidia.com/gpu")],
+        [
+            (Filter.INSUFFICIENT, 2, "nvidia.com/gpu"),
+            (Filter.UNTOLERATED_TAINT, 2, "nvidia.com/gpu"),
+        ],
     ),
     (  # 1.18-1.24: the taint named, then ", that the pod didn't tolerate"
         "0/3 nodes are available: 1 node(s) had taint {node-role.kubernetes.io/master: }, that the "
         "pod didn't tolerate, 2 Insufficient cpu.",
         3,
-        [(Filter.UNTOLERATED_TAINT, 1, "node-role.kubernetes.io/master"), (Filter.INSUFFICIENT, 2, "cpu")],
+        [
+            (Filter.UNTOLERATED_TAINT, 1, "node-role.kubernetes.io/master"),
+            (Filter.INSUFFICIENT, 2, "cpu"),
+        ],
     ),
     (  # before 2020
         "0/3 nodes are available: 3 node(s) had taints that the pod didn't tolerate.",
@@ -42,22 +48,35 @@ WORDINGS = [
     (
         "0/6 nodes are available: 1 node(s) didn't match node selector, 1 node(s) didn't match "
         "Pod's node affinity, 1 node(s) didn't match Pod's node affinity/selector, 1 node(s) were "
-        "unschedulable, 1 node(s) didn't have free ports for the requested pod ports, 1 Too many pods.",
+        "unschedulable, 1 node(s) didn't have free ports for the requested pod ports, 1 Too "
+        "many pods.",
         6,
-        [(Filter.NODE_AFFINITY, 1, None), (Filter.NODE_AFFINITY, 1, None), (Filter.NODE_AFFINITY, 1, None),
-         (Filter.UNSCHEDULABLE, 1, None), (Filter.HOST_PORTS, 1, None), (Filter.TOO_MANY_PODS, 1, None)],
+        [
+            (Filter.NODE_AFFINITY, 1, None),
+            (Filter.NODE_AFFINITY, 1, None),
+            (Filter.NODE_AFFINITY, 1, None),
+            (Filter.UNSCHEDULABLE, 1, None),
+            (Filter.HOST_PORTS, 1, None),
+            (Filter.TOO_MANY_PODS, 1, None),
+        ],
     ),
     (
-        "0/7 nodes are available: 1 node(s) didn't match pod affinity rules, 1 node(s) didn't match "
+        "0/7 nodes are available: 1 node(s) didn't match pod affinity rules, 1 node(s) didn't "
+        "match "
         "pod anti-affinity rules, 1 node(s) didn't satisfy existing pods anti-affinity rules, 1 "
         "node(s) didn't match pod topology spread constraints, 1 node(s) didn't match pod topology "
         "spread constraints (missing required label), 1 node(s) had volume node affinity conflict, "
         "1 node(s) didn't find available persistent volumes to bind.",
         7,
-        [(Filter.POD_AFFINITY, 1, None), (Filter.POD_ANTI_AFFINITY, 1, None),
-         (Filter.EXISTING_ANTI_AFFINITY, 1, None), (Filter.TOPOLOGY_SPREAD, 1, None),
-         (Filter.TOPOLOGY_SPREAD, 1, None), (Filter.VOLUME_NODE_AFFINITY, 1, None),
-         (Filter.VOLUME_BIND, 1, None)],
+        [
+            (Filter.POD_AFFINITY, 1, None),
+            (Filter.POD_ANTI_AFFINITY, 1, None),
+            (Filter.EXISTING_ANTI_AFFINITY, 1, None),
+            (Filter.TOPOLOGY_SPREAD, 1, None),
+            (Filter.TOPOLOGY_SPREAD, 1, None),
+            (Filter.VOLUME_NODE_AFFINITY, 1, None),
+            (Filter.VOLUME_BIND, 1, None),
+        ],
     ),
     (  # PreFilter verdicts carry no count (1.23+)
         '0/4 nodes are available: persistentvolumeclaim "dataset-imagenet" not found. preemption: '
@@ -71,21 +90,28 @@ WORDINGS = [
         [(Filter.PVC_UNBOUND, 3, None)],
     ),
     (
-        "0/2 nodes are available: 2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }. "
+        "0/2 nodes are available: 2 node(s) had untolerated taint "
+        "{node.kubernetes.io/not-ready: }. "
         "preemption: not eligible due to preemptionPolicy=Never.",
         2,
         [(Filter.UNTOLERATED_TAINT, 2, "node.kubernetes.io/not-ready")],
     ),
     ("no nodes available to schedule pods", None, [(Filter.NO_NODES, None, None)]),
-]  # fmt: skip
+]
 
 
 def _key(part: object) -> str | None:
-    return getattr(part, "resource", None) or getattr(part, "taint_key", None) or getattr(part, "claim", None)  # fmt: skip
+    return (
+        getattr(part, "resource", None)
+        or getattr(part, "taint_key", None)
+        or getattr(part, "claim", None)
+    )
 
 
 @pytest.mark.parametrize(("message", "total", "parts"), WORDINGS)
-def test_real_wordings(message: str, total: int | None, parts: list[tuple[Filter, int | None, str | None]]) -> None:  # fmt: skip
+def test_real_wordings(
+    message: str, total: int | None, parts: list[tuple[Filter, int | None, str | None]]
+) -> None:
     verdict = parse_scheduling_message(message)
     assert verdict.total_nodes == total
     assert [(p.filter, p.count, _key(p)) for p in verdict.parts] == parts
@@ -134,7 +160,9 @@ def test_parts_map_to_catalog_codes(text: str, code: ReasonCode) -> None:
 
 
 def test_no_gpu_nodes_when_no_node_advertises_the_resource() -> None:
-    (part,) = parse_scheduling_message("0/1 nodes are available: 1 Insufficient nvidia.com/gpu.").parts  # fmt: skip
+    (part,) = parse_scheduling_message(
+        "0/1 nodes are available: 1 Insufficient nvidia.com/gpu."
+    ).parts
     assert reason_of(part, gpu_advertised=False) is R.NO_GPU_NODES
     assert reason_of(part, gpu_advertised=True) is R.INSUFFICIENT_GPU
 
@@ -144,9 +172,17 @@ def test_no_gpu_nodes_when_no_node_advertises_the_resource() -> None:
 _LABEL = st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,20}[a-z0-9])?", fullmatch=True)
 _TAINT_KEY = st.one_of(_LABEL, st.builds(lambda a, b: f"{a}/{b}", _LABEL, _LABEL))
 _RESOURCE = st.sampled_from(
-    ["cpu", "memory", "nvidia.com/gpu", "amd.com/gpu", "ephemeral-storage", "hugepages-2Mi",
-     "nvidia.com/mig-3g.40gb", "example.com/fpga"]
-)  # fmt: skip
+    [
+        "cpu",
+        "memory",
+        "nvidia.com/gpu",
+        "amd.com/gpu",
+        "ephemeral-storage",
+        "hugepages-2Mi",
+        "nvidia.com/mig-3g.40gb",
+        "example.com/fpga",
+    ]
+)
 _FIXED = st.sampled_from(
     [
         (Filter.NODE_AFFINITY, "node(s) didn't match Pod's node affinity/selector"),
@@ -183,24 +219,41 @@ def reason(draw: st.DrawFn) -> tuple[Filter, str, str | None, str | None]:
 
 
 @st.composite
-def verdict_message(draw: st.DrawFn) -> tuple[str, int, list[tuple[Filter, int, str | None, str | None]]]:  # fmt: skip
+def verdict_message(
+    draw: st.DrawFn,
+) -> tuple[str, int, list[tuple[Filter, int, str | None, str | None]]]:
     reasons = draw(st.lists(reason(), min_size=1, max_size=6, unique_by=lambda r: r[1]))
     counted = [(draw(st.integers(1, 5000)), r) for r in reasons]
     total = max(n for n, _ in counted) + draw(st.integers(0, 100))
     # FitError.Error: "COUNT REASON" strings sorted as strings, joined by ", ".
     histogram = sorted(f"{n} {r[1]}" for n, r in counted)
     message = f"0/{total} nodes are available: {', '.join(histogram)}."
-    tail = draw(st.sampled_from(["", " preemption: 0/{t} nodes are available: {t} Preemption is not helpful for scheduling.", " preemption: not eligible due to preemptionPolicy=Never."]))  # fmt: skip
+    tail = draw(
+        st.sampled_from(
+            [
+                "",
+                " preemption: 0/{t} nodes are available: {t} Preemption is not helpful for "
+                "scheduling.",
+                " preemption: not eligible due to preemptionPolicy=Never.",
+            ]
+        )
+    )
     message += tail.format(t=total)
     if tail and draw(st.booleans()):
         message += "."  # releases before 1.27
     expected = sorted((n, r) for n, r in counted)
-    return message, total, [(r[0], n, r[2], r[3]) for n, r in sorted(expected, key=lambda x: f"{x[0]} {x[1][1]}")]  # fmt: skip
+    return (
+        message,
+        total,
+        [(r[0], n, r[2], r[3]) for n, r in sorted(expected, key=lambda x: f"{x[0]} {x[1][1]}")],
+    )
 
 
 @settings(max_examples=300, deadline=None)
 @given(verdict_message())
-def test_generated_verdicts_round_trip(case: tuple[str, int, list[tuple[Filter, int, str | None, str | None]]]) -> None:  # fmt: skip
+def test_generated_verdicts_round_trip(
+    case: tuple[str, int, list[tuple[Filter, int, str | None, str | None]]],
+) -> None:
     message, total, expected = case
     verdict = parse_scheduling_message(message)
     assert verdict.total_nodes == total
@@ -222,7 +275,11 @@ def test_any_text_parses_without_raising_and_keeps_every_part(text: str) -> None
 @settings(max_examples=300, deadline=None)
 @given(
     st.lists(
-        st.text(alphabet=st.characters(blacklist_characters=",.", blacklist_categories=["Cs"]), min_size=1, max_size=40).filter(str.strip),  # fmt: skip
+        st.text(
+            alphabet=st.characters(blacklist_characters=",.", blacklist_categories=["Cs"]),
+            min_size=1,
+            max_size=40,
+        ).filter(str.strip),
         min_size=1,
         max_size=5,
     ),

@@ -58,9 +58,14 @@ def test_unknown_kinds_and_non_objects_are_skipped_and_said() -> None:
 
 def test_typed_lists_and_single_objects_and_empty_lists() -> None:
     data = dump("running")
-    pods = {"kind": "PodList", "apiVersion": "v1", "items": [
-        {k: v for k, v in p.items() if k not in ("kind", "apiVersion")} for p in items(data, "Pod")
-    ]}  # fmt: skip
+    pods = {
+        "kind": "PodList",
+        "apiVersion": "v1",
+        "items": [
+            {k: v for k, v in p.items() if k not in ("kind", "apiVersion")}
+            for p in items(data, "Pod")
+        ],
+    }
     merged = Snapshot.from_lists([pods, the_job(data), {"kind": "List", "items": None}])
     assert (len(merged.pods), len(merged.jobs)) == (1, 1)
 
@@ -94,7 +99,8 @@ def test_events_k8s_io_events_are_read_like_core_events() -> None:
             data["items"][data["items"].index(event)] = new
     d = diagnose(facts(data), Snapshot.from_list(data), NOW)
     assert d.reason is R.VOLUME_MOUNT_FAILED
-    assert d.raw_message is not None and "MountVolume.SetUp failed" in d.raw_message
+    assert d.raw_message is not None
+    assert "MountVolume.SetUp failed" in d.raw_message
 
 
 def test_for_job_keeps_every_pods_usage_of_the_nodes() -> None:
@@ -102,7 +108,9 @@ def test_for_job_keeps_every_pods_usage_of_the_nodes() -> None:
     whole = Snapshot.from_list(data)
     job = facts(data)
     narrow = whole.for_job(job.k8s_name, job.namespace)
-    assert [p["metadata"]["name"] for p in narrow.pods] == [p["metadata"]["name"] for p in whole.pods if p["metadata"]["name"].startswith("kt-")]  # fmt: skip
+    assert [p["metadata"]["name"] for p in narrow.pods] == [
+        p["metadata"]["name"] for p in whole.pods if p["metadata"]["name"].startswith("kt-")
+    ]
     assert diagnose(job, narrow, NOW).waitable is True  # the other team's GPUs still count
     assert narrow.for_job(job.k8s_name, job.namespace).pods == narrow.pods
 
@@ -111,7 +119,9 @@ def test_for_job_keeps_every_pods_usage_of_the_nodes() -> None:
 
 _JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False) | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3),  # fmt: skip
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=8), children, max_size=3)
+    ),
     max_leaves=8,
 )
 

@@ -166,9 +166,7 @@ def pick_job(snapshot: Snapshot, name: str | None, namespace: str | None) -> dic
     listed = ", ".join(sorted(f"{meta_namespace(j)}/{meta_name(j)}" for j in jobs)[:10])
     if not jobs:
         where = f" in namespace {namespace}" if namespace else ""
-        raise WhyError(
-            f"the dump holds no Job{where} (did the kubectl command include `job`?)"
-        )
+        raise WhyError(f"the dump holds no Job{where} (did the kubectl command include `job`?)")
     if not chosen:
         raise WhyError(f"no Job named {name!r} in the dump; it holds {listed}")
     if len(chosen) > 1:
@@ -203,7 +201,7 @@ def render_text(diagnosis: Diagnosis, job: JobFacts, now: datetime) -> str:
     """The human view: chain, reason, explanation, action, raw, since, nodes."""
     d = diagnosis
     title = job.name if job.name == job.k8s_name else f"{job.name} (Kubernetes Job {job.k8s_name})"
-    waiting = {True: "waiting can help", False: "waiting will not help"}.get(d.waitable)  # type: ignore[call-overload]
+    waiting = {True: "waiting can help", False: "waiting will not help", None: None}[d.waitable]
     head = f"{d.state} · {d.reason}" + (f" · {waiting}" if waiting else "")
     out = [f"Job {title} in namespace {job.namespace}", "", f"  {head}", "", "  Chain"]
     for mark in d.chain:
@@ -246,7 +244,9 @@ def render_text(diagnosis: Diagnosis, job: JobFacts, now: datetime) -> str:
             if a.exit_code is not None:
                 extra.append(f"exit {a.exit_code}")
             shown = " ".join(x for x in extra if x)
-            out.append(f"    #{a.number} {a.pod_name}  {state}  node {a.node or '-'}  {shown}".rstrip())
+            out.append(
+                f"    #{a.number} {a.pod_name}  {state}  node {a.node or '-'}  {shown}".rstrip()
+            )
     if d.notes:
         out += ["", "  Notes"]
         for note in d.notes:

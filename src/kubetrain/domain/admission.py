@@ -65,16 +65,19 @@ _EXCEEDED = re.compile(
 )
 _UNSPECIFIED = re.compile(r"failed quota: (?P<name>[^:]+): must specify (?P<what>[^\s]+)")
 _LIMIT_RANGE = re.compile(
-    r"(?P<bound>maximum|minimum) (?P<resource>\S+) usage per (?P<scope>Container|Pod|PersistentVolumeClaim) "
+    r"(?P<bound>maximum|minimum) (?P<resource>\S+) usage per "
+    r"(?P<scope>Container|Pod|PersistentVolumeClaim) "
     r"is (?P<limit>\S+), but (?:limit|request) is (?P<requested>[^\s.,]+)"
 )
 _KUEUE_MORE = re.compile(
-    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), (?P<more>\S+) more needed"
+    r"insufficient unused quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), "
+    r"(?P<more>\S+) more needed"
 )
 _KUEUE_NEVER = re.compile(
     r"insufficient quota for (?P<resource>\S+) in flavor (?P<flavor>[^,\s]+), "
     r"(?:request|previously considered podsets requests \((?P<previous>[^)]*)\) \+ current podset "
-    r"request \((?P<current>[^)]*)\)) > maximum capacity \((?:(?P<request>[^\s)]+) > )?(?P<max>[^)\s]+)\)"
+    r"request \((?P<current>[^)]*)\)) > maximum capacity \((?:(?P<request>[^\s)]+) > "
+    r")?(?P<max>[^)\s]+)\)"
 )
 
 
@@ -99,10 +102,10 @@ def parse_admission_refusal(message: str) -> AdmissionRefusal:
     if not isinstance(message, str):
         return AdmissionRefusal("other", None, (), None, "")
     if match := _EXCEEDED.search(message):
-        requested, used, limited = (_pairs(match[k]) for k in ("requested", "used", "limited"))
+        asked, used, limited = (_pairs(match[k]) for k in ("requested", "used", "limited"))
         resources = tuple(
-            QuotaResource(r, requested.get(r), used.get(r), limited.get(r))
-            for r in dict.fromkeys([*requested, *limited])
+            QuotaResource(r, asked.get(r), used.get(r), limited.get(r))
+            for r in dict.fromkeys([*asked, *limited])
         )
         waitable = not any(r.never for r in resources)
         return AdmissionRefusal("quota", match["name"].strip(), resources, waitable, message)

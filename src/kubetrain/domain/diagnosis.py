@@ -33,7 +33,7 @@ it could not read, never an exception.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
@@ -309,7 +309,7 @@ class _Finding:
     reason: ReasonCode
     detail: str = ""
     # "default": the code's usual answer (_WAITABLE); None: cannot tell.
-    waitable: bool | None | Literal["default"] = "default"
+    waitable: bool | Literal["default"] | None = "default"
     raw_reason: str | None = None
     raw_message: str | None = None
     since: datetime | None = None
@@ -615,15 +615,15 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
         if state != "terminated":
             continue
         code_number = integer(detail, "exitCode")
-        reason = text(detail, "reason")
+        ended = text(detail, "reason")
         message = text(detail, "message")
         since = timestamp(detail, "finishedAt")
         name = text(status, "name") or "?"
-        if reason == "OOMKilled":
+        if ended == "OOMKilled":
             return _Finding(
                 R.OOM_KILLED,
                 f"container {name} was OOM-killed (exit code {code_number})",
-                raw_reason=reason,
+                raw_reason=ended,
                 raw_message=message,
                 since=since,
             )
@@ -631,20 +631,20 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
             return _Finding(
                 R.PREFLIGHT_FAILED,
                 message or f"exit code {PREFLIGHT_EXIT_CODE}",
-                raw_reason=reason,
+                raw_reason=ended,
                 raw_message=message,
                 since=since,
             )
-        if reason == "ContainerStatusUnknown":
+        if ended == "ContainerStatusUnknown":
             return _Finding(
-                R.NODE_LOST, message or "", raw_reason=reason, raw_message=message, since=since
+                R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
             )
         if code_number not in (0, None):
             said = f": {message}" if message else ""
             return _Finding(
                 R.EXIT_NONZERO,
                 f"container {name} exited with code {code_number}{said}",
-                raw_reason=reason,
+                raw_reason=ended,
                 raw_message=message,
                 since=since,
             )
@@ -661,7 +661,7 @@ def _pod_spec(reader: _Reader, pod: object | None) -> object:
 
 
 def _volume_terms(reader: _Reader, pod_spec: object) -> list[tuple[str, Sequence[Any]]]:
-    terms = []
+    terms: list[tuple[str, Sequence[Any]]] = []
     for volume in as_list(pod_spec, "volumes"):
         claim = text(volume, "persistentVolumeClaim", "claimName")
         if not claim:
@@ -712,7 +712,10 @@ def _taint_detail(
         return f"taint {key}={value or ''} not tolerated by the Pod" + (
             f" ({count} nodes)" if count else ""
         )
-    return "a taint the Pod does not tolerate (the scheduler no longer names it; the snapshot's nodes do not show it)"
+    return (
+        "a taint the Pod does not tolerate (the scheduler no longer names it; the "
+        "snapshot's nodes do not show it)"
+    )
 
 
 def _selector_detail(pod_spec: object, nodes: Sequence[NodeInfo]) -> str:
@@ -743,13 +746,13 @@ def _resource_finding(
             numbers={"resource": resource},
         )
     need, largest, matching = numbers.requested, numbers.largest, numbers.largest_matching
-    values = {
+    shown = {
         "resource": resource,
         "requested": format_quantity(need),
         "free": _q(numbers.most_free_matching),
         "allocatable": _q(matching if matching is not None else largest),
     }
-    values = {k: v for k, v in values.items() if v is not None}
+    values = {k: v for k, v in shown.items() if v is not None}
     if numbers.advertised == 0:
         return _Finding(
             R.NO_GPU_NODES if is_gpu_resource(resource) else code,
@@ -949,7 +952,8 @@ def _unschedulable(
             primary = min(unevaluated, key=lambda f: rank(f.reason))
         else:
             reader.note(
-                f"{fit.fitting} node{'s' * (fit.fitting != 1)} could take the Pod now by this snapshot; "
+                f"{fit.fitting} node{'s' * (fit.fitting != 1)} could take the Pod now by this "
+                "snapshot; "
                 "the scheduler's verdict is older and it will try again"
             )
     if primary is None and findings:
@@ -957,7 +961,8 @@ def _unschedulable(
     if primary is None:
         primary = _Finding(
             R.SCHEDULING,
-            "the scheduler refused the Pod for a reason kubetrain does not know; see the raw message",
+            "the scheduler refused the Pod for a reason kubetrain does not know; see the raw "
+            "message",
             waitable=None,
         )
     if fit is not None:
@@ -974,7 +979,8 @@ def _unschedulable(
 def _check_agreement(reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalysis) -> None:
     if verdict.total_nodes is not None and verdict.total_nodes != len(reader.index.nodes):
         reader.note(
-            f"the scheduler weighed {verdict.total_nodes} nodes; the snapshot holds {len(reader.index.nodes)}"
+            f"the scheduler weighed {verdict.total_nodes} nodes; the snapshot holds "
+            f"{len(reader.index.nodes)}"
         )
     if any(p.count is None for p in verdict.parts):
         return  # a PreFilter verdict: no per-node counts to compare
@@ -992,8 +998,9 @@ def _check_agreement(reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalys
     for part in verdict.parts:
         if part.filter not in comparable:
             continue
-        key = part.resource if part.filter is Filter.INSUFFICIENT else part.taint_key
-        theirs[(part.filter, key)] = theirs.get((part.filter, key), 0) + (part.count or 0)
+        detail = part.resource if part.filter is Filter.INSUFFICIENT else part.taint_key
+        tag = (part.filter, detail)
+        theirs[tag] = theirs.get(tag, 0) + (part.count or 0)
     # A taint the message does not name compares with every untolerated taint.
     if (Filter.UNTOLERATED_TAINT, None) in theirs:
         total = sum(n for (token, _), n in ours.items() if token is Filter.UNTOLERATED_TAINT)
@@ -1010,7 +1017,8 @@ def _check_agreement(reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalys
         reader.note(
             "the node table does not agree with the scheduler's counts ("
             + "; ".join(differ)
-            + "): the cluster changed after the verdict, or a rule kubetrain does not evaluate decided"
+            + "): the cluster changed after the verdict, or a rule kubetrain does not evaluate "
+            "decided"
         )
 
 
@@ -1065,7 +1073,8 @@ def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
         if res.limit is not None:
             used = f", {format_quantity(res.used)} in use" if res.used is not None else ""
             details.append(
-                f"needs {format_quantity(res.requested)} {res.resource}; the limit is {format_quantity(res.limit)}{used}"
+                f"needs {format_quantity(res.requested)} {res.resource}; the limit is "
+                f"{format_quantity(res.limit)}{used}"
             )
     where = {
         "quota": f"quota {refusal.name}",
@@ -1078,14 +1087,18 @@ def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
             R.WAITING_FOR_QUOTA,
             f"quota {refusal.name} requires the Pod to declare {missing}",
             waitable=False,
-            action="Declare the requests and limits the quota tracks (kubetrain sets cpu, memory and GPUs).",
+            action="Declare the requests and limits the quota tracks (kubetrain sets cpu, "
+            "memory and GPUs).",
         )
     detail = f"{where}: " + "; ".join(details) if details else f"{where} refuses the Pod"
     never = [r for r in refusal.resources if r.never]
     action = None
     if never:
         res = never[0]
-        action = f"Ask for at most {format_quantity(res.limit or Decimal(0))} {res.resource}, or ask the platform to raise {where}; waiting will not help."
+        action = (
+            f"Ask for at most {format_quantity(res.limit or Decimal(0))} {res.resource}, "
+            f"or ask the platform to raise {where}; waiting will not help."
+        )
     return _Finding(
         R.WAITING_FOR_QUOTA, detail, waitable=refusal.waitable, action=action, numbers=numbers
     )
@@ -1113,13 +1126,13 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             return [finding]
         evicted = _true(conditions, "Evicted")
         if evicted is not None:
-            message = text(evicted, "message")
+            said = text(evicted, "message")
             return [
                 _Finding(
                     R.WAITING_FOR_QUOTA,
-                    f"the queue evicted the job: {message or text(evicted, 'reason')}",
+                    f"the queue evicted the job: {said or text(evicted, 'reason')}",
                     raw_reason=text(evicted, "reason"),
-                    raw_message=message,
+                    raw_message=said,
                     since=timestamp(evicted, "lastTransitionTime"),
                 )
             ]
@@ -1249,8 +1262,7 @@ def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], L
         findings = _waiting(reader, pod)
         return findings, Link.RUNTIME
     scheduled = _conditions(pod).get("PodScheduled")
-    gates = [text(g, "name") for g in as_list(pod, "spec", "schedulingGates")]
-    gates = [g for g in gates if g]
+    gates = [g for g in (text(g, "name") for g in as_list(pod, "spec", "schedulingGates")) if g]
     created = timestamp(pod, "metadata", "creationTimestamp")
     if gates or text(scheduled, "reason") == "SchedulingGated":
         detail = f"gates: {', '.join(gates)}" if gates else ""

@@ -356,6 +356,7 @@ class _Verdict:
 def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
     checks = tuple(rules + resources)
     never = tuple(c for c in resources if c.never)
+    deciding: tuple[_Check, ...]
     if not checks:
         closeness, deciding = 0, ()
     elif never:
@@ -498,9 +499,16 @@ def analyze_fit(
         for r in resources_only
     }
     constraints = _constraints(
-        len(nodes), pod, nodes, untolerated, selector_out, checked,
-        resource_short, resource_never, advertised,
-    )  # fmt: skip
+        len(nodes),
+        pod,
+        nodes,
+        untolerated,
+        selector_out,
+        checked,
+        resource_short,
+        resource_never,
+        advertised,
+    )
     return FitAnalysis(
         nodes=tuple(row[2] for row in rows),
         constraints=constraints,
@@ -646,7 +654,10 @@ def _closest(
         elif n.advertised == 0:
             detail = f"needs {_q(n.requested)} {resource}; no node advertises {resource}"
         else:
-            detail = f"needs {_q(n.requested)} {resource} on one node; the largest node has {_q(n.largest)}"
+            detail = (
+                f"needs {_q(n.requested)} {resource} on one node; the largest node has "
+                f"{_q(n.largest)}"
+            )
             if n.largest_matching is not None and n.largest_matching < n.largest:
                 detail += f" (the largest the job may use has {_q(n.largest_matching)})"
         return Closest(code, False, blocked, detail, resource or None)

@@ -124,28 +124,35 @@ _PATTERNS: tuple[tuple[Filter, re.Pattern[str]], ...] = tuple(
         (Filter.TOO_MANY_PODS, r"Too many pods"),
         (Filter.UNTOLERATED_TAINT, _N + r"had untolerated taint " + _TAINT_BODY),
         (Filter.UNTOLERATED_TAINT, _N + r"had untolerated taints?(?:\(s\))?"),
-        (Filter.UNTOLERATED_TAINT, _N + r"had taints? " + _TAINT_BODY + r",? that the pod didn't tolerate"),
+        (Filter.UNTOLERATED_TAINT, _N + r"had taints? " + _TAINT_BODY + r",? that the pod "
+                                                                        r"didn't tolerate"),
         (Filter.UNTOLERATED_TAINT, _N + r"had taints? that the pod didn't tolerate"),
-        (Filter.NODE_AFFINITY, _N + r"didn't match (?:Pod's )?node (?:affinity/selector|affinity|selector)"),
+        (Filter.NODE_AFFINITY, _N + r"didn't match (?:Pod's )?node "
+                                    r"(?:affinity/selector|affinity|selector)"),
         (Filter.NODE_NAME, _N + r"didn't match the requested (?:node name|hostname)"),
         (Filter.UNSCHEDULABLE, _N + r"were unschedulable"),
-        (Filter.NOT_READY, _N + r"(?:were not ready|had (?:memory|disk|pid) pressure|were out of disk space|had network unavailable)"),
+        (Filter.NOT_READY, _N + r"(?:were not ready|had (?:memory|disk|pid) pressure|were out "
+                                r"of disk space|had network unavailable)"),
         (Filter.HOST_PORTS, _N + r"didn't have free ports for the requested pod ports"),
         (Filter.POD_AFFINITY, _N + r"didn't match pod affinity(?:/anti-affinity)?(?: rules)?"),
         (Filter.POD_ANTI_AFFINITY, _N + r"didn't match pod anti-affinity rules"),
         (Filter.EXISTING_ANTI_AFFINITY, _N + r"didn't satisfy existing pods anti-affinity rules"),
-        (Filter.TOPOLOGY_SPREAD, _N + r"didn't match pod topology spread constraints(?: \(missing required label\))?"),
+        (Filter.TOPOLOGY_SPREAD, _N + r"didn't match pod topology spread constraints(?: "
+                                      r"\(missing required label\))?"),
         (Filter.VOLUME_NODE_AFFINITY, _N + r"had volume node affinity conflict"),
         (Filter.VOLUME_ZONE, _N + r"had no available volume zone"),
         (Filter.VOLUME_BIND, _N + r"didn't find available persistent volumes to bind"),
         (Filter.VOLUME_LIMIT, _N + r"exceed max volume count"),
         (Filter.VOLUME_IN_USE, _N + r"had no available disk"),
-        (Filter.VOLUME_IN_USE, r"node has pod using PersistentVolumeClaim with the same name and ReadWriteOncePod access mode"),
+        (Filter.VOLUME_IN_USE, r"node has pod using PersistentVolumeClaim with the same name "
+                               r"and ReadWriteOncePod access mode"),
         (Filter.PVC_NOT_FOUND, r"persistentvolumeclaim \"(?P<claim>[^\"]*)\" not found"),
         (Filter.PVC_DELETING, r"persistentvolumeclaim \"(?P<claim>[^\"]*)\" is being deleted"),
         (Filter.PVC_UNBOUND, r"pod has unbound (?:immediate )?PersistentVolumeClaims"),
-        (Filter.STORAGE_CLASS_NOT_FOUND, r"storageclass(?:\.storage\.k8s\.io)? \"(?P<claim>[^\"]*)\" not found"),
-        (Filter.RESOURCE_CLAIM, r"(?:cannot allocate all claims|resourceclaim \"[^\"]*\" not found|waiting for (?:the )?dynamic resource controller .*)"),
+        (Filter.STORAGE_CLASS_NOT_FOUND, r"storageclass(?:\.storage\.k8s\.io)? "
+                                         r"\"(?P<claim>[^\"]*)\" not found"),
+        (Filter.RESOURCE_CLAIM, r"(?:cannot allocate all claims|resourceclaim \"[^\"]*\" not "
+                                r"found|waiting for (?:the )?dynamic resource controller .*)"),
         (Filter.NO_NODES, r"no nodes available to schedule pods"),
         (Filter.PREEMPTION_NO_VICTIMS, r"No preemption victims found for incoming pod"),
         (Filter.PREEMPTION_NOT_HELPFUL, r"Preemption is not helpful for scheduling"),

@@ -136,10 +136,8 @@ class Snapshot:
         }
         unknown: dict[str, int] = defaultdict(int)
         not_objects = 0
-        count = 0
         for number, document in enumerate(documents, 1):
             for item, list_kind in _items(document, number):
-                count += 1
                 if not isinstance(item, Mapping):
                     not_objects += 1
                     continue
@@ -169,9 +167,19 @@ class Snapshot:
                 f"{not_objects} item{'s' * (not_objects != 1)} that "
                 f"{'are' if not_objects != 1 else 'is'} not a Kubernetes object (no kind)"
             )
-        del count
+        grouped = {name: tuple(objs.values()) for name, objs in sorted_items.items()}
         return cls(
-            **{name: tuple(objs.values()) for name, objs in sorted_items.items()},
+            jobs=grouped["jobs"],
+            pods=grouped["pods"],
+            events=grouped["events"],
+            nodes=grouped["nodes"],
+            pvcs=grouped["pvcs"],
+            pvs=grouped["pvs"],
+            storage_classes=grouped["storage_classes"],
+            quotas=grouped["quotas"],
+            limit_ranges=grouped["limit_ranges"],
+            priority_classes=grouped["priority_classes"],
+            workloads=grouped["workloads"],
             skipped=tuple(skipped),
         )
 
