@@ -345,3 +345,35 @@ def test_a_stale_verdict_is_noticed_when_the_nodes_disagree() -> None:
     d = run(data)
     assert d.reason is R.INSUFFICIENT_GPU
     assert any("could take the Pod now" in n or "does not agree" in n for n in d.notes)
+
+
+def test_a_preempted_pod_already_deleted_is_read_from_its_events() -> None:
+    # The victim is deleted at once; the scheduler's Preempted event remains, and
+    # the replacement (attempt 2) waits without a verdict yet.
+    data = dump("running")
+    old = items(data, "Pod")[0]
+    name, uid = old["metadata"]["name"], old["metadata"]["uid"]
+    data["items"].remove(old)
+    new = copy.deepcopy(old)
+    new["metadata"].update(
+        name=name[:-5] + "zzzzz", uid="0000-new", creationTimestamp="2026-12-02T15:30:00Z"
+    )
+    new["spec"].pop("nodeName")
+    new["status"] = {"phase": "Pending"}
+    data["items"].append(new)
+    involved = {"kind": "Pod", "name": name, "namespace": old["metadata"]["namespace"], "uid": uid}
+    data["items"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.preempted", "namespace": involved["namespace"]},
+            "involvedObject": involved,
+            "reason": "Preempted",
+            "type": "Normal",
+            "message": "Preempted by pod 1234 on node gpu-h100-1",
+            "lastTimestamp": "2026-12-02T15:29:59Z",
+        }
+    )
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.PREEMPTED, "Preempted")
+    assert [a.pod_name for a in d.attempts] == [name, new["metadata"]["name"]]

@@ -1343,6 +1343,16 @@ def _active(reader: _Reader) -> _Outcome:
                 cause.waitable = None  # the next attempt may fail the same way
             cause.current = False
             earlier.append(cause)
+    if not earlier:
+        # The previous Pod may be gone already (a preempted or evicted Pod is
+        # deleted); its events still say why it ended.
+        gone = [a for a in reader.attempts if a.phase is None]
+        newest = meta_name(live[-1]) if live else None
+        numbers = {a.pod_name: a.number for a in reader.attempts}
+        if gone and (newest is None or gone[-1].number < numbers.get(newest, 0)):
+            cause = _gone_cause(reader, gone[-1])
+            if cause is not None:
+                earlier.append(cause)
     if live:
         findings, stage = _pending(reader, live[-1])
         return _Outcome(S.QUEUED, _ordered(findings, earlier), stage)
@@ -1365,6 +1375,30 @@ def _active(reader: _Reader) -> _Outcome:
         ],
         Link.QUOTA,
     )
+
+
+# Events that say why a Pod that is gone now ended.
+_GONE_EVENTS = {
+    "Preempted": R.PREEMPTED,  # kube-scheduler, on the victim
+    "TaintManagerEviction": R.NODE_LOST,  # taint-eviction controller (node unreachable)
+    "Evicted": R.EVICTED,  # kubelet, under node pressure
+}
+
+
+def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
+    for event in reversed(reader.events("Pod", attempt.pod_name)):
+        code = _GONE_EVENTS.get(text(event, "reason") or "")
+        if code is not None:
+            message = text(event, "message")
+            return _Finding(
+                code,
+                f"attempt {attempt.number}: {message or text(event, 'reason')}",
+                raw_reason=text(event, "reason"),
+                raw_message=message,
+                since=_event_time(event),
+                current=False,
+            )
+    return None
 
 
 def _ordered(current: list[_Finding], earlier: list[_Finding]) -> list[_Finding]:
