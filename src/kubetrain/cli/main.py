@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kubetrain import __version__
-from kubetrain.cli import testbed
+from kubetrain.cli import testbed, why
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,6 +18,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"kubetrain {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     testbed.register(commands)
+    why.register(commands)
     return root
 
 

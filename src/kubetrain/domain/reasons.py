@@ -1,13 +1,21 @@
 """The reason catalog: for every code, its link, what it means, what to do, who acts.
 
-Precedence (which reason is primary when several hold) is fixed and listed in
-PRECEDENCE below: the control plane and quota come before scheduling, volume
-pre-checks before node filters, and among node filters the one that keeps the
-*closest* nodes out wins (a node that meets every constraint but lacks free
-resources is closer than one excluded by a taint, a selector or readiness).
-For a failed job, the Pod-level root cause of the last attempt comes before
-the Job-level reason, which is primary only when no Pod-level cause explains
-the failure.
+Which reason is primary when several hold (docs/diagnosis.md has the whole
+rule):
+
+* For an unschedulable Pod, the reason that keeps the *closest* nodes out
+  (domain/fit.py): a node that meets every rule but lacks free resources is
+  closer than one a taint, selector, cordon or readiness keeps out, which is
+  closer than one whose allocatable could never hold the request. So a 1-GPU
+  job without the GPU toleration is UNTOLERATED_TAINT, not INSUFFICIENT_GPU:
+  the CPU-only nodes that lack GPUs are not close.
+* For a failed job, the Pod-level root cause of the last attempt comes before
+  the Job-level reason, which is primary only when no Pod-level cause explains
+  the failure; DEADLINE_EXCEEDED is primary, since the deadline ended the job.
+* Otherwise PRECEDENCE below, first wins: the control plane and quota before
+  scheduling, claims before node filters, node filters closest first, then
+  what happens after scheduling, root causes of an attempt, the Job-level
+  verdicts, and last the codes of a job that is progressing.
 """
 
 from __future__ import annotations
@@ -72,7 +80,7 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.INSUFFICIENT_GPU,
             L.SCHEDULER,
-            "GPU nodes exist, but none has enough free GPUs for the job.",
+            "GPU nodes exist, but none the job may use has enough GPUs free for it.",
             "Wait for GPUs to free up, or ask for fewer GPUs.",
             U,
         ),

@@ -1,0 +1,1638 @@
+"""Why a training job is or is not running: one pure function over a snapshot.
+
+`diagnose(job, snapshot, now)` walks the chain of DESIGN.md (control plane ->
+quota -> scheduler -> GPU node -> device plugin -> runtime -> volume ->
+preflight -> training -> job) over plain Kubernetes objects and returns a
+`Diagnosis`: the business state, the primary reason code with its link,
+explanation, action and actor, whether waiting can help, since when, the raw
+Kubernetes reason and message it was derived from, every blocker with its
+numbers, a mark per link, the per-node fit table when scheduling is the
+problem, and every attempt (Pod) of the job.
+
+The decision, in order (docs/diagnosis.md has the whole table):
+
+1. A Job that finished (Complete / Failed) is SUCCEEDED or FAILED, even if a
+   cancel was requested after it finished: the record tells what happened.
+   A failed Job's primary reason is the root cause on its last attempt
+   (PREFLIGHT_FAILED, OOM_KILLED, EVICTED, NODE_LOST, PREEMPTED,
+   GPU_ALLOCATION_FAILED, EXIT_NONZERO) with the Job-level reason
+   (BACKOFF_LIMIT_EXCEEDED) beside it as a blocker; DEADLINE_EXCEEDED is
+   primary, because the deadline, not the attempt, ended the job.
+2. A cancel requested: CANCELLED. No Job: CREATED/JOB_NOT_CREATED before the
+   first dispatch, FAILED/JOB_DELETED after it.
+3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA, never failed.
+4. An active Job: a running container is RUNNING/TRAINING; otherwise QUEUED
+   with what blocks the newest Pod (or, with no Pod, the quota refusal), and
+   the previous attempt's failure beside it while a retry is pending.
+
+Pure: no I/O, no clock (`now` is passed in), deterministic, and it reads the
+objects through objects.py so that odd input gives a diagnosis that names what
+it could not read, never an exception.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from enum import StrEnum
+from typing import Any, Literal
+
+from kubetrain.domain.admission import (
+    AdmissionRefusal,
+    parse_admission_refusal,
+    parse_kueue_message,
+)
+from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit, analyze_fit, resource_reason
+from kubetrain.domain.manifest import CONTAINER_NAME, PREFLIGHT_EXIT_CODE
+from kubetrain.domain.nodes import NodeInfo, is_gpu_resource, pod_requests
+from kubetrain.domain.objects import (
+    as_list,
+    as_map,
+    get,
+    integer,
+    meta_name,
+    text,
+    timestamp,
+)
+from kubetrain.domain.quantity import format_quantity
+from kubetrain.domain.reasons import CATALOG, Actor, rank
+from kubetrain.domain.scheduling import (
+    Filter,
+    SchedulingVerdict,
+    parse_scheduling_message,
+    reason_of,
+)
+from kubetrain.domain.snapshot import Snapshot, SnapshotIndex
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
+
+__all__ = [
+    "AttemptView",
+    "Blocker",
+    "ChainMark",
+    "ChainState",
+    "ConstraintCount",
+    "Diagnosis",
+    "JobFacts",
+    "NodeFit",
+    "diagnose",
+]
+
+R = ReasonCode
+S = BusinessState
+CHAIN: tuple[Link, ...] = tuple(Link)
+# Most notes a diagnosis carries; a dump with thousands of bad nodes says so once.
+_MAX_NOTES = 20
+
+
+@dataclass(frozen=True)
+class JobFacts:
+    """What kubetrain's own record knows about the job."""
+
+    name: str  # the user's job name (for messages)
+    k8s_name: str  # the Kubernetes Job name
+    namespace: str
+    dispatched: bool  # the Kubernetes Job was created at least once
+    cancel_requested: bool = False
+    dispatch_error: str | None = None  # last raw error from creating the Job
+    gpus: int | None = None  # hints when no Pod exists yet; else read from the Pod/Job template
+
+
+@dataclass(frozen=True)
+class AttemptView:
+    """The runtime state of one Pod of the job."""
+
+    number: int
+    pod_name: str
+    pod_uid: str
+    node: str | None
+    phase: str | None
+    container_state: str | None  # "waiting" | "running" | "terminated" | None
+    raw_reason: str | None
+    raw_message: str | None
+    exit_code: int | None
+    termination_message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "number": self.number,
+            "pod": self.pod_name,
+            "pod_uid": self.pod_uid,
+            "node": self.node,
+            "phase": self.phase,
+            "container_state": self.container_state,
+            "raw_reason": self.raw_reason,
+            "raw_message": self.raw_message,
+            "exit_code": self.exit_code,
+            "termination_message": self.termination_message,
+            "started_at": _iso(self.started_at),
+            "finished_at": _iso(self.finished_at),
+        }
+
+
+class ChainState(StrEnum):
+    PASSED = "passed"
+    ACTIVE = "active"  # the job is at this link and nothing is wrong (training, being scheduled)
+    BLOCKING = "blocking"
+    FAILED = "failed"  # where a finished job failed
+    NOT_REACHED = "not-reached"
+
+
+@dataclass(frozen=True)
+class ChainMark:
+    link: Link
+    state: ChainState
+
+    def to_json(self) -> dict[str, Any]:
+        return {"link": str(self.link), "state": str(self.state)}
+
+
+@dataclass(frozen=True)
+class Blocker:
+    """One reason that holds (or ended) the job, with its numbers."""
+
+    reason: ReasonCode
+    link: Link
+    nodes: int | None  # nodes this reason keeps out (the scheduler's count); None: not per node
+    detail: str
+    waitable: bool | None = None
+    resource: str | None = None  # the resource the numbers are about
+    requested: str | None = None  # quantities in Kubernetes notation ("16", "8Gi", "500m")
+    free: str | None = None  # the most free on a node every rule admits
+    allocatable: str | None = None  # the largest allocatable such a node has
+    limit: str | None = None  # a quota's hard limit
+    used: str | None = None  # a quota's use
+
+    def to_json(self) -> dict[str, Any]:
+        data: dict[str, Any] = {
+            "reason": str(self.reason),
+            "link": str(self.link),
+            "nodes": self.nodes,
+            "detail": self.detail,
+            "waitable": self.waitable,
+        }
+        for key in ("resource", "requested", "free", "allocatable", "limit", "used"):
+            value = getattr(self, key)
+            if value is not None:
+                data[key] = value
+        return data
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    state: BusinessState
+    reason: ReasonCode
+    link: Link
+    waitable: bool | None  # None: not waiting (running, finished)
+    actor: Actor
+    explanation: str
+    action: str
+    since: datetime | None
+    raw_reason: str | None
+    raw_message: str | None
+    blockers: tuple[Blocker, ...]
+    chain: tuple[ChainMark, ...]
+    nodes: tuple[NodeFit, ...]
+    attempts: tuple[AttemptView, ...]  # every Pod of the Job, oldest first, numbered 1..n
+    constraints: tuple[ConstraintCount, ...] = ()  # per constraint, nodes it rules out
+    notes: tuple[str, ...] = ()  # what could not be read or checked, in words
+
+    def to_json(self, job: str) -> dict[str, Any]:
+        """The documented schema (docs/diagnosis.md)."""
+        return {
+            "job": job,
+            "business_status": str(self.state),
+            "reason": str(self.reason),
+            "link": str(self.link),
+            "waitable": self.waitable,
+            "actor": str(self.actor),
+            "explanation": self.explanation,
+            "action": self.action,
+            "since": _iso(self.since),
+            "raw_reason": self.raw_reason,
+            "raw_message": self.raw_message,
+            "blockers": [b.to_json() for b in self.blockers],
+            "chain": [m.to_json() for m in self.chain],
+            "nodes": [n.to_json() for n in self.nodes],
+            "constraints": [c.to_json() for c in self.constraints],
+            "attempts": [a.to_json() for a in self.attempts],
+            "notes": list(self.notes),
+        }
+
+
+def _iso(moment: datetime | None) -> str | None:
+    if moment is None:
+        return None
+    return moment.astimezone(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+# Whether waiting can help, when the numbers do not say otherwise: True where
+# the job starts once other work finishes or Kubernetes finishes what it is
+# doing (or the platform repairs a node); False where someone must change the
+# job or the cluster's configuration first.
+_WAITABLE: dict[ReasonCode, bool | None] = {
+    R.JOB_NOT_CREATED: True,
+    R.WAITING_FOR_QUOTA: True,
+    R.NO_GPU_NODES: False,
+    R.INSUFFICIENT_GPU: True,
+    R.INSUFFICIENT_CPU: True,
+    R.INSUFFICIENT_MEMORY: True,
+    R.INSUFFICIENT_RESOURCE: True,
+    R.PLACEMENT_RULES: None,
+    R.GPU_ALLOCATION_FAILED: False,
+    R.UNTOLERATED_TAINT: False,
+    R.NODE_SELECTOR_MISMATCH: False,
+    R.NODE_NOT_READY: True,
+    R.PVC_NOT_FOUND: False,
+    R.PVC_UNBOUND: True,
+    R.VOLUME_NODE_CONFLICT: False,
+    R.VOLUME_MOUNT_FAILED: None,
+    R.SCHEDULING_GATED: True,
+    R.IMAGE_PULL_FAILED: False,
+    R.CONTAINER_CONFIG_ERROR: False,
+    R.CONTAINER_CREATING: True,
+    R.SCHEDULING: True,
+    R.CRASH_LOOP: False,
+    R.NODE_LOST: True,
+    R.PREEMPTED: True,
+}
+# The link where the job is held when a reason blocks it, where that differs
+# from the reason's own link: a missing device plugin or claim stops the Pod
+# at the scheduler; a failed mount stops it at the container runtime.
+_STAGE: dict[ReasonCode, Link] = {
+    R.NO_GPU_NODES: Link.SCHEDULER,
+    R.NODE_NOT_READY: Link.SCHEDULER,
+    R.PVC_NOT_FOUND: Link.SCHEDULER,
+    R.PVC_UNBOUND: Link.SCHEDULER,
+    R.VOLUME_NODE_CONFLICT: Link.SCHEDULER,
+    R.VOLUME_MOUNT_FAILED: Link.RUNTIME,
+    R.GPU_ALLOCATION_FAILED: Link.DEVICE_PLUGIN,
+    R.CONTAINER_CREATING: Link.RUNTIME,
+    R.CRASH_LOOP: Link.TRAINING,
+    R.EVICTED: Link.TRAINING,
+    R.NODE_LOST: Link.TRAINING,
+    R.PREEMPTED: Link.TRAINING,
+}
+_IMAGE_PULL = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
+_CONFIG = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "PreCreateHookError",
+        "PreStartHookError",
+    }
+)
+_MOUNT_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
+_PREEMPTION = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+_NODE_GONE = frozenset({"NodeLost", "Shutdown", "Terminated", "NodeShutdown", "Unknown"})
+_FAILED_WITH_EXIT = re.compile(r"failed with exit code (\d{1,3})")
+
+
+@dataclass
+class _Finding:
+    """A reason found while reading, before it becomes a Blocker or the primary."""
+
+    reason: ReasonCode
+    detail: str = ""
+    # "default": the code's usual answer (_WAITABLE); None: cannot tell.
+    waitable: bool | Literal["default"] | None = "default"
+    raw_reason: str | None = None
+    raw_message: str | None = None
+    since: datetime | None = None
+    nodes: int | None = None
+    action: str | None = None  # said instead of the catalog's when the numbers say more
+    numbers: dict[str, str] = field(default_factory=dict)
+    current: bool = True  # False: about an earlier attempt (not marked on the chain)
+
+    def blocker(self) -> Blocker:
+        waitable = _WAITABLE.get(self.reason) if self.waitable == "default" else self.waitable
+        return Blocker(
+            reason=self.reason,
+            link=CATALOG[self.reason].link,
+            nodes=self.nodes,
+            detail=self.detail,
+            waitable=waitable,
+            **self.numbers,
+        )
+
+
+class _Reader:
+    """What one diagnosis reads from the snapshot, with the notes it makes."""
+
+    def __init__(self, job: JobFacts, snapshot: Snapshot, now: datetime) -> None:
+        self.job = job
+        self.snapshot = snapshot
+        self.index: SnapshotIndex = snapshot.index
+        self.now = now
+        self.notes: list[str] = list(snapshot.skipped)
+        for problem in self.index.problems[:5]:
+            self.notes.append(f"could not read {problem}")
+        if len(self.index.problems) > 5:
+            self.notes.append(f"… and {len(self.index.problems) - 5} more unreadable fields")
+        key = (job.namespace, job.k8s_name)
+        self.k8s_job = self.index.jobs.get(key)
+        uid = text(self.k8s_job, "metadata", "uid") if self.k8s_job else None
+        pods = self.index.pods_by_job.get(key, [])
+        if uid:
+            # A Job deleted and created again under the same name owns new Pods only.
+            owned = [p for p in pods if _owner_uid(p) in (uid, None)]
+            pods = owned
+        self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
+        self.attempts = self._attempts()
+        self.nodes_by_name = {n.name: n for n in self.index.nodes}
+        self.fit: FitAnalysis | None = None  # set when scheduling is read
+
+    def note(self, message: str) -> None:
+        if message not in self.notes and len(self.notes) < _MAX_NOTES:
+            self.notes.append(message)
+
+    def events(self, kind: str, name: str | None) -> list[dict[str, Any]]:
+        if not name:
+            return []
+        found = self.index.events_by_object.get((kind, self.job.namespace, name), [])
+        return sorted(found, key=_event_time_key)
+
+    def pod_events(self, pod: object, *reasons: str) -> list[dict[str, Any]]:
+        uid = text(pod, "metadata", "uid")
+        return [
+            e
+            for e in self.events("Pod", meta_name(pod))
+            if (not reasons or text(e, "reason") in reasons)
+            and text(e, "involvedObject", "uid") in (None, "", uid)
+        ]
+
+    def _attempts(self) -> tuple[AttemptView, ...]:
+        views = [_attempt_view(pod) for pod in self.pods]
+        known = {v.pod_name for v in views}
+        # Pods already gone (deadline, garbage collection) that the Job controller's
+        # events still name are attempts too; their state is what their events said.
+        gone = [
+            name
+            for name in self.index.created_pods.get((self.job.namespace, self.job.k8s_name), [])
+            if name not in known
+        ]
+        for name in dict.fromkeys(gone):
+            events = self.events("Pod", name)
+            warnings = [e for e in events if text(e, "type") == "Warning"]
+            last = warnings[-1] if warnings else None
+            uid = next(
+                (
+                    text(e, "involvedObject", "uid")
+                    for e in events
+                    if text(e, "involvedObject", "uid")
+                ),
+                "",
+            )
+            views.append(
+                AttemptView(
+                    number=0,
+                    pod_name=name,
+                    pod_uid=uid or "",
+                    node=_scheduled_node(events),
+                    phase=None,
+                    container_state=None,
+                    raw_reason=text(last, "reason") if last else None,
+                    raw_message=text(last, "message") if last else None,
+                    exit_code=None,
+                    termination_message=None,
+                    started_at=next(
+                        (_event_time(e) for e in events if text(e, "reason") == "Started"), None
+                    ),
+                    finished_at=None,
+                )
+            )
+        created = {v.pod_name: _created_at_from_events(self, v.pod_name) for v in views}
+        pods_created = {
+            meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in self.pods
+        }
+        epoch = datetime.min.replace(tzinfo=UTC)
+
+        def order(view: AttemptView) -> tuple[datetime, str]:
+            when = pods_created.get(view.pod_name) or created.get(view.pod_name) or epoch
+            return when, view.pod_name
+
+        views.sort(key=order)
+        return tuple(
+            AttemptView(**{**view.__dict__, "number": number})
+            for number, view in enumerate(views, 1)
+        )
+
+
+def _owner_uid(pod: object) -> str | None:
+    for ref in as_list(pod, "metadata", "ownerReferences"):
+        if text(ref, "kind") == "Job":
+            return text(ref, "uid")
+    return None
+
+
+def _created_key(pod: object) -> tuple[str, str]:
+    return (text(pod, "metadata", "creationTimestamp") or "", meta_name(pod) or "")
+
+
+def _event_time(event: object) -> datetime | None:
+    return (
+        timestamp(event, "lastTimestamp")
+        or timestamp(event, "eventTime")
+        or timestamp(event, "firstTimestamp")
+        or timestamp(event, "metadata", "creationTimestamp")
+    )
+
+
+def _event_first_time(event: object) -> datetime | None:
+    return (
+        timestamp(event, "firstTimestamp")
+        or timestamp(event, "eventTime")
+        or timestamp(event, "metadata", "creationTimestamp")
+    )
+
+
+def _event_time_key(event: object) -> tuple[datetime, str]:
+    return (_event_time(event) or datetime.min.replace(tzinfo=UTC), meta_name(event) or "")
+
+
+def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
+    for event in reader.events("Job", reader.job.k8s_name):
+        if (
+            text(event, "reason") == "SuccessfulCreate"
+            and text(event, "message") == f"Created pod: {pod_name}"
+        ):
+            return _event_first_time(event)
+    return None
+
+
+def _scheduled_node(events: Sequence[object]) -> str | None:
+    for event in events:
+        message = text(event, "message") or ""
+        if text(event, "reason") == "Scheduled" and " to " in message:
+            return message.rsplit(" to ", 1)[1].strip() or None
+    return None
+
+
+def _conditions(obj: object) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
+    for cond in as_list(obj, "status", "conditions"):
+        ctype = text(cond, "type")
+        if ctype and isinstance(cond, Mapping):
+            found[ctype] = cond
+    return found
+
+
+def _true(conditions: Mapping[str, Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
+    cond = conditions.get(ctype)
+    return cond if cond is not None and text(cond, "status") == "True" else None
+
+
+def _main_status(pod: object, key: str = "containerStatuses") -> Mapping[str, Any] | None:
+    statuses = [s for s in as_list(pod, "status", key) if isinstance(s, Mapping)]
+    for status in statuses:
+        if text(status, "name") == CONTAINER_NAME:
+            return status
+    return statuses[0] if statuses else None
+
+
+def _state(status: object) -> tuple[str | None, Mapping[str, Any]]:
+    state = as_map(status, "state")
+    for name in ("terminated", "running", "waiting"):
+        if isinstance(state.get(name), Mapping):
+            return name, state[name]
+    return None, {}
+
+
+def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
+    status = _main_status(pod)
+    state, detail = _state(status)
+    raw_reason = text(pod, "status", "reason") or text(detail, "reason")
+    raw_message = text(pod, "status", "message") or text(detail, "message")
+    disruption = _true(_conditions(pod), "DisruptionTarget")
+    if disruption is not None:
+        raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
+    if state is None:
+        scheduled = _conditions(pod).get("PodScheduled")
+        if scheduled is not None and text(scheduled, "status") == "False":
+            raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
+    return AttemptView(
+        number=0,
+        pod_name=meta_name(pod) or "",
+        pod_uid=text(pod, "metadata", "uid") or "",
+        node=text(pod, "spec", "nodeName"),
+        phase=text(pod, "status", "phase"),
+        container_state=state,
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        exit_code=integer(detail, "exitCode") if state == "terminated" else None,
+        termination_message=text(detail, "message") if state == "terminated" else None,
+        started_at=timestamp(detail, "startedAt"),
+        finished_at=timestamp(detail, "finishedAt"),
+    )
+
+
+def _q(value: Decimal | None) -> str | None:
+    return None if value is None else format_quantity(value)
+
+
+def _amount(resource: str, value: Decimal) -> str:
+    shown = format_quantity(value)
+    if resource in ("nvidia.com/gpu", "amd.com/gpu"):
+        return f"{shown} GPU" + ("s" if value != 1 else "")
+    return f"{shown} {resource}"
+
+
+# -- the cause of a finished attempt -------------------------------------------------
+
+
+def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
+    """Why one Pod ended (or is ending); None when it did not fail."""
+    conditions = _conditions(pod)
+    pod_reason = text(pod, "status", "reason")
+    pod_message = text(pod, "status", "message")
+    disruption = _true(conditions, "DisruptionTarget")
+    if disruption is not None:
+        reason = text(disruption, "reason") or ""
+        message = text(disruption, "message")
+        if reason in _PREEMPTION:
+            return _Finding(
+                R.PREEMPTED,
+                message or "",
+                raw_reason=reason,
+                raw_message=message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
+        code = R.EVICTED if pod_reason == "Evicted" else R.NODE_LOST
+        return _Finding(
+            code,
+            message or "",
+            raw_reason=reason,
+            raw_message=message,
+            since=timestamp(disruption, "lastTransitionTime"),
+        )
+    if pod_reason == "Evicted":
+        return _Finding(
+            R.EVICTED, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "UnexpectedAdmissionError":
+        return _Finding(
+            R.GPU_ALLOCATION_FAILED,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    if pod_reason and pod_reason.startswith("OutOf"):
+        resource = pod_reason[len("OutOf") :]
+        code = R.GPU_ALLOCATION_FAILED if is_gpu_resource(resource) else resource_reason(resource)
+        return _Finding(code, pod_message or "", raw_reason=pod_reason, raw_message=pod_message)
+    if pod_reason in _NODE_GONE:
+        return _Finding(
+            R.NODE_LOST, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "NodeAffinity":
+        return _Finding(
+            R.NODE_SELECTOR_MISMATCH,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
+    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    statuses += [
+        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
+    ]
+    for status in statuses:
+        state, detail = _state(status)
+        if state != "terminated":
+            continue
+        code_number = integer(detail, "exitCode")
+        ended = text(detail, "reason")
+        message = text(detail, "message")
+        since = timestamp(detail, "finishedAt")
+        name = text(status, "name") or "?"
+        if ended == "OOMKilled":
+            return _Finding(
+                R.OOM_KILLED,
+                f"container {name} was OOM-killed (exit code {code_number})",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if code_number == PREFLIGHT_EXIT_CODE:
+            return _Finding(
+                R.PREFLIGHT_FAILED,
+                message or f"exit code {PREFLIGHT_EXIT_CODE}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if ended == "ContainerStatusUnknown":
+            return _Finding(
+                R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
+            )
+        if code_number not in (0, None):
+            said = f": {message}" if message else ""
+            return _Finding(
+                R.EXIT_NONZERO,
+                f"container {name} exited with code {code_number}{said}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+    return None
+
+
+# -- scheduling ------------------------------------------------------------------------
+
+
+def _pod_spec(reader: _Reader, pod: object | None) -> object:
+    if pod is not None:
+        return get(pod, "spec")
+    return get(reader.k8s_job, "spec", "template", "spec")
+
+
+def _volume_terms(reader: _Reader, pod_spec: object) -> list[tuple[str, Sequence[Any]]]:
+    terms: list[tuple[str, Sequence[Any]]] = []
+    for volume in as_list(pod_spec, "volumes"):
+        claim = text(volume, "persistentVolumeClaim", "claimName")
+        if not claim:
+            continue
+        pvc = reader.index.pvcs.get((reader.job.namespace, claim))
+        pv = reader.index.pvs.get(text(pvc, "spec", "volumeName") or "") if pvc else None
+        required = as_list(pv, "spec", "nodeAffinity", "required", "nodeSelectorTerms")
+        if required:
+            terms.append((claim, required))
+    return terms
+
+
+def _requests(reader: _Reader, pod_spec: object) -> dict[str, Decimal]:
+    problems: list[str] = []
+    requests = pod_requests(pod_spec, problems)
+    for problem in problems:
+        reader.note(f"could not read the Pod's {problem}")
+    if not any(is_gpu_resource(r) for r in requests) and reader.job.gpus and pod_spec is None:
+        requests["nvidia.com/gpu"] = Decimal(reader.job.gpus)
+    return requests
+
+
+def _fit(reader: _Reader, pod_spec: object) -> FitAnalysis | None:
+    if not reader.index.nodes:
+        reader.note("the snapshot holds no Nodes: the node table and the GPU checks are left out")
+        return None
+    requests = _requests(reader, pod_spec)
+    fit = analyze_fit(
+        pod_spec, requests, reader.index.nodes, reader.index.usage, _volume_terms(reader, pod_spec)
+    )
+    for rule in fit.not_evaluated:
+        reader.note(f"the node table does not evaluate the Pod's {rule}")
+    return fit
+
+
+def _taint_detail(
+    reader: _Reader, fit: FitAnalysis | None, key: str | None, value: str | None, count: int | None
+) -> str:
+    if fit is not None and fit.untolerated:
+        taints = [t for t in fit.untolerated if key is None or t.key == key]
+        if taints:
+            shown = ", ".join(
+                f"{t} ({fit.untolerated[t]} node{'s' * (fit.untolerated[t] != 1)})"
+                for t in sorted(taints, key=str)
+            )
+            return f"taint {shown} not tolerated by the Pod"
+    if key:
+        return f"taint {key}={value or ''} not tolerated by the Pod" + (
+            f" ({count} nodes)" if count else ""
+        )
+    return (
+        "a taint the Pod does not tolerate (the scheduler no longer names it; the "
+        "snapshot's nodes do not show it)"
+    )
+
+
+def _selector_detail(pod_spec: object, nodes: Sequence[NodeInfo]) -> str:
+    selector = {k: v for k, v in as_map(pod_spec, "nodeSelector").items() if isinstance(v, str)}
+    if not selector:
+        return "the Pod's required node affinity matches no node that could hold it"
+    parts = []
+    for key, want in selector.items():
+        have: dict[str, int] = {}
+        for node in nodes:
+            label = node.labels.get(key)
+            shown = f"{key}={label}" if label is not None else "no such label"
+            have[shown] = have.get(shown, 0) + 1
+        found = ", ".join(f"{k} ({n})" for k, n in sorted(have.items()) if k != f"{key}={want}")
+        parts.append(f"selector {key}={want}; the nodes have {found or 'it'}")
+    return "; ".join(parts)
+
+
+def _resource_finding(
+    code: ReasonCode, resource: str, fit: FitAnalysis | None, count: int | None
+) -> _Finding:
+    numbers = fit.resources.get(resource) if fit is not None else None
+    if numbers is None:
+        return _Finding(
+            code,
+            f"not enough {resource} free on the nodes",
+            nodes=count,
+            numbers={"resource": resource},
+        )
+    need, largest, matching = numbers.requested, numbers.largest, numbers.largest_matching
+    shown = {
+        "resource": resource,
+        "requested": format_quantity(need),
+        "free": _q(numbers.most_free_matching),
+        "allocatable": _q(matching if matching is not None else largest),
+    }
+    values = {k: v for k, v in shown.items() if v is not None}
+    if numbers.advertised == 0:
+        return _Finding(
+            R.NO_GPU_NODES if is_gpu_resource(resource) else code,
+            f"needs {_amount(resource, need)}; no node advertises {resource}",
+            waitable=False,
+            nodes=count,
+            numbers=values,
+        )
+    bound = matching if matching is not None else largest
+    if bound == 0:
+        return _Finding(
+            code,
+            f"needs {_amount(resource, need)}; the nodes the job may use have no {resource}, "
+            f"and the nodes that have it (up to {format_quantity(largest)}) are kept out by "
+            "other rules",
+            waitable=False,
+            nodes=count,
+            numbers=values,
+        )
+    if need > bound:
+        detail = f"needs {_amount(resource, need)} on one node; the largest node "
+        if matching is not None and matching < largest:
+            detail += (
+                f"the job may use has {format_quantity(matching)} (the largest node "
+                f"of all has {format_quantity(largest)})"
+            )
+        else:
+            detail += f"has {format_quantity(largest)}"
+        return _Finding(
+            code,
+            detail,
+            waitable=False,
+            nodes=count,
+            numbers=values,
+            action=f"Ask for at most {_amount(resource, bound)} per node; waiting will not help.",
+        )
+    free = numbers.most_free_matching if numbers.most_free_matching is not None else Decimal(0)
+    detail = (
+        f"needs {_amount(resource, need)}; the most free on a node the job may use is "
+        f"{format_quantity(max(free, Decimal(0)))} of {format_quantity(bound)}"
+    )
+    return _Finding(code, detail, waitable=True, nodes=count, numbers=values)
+
+
+def _verdict_findings(
+    reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalysis | None, pod: object
+) -> list[_Finding]:
+    pod_spec = get(pod, "spec")
+    advertised = {r: n.advertised > 0 for r, n in fit.resources.items()} if fit is not None else {}
+    grouped: dict[ReasonCode, list[_Finding]] = {}
+    for part in verdict.parts:
+        code = reason_of(
+            part, gpu_advertised=advertised.get(part.resource or "") if part.resource else None
+        )
+        if code is None:
+            if part.filter is Filter.UNKNOWN:
+                reader.note(
+                    f"a part of the scheduler's verdict kubetrain does not know: {part.text!r}"
+                )
+            continue
+        count = part.count if part.count is not None else verdict.total_nodes
+        if part.filter is Filter.INSUFFICIENT and part.resource:
+            finding = _resource_finding(code, part.resource, fit, count)
+            code = finding.reason
+        elif code is R.UNTOLERATED_TAINT:
+            finding = _Finding(
+                code,
+                _taint_detail(reader, fit, part.taint_key, part.taint_value, count),
+                nodes=count,
+            )
+        elif code is R.NODE_SELECTOR_MISMATCH:
+            finding = _Finding(code, _selector_detail(pod_spec, reader.index.nodes), nodes=count)
+        elif code is R.PVC_NOT_FOUND:
+            claim = part.claim or "?"
+            finding = _Finding(
+                code,
+                f'claim "{claim}" does not exist in namespace {reader.job.namespace}',
+                nodes=count,
+            )
+        elif code is R.PVC_UNBOUND:
+            finding = _pvc_unbound(reader, pod_spec, part.text, count)
+        elif code is R.NODE_NOT_READY:
+            finding = _Finding(
+                code, _not_ready_detail(part.filter, part.taint_key, part.text), nodes=count
+            )
+        else:
+            finding = _Finding(code, part.text, nodes=count)
+        grouped.setdefault(code, []).append(finding)
+    findings = []
+    for code, same in grouped.items():
+        first = same[0]
+        if len(same) > 1:
+            counts = [f.nodes for f in same if f.nodes is not None]
+            # A node reports every short resource at once; other filters report one reason per node.
+            overlap = code in (R.INSUFFICIENT_RESOURCE, R.INSUFFICIENT_GPU)
+            first.nodes = (max(counts) if overlap else sum(counts)) if counts else None
+            first.detail = "; ".join(dict.fromkeys(f.detail for f in same))
+        findings.append(first)
+    return findings
+
+
+def _not_ready_detail(token: Filter, key: str | None, raw: str) -> str:
+    if token is Filter.UNSCHEDULABLE:
+        return "cordoned nodes (marked unschedulable for maintenance) take no new Pods"
+    if key:
+        return f"nodes with the health taint {key} take no new Pods"
+    return raw
+
+
+def _pvc_unbound(reader: _Reader, pod_spec: object, raw: str, count: int | None) -> _Finding:
+    pending = []
+    waitable: bool | None = True
+    said = []
+    for volume in as_list(pod_spec, "volumes"):
+        claim = text(volume, "persistentVolumeClaim", "claimName")
+        if not claim:
+            continue
+        pvc = reader.index.pvcs.get((reader.job.namespace, claim))
+        if pvc is None or text(pvc, "status", "phase") == "Bound":
+            continue
+        pending.append(claim)
+        storage_class = text(pvc, "spec", "storageClassName")
+        events = reader.events("PersistentVolumeClaim", claim)
+        binding = [
+            e for e in events if text(e, "reason") in ("FailedBinding", "ProvisioningFailed")
+        ]
+        if binding:
+            said.append(text(binding[-1], "message") or "")
+        if storage_class == "" or (
+            storage_class
+            and reader.index.storage_classes
+            and storage_class not in reader.index.storage_classes
+        ):
+            waitable = False
+        if any("no storage class is set" in (text(e, "message") or "") for e in binding):
+            waitable = False
+    if not pending:
+        return _Finding(R.PVC_UNBOUND, raw, nodes=count)
+    names = ", ".join(f'"{c}"' for c in pending)
+    detail = f"claim {names} is not bound to a volume"
+    if said:
+        detail += f" (the volume binder says: {said[-1]})"
+    return _Finding(R.PVC_UNBOUND, detail, waitable=waitable, nodes=count)
+
+
+def _closest_finding(reader: _Reader, fit: FitAnalysis, pod: object) -> _Finding | None:
+    closest = fit.closest
+    if closest is None:
+        return None
+    if closest.resource:
+        return _resource_finding(closest.reason, closest.resource, fit, closest.nodes)
+    spec = get(pod, "spec")
+    if closest.reason is R.UNTOLERATED_TAINT:
+        detail = _taint_detail(reader, fit, None, None, closest.nodes)
+    elif closest.reason is R.NODE_SELECTOR_MISMATCH:
+        detail = _selector_detail(spec, reader.index.nodes)
+    elif closest.reason is R.NODE_NOT_READY:
+        detail = ""  # the verdict's part says whether cordoned or unhealthy
+    else:
+        detail = closest.detail
+    return _Finding(closest.reason, detail, waitable=closest.waitable, nodes=closest.nodes)
+
+
+_UNEVALUATED = frozenset({R.PLACEMENT_RULES, R.INSUFFICIENT_RESOURCE, R.VOLUME_NODE_CONFLICT})
+_PREFILTER = frozenset({R.PVC_NOT_FOUND, R.PVC_UNBOUND})
+
+
+def _unschedulable(
+    reader: _Reader,
+    pod: Mapping[str, Any],
+    message: str,
+    raw_reason: str | None,
+    since: datetime | None,
+) -> list[_Finding]:
+    verdict = parse_scheduling_message(message)
+    spec = get(pod, "spec")
+    fit = _fit(reader, spec)
+    findings = _verdict_findings(reader, verdict, fit, pod)
+    by_code = {f.reason: f for f in findings}
+    primary: _Finding | None = None
+    prefilter = [f for f in findings if f.reason in _PREFILTER]
+    if prefilter:
+        primary = min(prefilter, key=lambda f: rank(f.reason))
+    elif fit is not None and fit.closest is not None:
+        closest = _closest_finding(reader, fit, pod)
+        if closest is not None:
+            primary = by_code.get(closest.reason) or closest
+            if primary is not closest:
+                # The scheduler's count with the table's numbers and verdict on waiting.
+                primary.waitable = closest.waitable
+                primary.detail = closest.detail or primary.detail
+                primary.action = closest.action
+                primary.numbers = closest.numbers or primary.numbers
+    elif fit is not None and fit.fitting:
+        unevaluated = [f for f in findings if f.reason in _UNEVALUATED]
+        if unevaluated:
+            primary = min(unevaluated, key=lambda f: rank(f.reason))
+        else:
+            reader.note(
+                f"{fit.fitting} node{'s' * (fit.fitting != 1)} could take the Pod now by this "
+                "snapshot; "
+                "the scheduler's verdict is older and it will try again"
+            )
+    if primary is None and findings:
+        primary = min(findings, key=lambda f: rank(f.reason))
+    if primary is None:
+        primary = _Finding(
+            R.SCHEDULING,
+            "the scheduler refused the Pod for a reason kubetrain does not know; see the raw "
+            "message",
+            waitable=None,
+        )
+    if fit is not None:
+        _check_agreement(reader, verdict, fit)
+    for finding in findings:
+        finding.raw_reason, finding.raw_message, finding.since = raw_reason, message, since
+    primary.raw_reason, primary.raw_message, primary.since = raw_reason, message, since
+    rest = [f for f in findings if f is not primary]
+    rest.sort(key=lambda f: rank(f.reason))
+    reader.fit = fit
+    return [primary, *rest]
+
+
+def _check_agreement(reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalysis) -> None:
+    if verdict.total_nodes is not None and verdict.total_nodes != len(reader.index.nodes):
+        reader.note(
+            f"the scheduler weighed {verdict.total_nodes} nodes; the snapshot holds "
+            f"{len(reader.index.nodes)}"
+        )
+    if any(p.count is None for p in verdict.parts):
+        return  # a PreFilter verdict: no per-node counts to compare
+    ours: dict[tuple[Filter, str | None], int] = dict(fit.first_failures)
+    theirs: dict[tuple[Filter, str | None], int] = {}
+    comparable = {
+        Filter.INSUFFICIENT,
+        Filter.TOO_MANY_PODS,
+        Filter.UNTOLERATED_TAINT,
+        Filter.NODE_AFFINITY,
+        Filter.NODE_NAME,
+        Filter.UNSCHEDULABLE,
+        Filter.VOLUME_NODE_AFFINITY,
+    }
+    for part in verdict.parts:
+        if part.filter not in comparable:
+            continue
+        detail = part.resource if part.filter is Filter.INSUFFICIENT else part.taint_key
+        tag = (part.filter, detail)
+        theirs[tag] = theirs.get(tag, 0) + (part.count or 0)
+    # A taint the message does not name compares with every untolerated taint.
+    if (Filter.UNTOLERATED_TAINT, None) in theirs:
+        total = sum(n for (token, _), n in ours.items() if token is Filter.UNTOLERATED_TAINT)
+        ours = {k: v for k, v in ours.items() if k[0] is not Filter.UNTOLERATED_TAINT}
+        ours[(Filter.UNTOLERATED_TAINT, None)] = total
+    differ = []
+    for key in sorted(set(ours) | set(theirs), key=lambda k: (k[0].value, k[1] or "")):
+        if key[0] not in comparable:
+            continue
+        if ours.get(key, 0) != theirs.get(key, 0):
+            label = key[0].value + (f" {key[1]}" if key[1] else "")
+            differ.append(f"{label}: scheduler {theirs.get(key, 0)}, nodes {ours.get(key, 0)}")
+    if differ:
+        reader.note(
+            "the node table does not agree with the scheduler's counts ("
+            + "; ".join(differ)
+            + "): the cluster changed after the verdict, or a rule kubetrain does not evaluate "
+            "decided"
+        )
+
+
+# -- the job's state ----------------------------------------------------------------
+
+
+@dataclass
+class _Outcome:
+    state: BusinessState
+    findings: list[_Finding]
+    stage: Link
+    terminal_link_failed: bool = False
+
+
+def _since(*moments: datetime | None) -> datetime | None:
+    return next((m for m in moments if m is not None), None)
+
+
+def _quota(reader: _Reader) -> list[_Finding]:
+    refusals = [
+        e for e in reader.events("Job", reader.job.k8s_name) if text(e, "reason") == "FailedCreate"
+    ]
+    if not refusals:
+        return []
+    last = refusals[-1]
+    message = text(last, "message") or ""
+    since = _event_first_time(refusals[0])
+    refusal = parse_admission_refusal(message)
+    finding = _refusal_finding(refusal)
+    finding.raw_reason, finding.raw_message, finding.since = "FailedCreate", message, since
+    return [finding]
+
+
+def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
+    if not refusal.is_quota:
+        return _Finding(
+            R.CONTAINER_CONFIG_ERROR,
+            "the API server refuses to create the job's Pod; the raw message says why",
+            waitable=False,
+        )
+    numbers: dict[str, str] = {}
+    details = []
+    for res in refusal.resources:
+        if res.requested is None:
+            continue
+        if not numbers:
+            numbers = {"resource": res.resource, "requested": format_quantity(res.requested)}
+            if res.limit is not None:
+                numbers["limit"] = format_quantity(res.limit)
+            if res.used is not None:
+                numbers["used"] = format_quantity(res.used)
+        if res.limit is not None:
+            used = f", {format_quantity(res.used)} in use" if res.used is not None else ""
+            details.append(
+                f"needs {format_quantity(res.requested)} {res.resource}; the limit is "
+                f"{format_quantity(res.limit)}{used}"
+            )
+    where = {
+        "quota": f"quota {refusal.name}",
+        "kueue": f"the queue's flavor {refusal.name}",
+        "limit-range": "the namespace's LimitRange",
+    }.get(refusal.kind, f"quota {refusal.name}")
+    if refusal.kind == "quota-unspecified":
+        missing = ", ".join(r.resource for r in refusal.resources)
+        return _Finding(
+            R.WAITING_FOR_QUOTA,
+            f"quota {refusal.name} requires the Pod to declare {missing}",
+            waitable=False,
+            action="Declare the requests and limits the quota tracks (kubetrain sets cpu, "
+            "memory and GPUs).",
+        )
+    detail = f"{where}: " + "; ".join(details) if details else f"{where} refuses the Pod"
+    never = [r for r in refusal.resources if r.never]
+    action = None
+    if never:
+        res = never[0]
+        action = (
+            f"Ask for at most {format_quantity(res.limit or Decimal(0))} {res.resource}, "
+            f"or ask the platform to raise {where}; waiting will not help."
+        )
+    return _Finding(
+        R.WAITING_FOR_QUOTA, detail, waitable=refusal.waitable, action=action, numbers=numbers
+    )
+
+
+def _suspended(reader: _Reader) -> list[_Finding]:
+    workloads = reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
+    job_conditions = _conditions(reader.k8s_job)
+    suspended = job_conditions.get("Suspended")
+    since = timestamp(suspended, "lastTransitionTime") if suspended else None
+    for workload in workloads:
+        conditions = _conditions(workload)
+        reserved = conditions.get("QuotaReserved")
+        if reserved is not None and text(reserved, "status") == "False":
+            message = text(reserved, "message") or ""
+            refusal = parse_kueue_message(message)
+            finding = (
+                _refusal_finding(refusal) if refusal else _Finding(R.WAITING_FOR_QUOTA, message)
+            )
+            inadmissible = text(reserved, "reason") == "Inadmissible"
+            if inadmissible:
+                finding.waitable = False
+            finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
+            finding.since = timestamp(reserved, "lastTransitionTime") or since
+            return [finding]
+        evicted = _true(conditions, "Evicted")
+        if evicted is not None:
+            said = text(evicted, "message")
+            return [
+                _Finding(
+                    R.WAITING_FOR_QUOTA,
+                    f"the queue evicted the job: {said or text(evicted, 'reason')}",
+                    raw_reason=text(evicted, "reason"),
+                    raw_message=said,
+                    since=timestamp(evicted, "lastTransitionTime"),
+                )
+            ]
+    if not workloads:
+        reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
+    return [
+        _Finding(
+            R.WAITING_FOR_QUOTA,
+            "the Job is suspended: a queue (Kueue) has not admitted it yet",
+            raw_reason=text(suspended, "reason") if suspended else "Suspended",
+            raw_message=text(suspended, "message") if suspended else None,
+            since=since,
+        )
+    ]
+
+
+def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
+    """A Pod bound to a node whose container has not started."""
+    findings: list[_Finding] = []
+    node_name = text(pod, "spec", "nodeName")
+    node = reader.nodes_by_name.get(node_name or "")
+    if node is not None and node.ready not in ("True", None):
+        findings.append(
+            _Finding(
+                R.NODE_NOT_READY,
+                f"the Pod's node {node_name} is NotReady",
+                raw_reason="NodeNotReady",
+                raw_message=f"node {node_name} Ready={node.ready}",
+            )
+        )
+    status = _main_status(pod)
+    state, detail = _state(status)
+    reason, message = text(detail, "reason"), text(detail, "message")
+    if state is None:
+        for status in as_list(pod, "status", "initContainerStatuses"):
+            init_state, init_detail = _state(status)
+            if init_state == "waiting" and text(init_detail, "reason") not in (
+                None,
+                "PodInitializing",
+            ):
+                state, detail = init_state, init_detail
+                reason, message = text(detail, "reason"), text(detail, "message")
+                break
+    ready_since = timestamp(_conditions(pod).get("Ready"), "lastTransitionTime") or timestamp(
+        pod, "status", "startTime"
+    )
+    if state == "waiting" and reason in _IMAGE_PULL:
+        failed = reader.pod_events(pod, "Failed")
+        said = text(failed[-1], "message") if failed else None
+        since = _since(_event_first_time(failed[0]) if failed else None, ready_since)
+        image = next(
+            (
+                text(c, "image")
+                for c in as_list(pod, "spec", "containers")
+                if text(c, "name") == text(status, "name")
+            ),
+            None,
+        )
+        detail_text = f"image {image}" if image else "the image"
+        detail_text += f": {said}" if said else ""
+        findings.insert(
+            0,
+            _Finding(
+                R.IMAGE_PULL_FAILED,
+                detail_text,
+                raw_reason=reason,
+                raw_message=message,
+                since=since,
+            ),
+        )
+        return findings
+    if state == "waiting" and reason in _CONFIG:
+        findings.insert(
+            0,
+            _Finding(
+                R.CONTAINER_CONFIG_ERROR,
+                message or reason or "",
+                raw_reason=reason,
+                raw_message=message,
+                since=ready_since,
+            ),
+        )
+        return findings
+    if state == "waiting" and reason == "CrashLoopBackOff":
+        last = as_map(status, "lastState", "terminated")
+        exit_code = integer(last, "exitCode")
+        findings.insert(
+            0,
+            _Finding(
+                R.CRASH_LOOP,
+                f"last exit code {exit_code}"
+                + (f": {text(last, 'message')}" if text(last, "message") else ""),
+                raw_reason=reason,
+                raw_message=message,
+                since=ready_since,
+            ),
+        )
+        return findings
+    mounts = reader.pod_events(pod, *_MOUNT_EVENTS)
+    if mounts:
+        last = mounts[-1]
+        findings.insert(
+            0,
+            _Finding(
+                R.VOLUME_MOUNT_FAILED,
+                text(last, "message") or "",
+                raw_reason=text(last, "reason"),
+                raw_message=text(last, "message"),
+                since=_event_first_time(mounts[0]),
+            ),
+        )
+        return findings
+    findings.append(
+        _Finding(
+            R.CONTAINER_CREATING,
+            f"on node {node_name}" if node_name else "",
+            raw_reason=reason or "ContainerCreating",
+            raw_message=message,
+            since=ready_since,
+        )
+    )
+    return findings
+
+
+def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], Link]:
+    if text(pod, "spec", "nodeName"):
+        findings = _waiting(reader, pod)
+        return findings, Link.RUNTIME
+    scheduled = _conditions(pod).get("PodScheduled")
+    gates = [g for g in (text(g, "name") for g in as_list(pod, "spec", "schedulingGates")) if g]
+    created = timestamp(pod, "metadata", "creationTimestamp")
+    if gates or text(scheduled, "reason") == "SchedulingGated":
+        detail = f"gates: {', '.join(gates)}" if gates else ""
+        return [
+            _Finding(
+                R.SCHEDULING_GATED,
+                detail,
+                raw_reason="SchedulingGated",
+                raw_message=text(scheduled, "message"),
+                since=_since(timestamp(scheduled, "lastTransitionTime"), created),
+            )
+        ], Link.SCHEDULER
+    events = reader.pod_events(pod, "FailedScheduling")
+    condition_message = text(scheduled, "message") if text(scheduled, "status") == "False" else None
+    message = condition_message
+    raw_reason = text(scheduled, "reason") if condition_message else None
+    since = timestamp(scheduled, "lastTransitionTime")
+    if events:
+        latest = events[-1]
+        event_time = _event_time(latest)
+        # The condition holds the latest verdict; an event newer than it says more.
+        if message is None or (since is not None and event_time is not None and event_time > since):
+            message = text(latest, "message") or message
+            raw_reason = raw_reason or "FailedScheduling"
+        since = since or _event_first_time(events[0])
+    if message:
+        return _unschedulable(
+            reader, pod, message, raw_reason or "Unschedulable", since
+        ), Link.SCHEDULER
+    return [
+        _Finding(
+            R.SCHEDULING,
+            "the scheduler has not given its verdict yet",
+            raw_reason=text(scheduled, "reason"),
+            raw_message=text(scheduled, "message"),
+            since=created,
+        )
+    ], Link.SCHEDULER
+
+
+def _running(pod: Mapping[str, Any]) -> bool:
+    if text(pod, "status", "phase") in ("Succeeded", "Failed"):
+        return False
+    status = _main_status(pod)
+    state, _ = _state(status)
+    return state == "running"
+
+
+def _gone(pod: Mapping[str, Any]) -> bool:
+    return text(pod, "status", "phase") in ("Succeeded", "Failed") or bool(
+        text(pod, "metadata", "deletionTimestamp")
+    )
+
+
+def _active(reader: _Reader) -> _Outcome:
+    pods = reader.pods
+    running = [p for p in pods if _running(p) and not text(p, "metadata", "deletionTimestamp")]
+    if running:
+        pod = running[-1]
+        _, detail = _state(_main_status(pod))
+        since = timestamp(detail, "startedAt") or timestamp(pod, "status", "startTime")
+        return _Outcome(
+            S.RUNNING,
+            [_Finding(R.TRAINING, f"on node {text(pod, 'spec', 'nodeName')}", since=since)],
+            Link.TRAINING,
+        )
+    live = [p for p in pods if not _gone(p)]
+    previous = [p for p in pods if _gone(p)]
+    earlier: list[_Finding] = []
+    if previous:
+        cause = _attempt_cause(previous[-1])
+        if cause is not None:
+            number = next(
+                (a.number for a in reader.attempts if a.pod_name == meta_name(previous[-1])), None
+            )
+            cause.detail = f"attempt {number}: {cause.detail}" if number else cause.detail
+            if cause.reason not in (R.NODE_LOST, R.PREEMPTED):
+                cause.waitable = None  # the next attempt may fail the same way
+            cause.current = False
+            earlier.append(cause)
+    if not earlier:
+        # The previous Pod may be gone already (a preempted or evicted Pod is
+        # deleted); its events still say why it ended.
+        gone = [a for a in reader.attempts if a.phase is None]
+        newest = meta_name(live[-1]) if live else None
+        numbers = {a.pod_name: a.number for a in reader.attempts}
+        if gone and (newest is None or gone[-1].number < numbers.get(newest, 0)):
+            cause = _gone_cause(reader, gone[-1])
+            if cause is not None:
+                earlier.append(cause)
+    if live:
+        findings, stage = _pending(reader, live[-1])
+        return _Outcome(S.QUEUED, _ordered(findings, earlier), stage)
+    if earlier:
+        # The last attempt ended and the Job controller has not made the next Pod yet.
+        return _Outcome(
+            S.QUEUED, earlier, _STAGE.get(earlier[0].reason, CATALOG[earlier[0].reason].link)
+        )
+    quota = _quota(reader)
+    if quota:
+        return _Outcome(S.QUEUED, quota, Link.QUOTA)
+    return _Outcome(
+        S.QUEUED,
+        [
+            _Finding(
+                R.SCHEDULING,
+                "the Job controller has not created the Pod yet",
+                since=timestamp(reader.k8s_job, "metadata", "creationTimestamp"),
+            )
+        ],
+        Link.QUOTA,
+    )
+
+
+# Events that say why a Pod that is gone now ended.
+_GONE_EVENTS = {
+    "Preempted": R.PREEMPTED,  # kube-scheduler, on the victim
+    "TaintManagerEviction": R.NODE_LOST,  # taint-eviction controller (node unreachable)
+    "Evicted": R.EVICTED,  # kubelet, under node pressure
+}
+
+
+def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
+    for event in reversed(reader.events("Pod", attempt.pod_name)):
+        code = _GONE_EVENTS.get(text(event, "reason") or "")
+        if code is not None:
+            message = text(event, "message")
+            return _Finding(
+                code,
+                f"attempt {attempt.number}: {message or text(event, 'reason')}",
+                raw_reason=text(event, "reason"),
+                raw_message=message,
+                since=_event_time(event),
+                current=False,
+            )
+    return None
+
+
+def _ordered(current: list[_Finding], earlier: list[_Finding]) -> list[_Finding]:
+    """The current attempt's primary stays primary unless the previous attempt's end
+    ranks before it (precedence): "node lost" explains a new Pod waiting for a node."""
+    if current and earlier and rank(earlier[0].reason) < rank(current[0].reason):
+        return [*earlier, *current]
+    return [*current, *earlier]
+
+
+_JOB_REASONS = {
+    "BackoffLimitExceeded": R.BACKOFF_LIMIT_EXCEEDED,
+    "MaxFailedIndexesExceeded": R.BACKOFF_LIMIT_EXCEEDED,
+    "FailedIndexes": R.BACKOFF_LIMIT_EXCEEDED,
+    "DeadlineExceeded": R.DEADLINE_EXCEEDED,
+}
+
+
+def _reached(reader: _Reader) -> Link:
+    """The furthest link the last attempt got to, from its Pod or its events."""
+    if not reader.attempts:
+        return Link.QUOTA
+    last = reader.attempts[-1]
+    if last.started_at or last.container_state in ("running", "terminated"):
+        return Link.TRAINING
+    if last.node:
+        return Link.RUNTIME
+    return Link.SCHEDULER
+
+
+def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
+    job_reason = text(condition, "reason")
+    job_message = text(condition, "message")
+    since = timestamp(condition, "lastTransitionTime")
+    job_code = _JOB_REASONS.get(job_reason or "")
+    job_finding = (
+        _Finding(
+            job_code, job_message or "", raw_reason=job_reason, raw_message=job_message, since=since
+        )
+        if job_code
+        else None
+    )
+    cause: _Finding | None = None
+    for pod in reversed(reader.pods):
+        cause = _attempt_cause(pod)
+        if cause is not None:
+            break
+    if cause is None and job_reason == "PodFailurePolicy" and job_message:
+        match = _FAILED_WITH_EXIT.search(job_message)
+        if match:
+            code = R.PREFLIGHT_FAILED if int(match[1]) == PREFLIGHT_EXIT_CODE else R.EXIT_NONZERO
+            cause = _Finding(
+                code, job_message, raw_reason=job_reason, raw_message=job_message, since=since
+            )
+    if job_code is R.DEADLINE_EXCEEDED and job_finding is not None:
+        findings = [job_finding]
+        if cause is not None:
+            findings.append(cause)
+        findings += _left_by_gone_pods(reader)
+        return _Outcome(S.FAILED, findings, _reached(reader))
+    if cause is not None:
+        cause.since = cause.since or since
+        findings = [cause] + ([job_finding] if job_finding else [])
+        stage = _STAGE.get(cause.reason, CATALOG[cause.reason].link)
+        if cause.reason in (R.EVICTED, R.NODE_LOST, R.PREEMPTED):
+            stage = _reached(reader)
+        return _Outcome(S.FAILED, findings, stage)
+    if job_finding is not None:
+        return _Outcome(S.FAILED, [job_finding, *_left_by_gone_pods(reader)], _reached(reader))
+    reader.note(f"the Job failed with reason {job_reason!r}, which kubetrain does not know")
+    return _Outcome(
+        S.FAILED,
+        [
+            _Finding(
+                R.BACKOFF_LIMIT_EXCEEDED,
+                job_message or "",
+                raw_reason=job_reason,
+                raw_message=job_message,
+                since=since,
+            )
+        ],
+        _reached(reader),
+    )
+
+
+def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
+    """What the last attempt's events said, when its Pod is gone (the deadline deleted it)."""
+    if not reader.attempts or reader.attempts[-1].phase is not None:
+        return []
+    last = reader.attempts[-1]
+    events = [e for e in reader.events("Pod", last.pod_name) if text(e, "type") == "Warning"]
+    if not events:
+        return []
+    event = events[-1]
+    reason, message = text(event, "reason"), text(event, "message") or ""
+    if reason == "FailedScheduling":
+        verdict = parse_scheduling_message(message)
+        codes = [reason_of(p) for p in verdict.parts]
+        code = min((c for c in codes if c is not None), key=rank, default=None)
+    elif reason in _MOUNT_EVENTS:
+        code = R.VOLUME_MOUNT_FAILED
+    elif reason == "Failed" and "pull" in message.lower():
+        code = R.IMAGE_PULL_FAILED
+    else:
+        code = None
+    if code is None:
+        return []
+    return [
+        _Finding(
+            code,
+            f"attempt {last.number} was held: {message}",
+            raw_reason=reason,
+            raw_message=message,
+            since=_event_first_time(event),
+        )
+    ]
+
+
+def _outcome(reader: _Reader) -> _Outcome:
+    job = reader.job
+    if reader.k8s_job is None:
+        if job.cancel_requested:
+            return _Outcome(S.CANCELLED, [_Finding(R.CANCELLED)], Link.CONTROL_PLANE)
+        if not job.dispatched:
+            finding = _Finding(
+                R.JOB_NOT_CREATED,
+                f"the last attempt to create it failed: {job.dispatch_error}"
+                if job.dispatch_error
+                else "",
+                waitable=None if job.dispatch_error else True,
+                raw_message=job.dispatch_error,
+            )
+            return _Outcome(S.CREATED, [finding], Link.CONTROL_PLANE)
+        return _Outcome(
+            S.FAILED,
+            [_Finding(R.JOB_DELETED, f"Job {job.k8s_name} is gone from namespace {job.namespace}")],
+            Link.CONTROL_PLANE,
+        )
+    conditions = _conditions(reader.k8s_job)
+    complete = _true(conditions, "Complete")
+    if complete is not None:
+        since = timestamp(complete, "lastTransitionTime") or timestamp(
+            reader.k8s_job, "status", "completionTime"
+        )
+        finding = _Finding(
+            R.COMPLETED,
+            raw_reason=text(complete, "reason"),
+            raw_message=text(complete, "message"),
+            since=since,
+        )
+        return _Outcome(S.SUCCEEDED, [finding], Link.JOB)
+    failed = _true(conditions, "Failed") or _true(conditions, "FailureTarget")
+    if failed is not None:
+        return _failed(reader, failed)
+    if job.cancel_requested:
+        since = timestamp(reader.k8s_job, "metadata", "deletionTimestamp")
+        return _Outcome(S.CANCELLED, [_Finding(R.CANCELLED, since=since)], Link.CONTROL_PLANE)
+    if get(reader.k8s_job, "spec", "suspend") is True:
+        return _Outcome(S.QUEUED, _suspended(reader), Link.QUOTA)
+    return _active(reader)
+
+
+_HEALTHY = frozenset({R.TRAINING, R.PREFLIGHT, R.SCHEDULING, R.CONTAINER_CREATING, R.COMPLETED})
+
+
+def _chain(outcome: _Outcome) -> tuple[ChainMark, ...]:
+    """A mark per link: passed before the job's stage, its stage active or blocking
+    (failed), the links of its current blockers blocking too, the rest not reached."""
+    state = outcome.state
+    if state is S.SUCCEEDED:
+        return tuple(ChainMark(link, ChainState.PASSED) for link in CHAIN)
+    stage = CHAIN.index(outcome.stage)
+    primary = outcome.findings[0].reason
+    healthy = primary in _HEALTHY or state is S.CANCELLED
+    bad = ChainState.FAILED if state is S.FAILED else ChainState.BLOCKING
+    problems = {
+        CATALOG[f.reason].link
+        for f in outcome.findings
+        if f.current and f.reason not in _HEALTHY and state is not S.CANCELLED
+    }
+    if state is S.FAILED:
+        problems.add(Link.JOB)
+    marks = []
+    for number, link in enumerate(CHAIN):
+        if link in problems:
+            mark = bad
+        elif number < stage:
+            mark = ChainState.PASSED
+        elif number == stage and state is not S.CANCELLED:
+            mark = ChainState.ACTIVE if healthy else bad
+        else:
+            mark = ChainState.NOT_REACHED
+        marks.append(ChainMark(link, mark))
+    return tuple(marks)
+
+
+def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
+    """Why `job` is or is not running, from `snapshot` as of `now` (see the module docstring)."""
+    reader = _Reader(job, snapshot, now)
+    outcome = _outcome(reader)
+    primary = outcome.findings[0]
+    blockers = tuple(f.blocker() for f in outcome.findings)
+    entry = CATALOG[primary.reason]
+    explanation = entry.explanation
+    if primary.detail:
+        explanation += f" {primary.detail[0].upper()}{primary.detail[1:]}"
+        if not explanation.endswith((".", "?", "!")):
+            explanation += "."
+    waitable: bool | None = blockers[0].waitable
+    if outcome.state in (S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED):
+        waitable = None
+    fit: FitAnalysis | None = reader.fit
+    # The node table answers "where could it go", which matters only while the
+    # scheduler, a node or the device plugin is what holds the job.
+    show_nodes = (
+        fit is not None
+        and outcome.stage is Link.SCHEDULER
+        and entry.link in (Link.SCHEDULER, Link.GPU_NODE, Link.DEVICE_PLUGIN)
+    )
+    return Diagnosis(
+        state=outcome.state,
+        reason=primary.reason,
+        link=entry.link,
+        waitable=waitable,
+        actor=entry.actor,
+        explanation=explanation,
+        action=primary.action or entry.action,
+        since=primary.since,
+        raw_reason=primary.raw_reason,
+        raw_message=primary.raw_message,
+        blockers=blockers if outcome.state not in (S.RUNNING, S.SUCCEEDED) else (),
+        chain=_chain(outcome),
+        nodes=fit.nodes if show_nodes and fit is not None else (),
+        attempts=reader.attempts,
+        constraints=fit.constraints if show_nodes and fit is not None else (),
+        notes=tuple(reader.notes),
+    )

@@ -1,0 +1,61 @@
+"""Loading recorded fixtures and diagnosing their Job, for the diagnosis tests."""
+
+from __future__ import annotations
+
+import copy
+import json
+from datetime import UTC, datetime
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
+
+SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
+# After every recording: "since" and event ages are measured from here.
+NOW = datetime(2026, 12, 2, 16, 0, tzinfo=UTC)
+
+
+@cache
+def _raw(name: str) -> str:
+    return (SNAPSHOTS / f"{name}.json").read_text()
+
+
+def dump(name: str) -> dict[str, Any]:
+    """A fresh copy of a recorded dump, safe to change in a test."""
+    data: dict[str, Any] = json.loads(_raw(name))
+    return data
+
+
+def items(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [i for i in data["items"] if isinstance(i, dict) and i.get("kind") == kind]
+
+
+def the_job(data: dict[str, Any]) -> dict[str, Any]:
+    jobs = items(data, "Job")
+    assert len(jobs) == 1
+    return jobs[0]
+
+
+def facts(data: dict[str, Any], **overrides: Any) -> JobFacts:
+    job = the_job(data)
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    values: dict[str, Any] = {
+        "name": name,
+        "k8s_name": name,
+        "namespace": namespace,
+        "dispatched": True,
+    }
+    values.update(overrides)
+    return JobFacts(**values)
+
+
+def run(data: dict[str, Any], job: JobFacts | None = None, **overrides: Any) -> Diagnosis:
+    job = job or facts(data, **overrides)
+    snapshot = Snapshot.from_list(copy.deepcopy(data))
+    return diagnose(job, snapshot.for_job(job.k8s_name, job.namespace), NOW)
+
+
+def recorded(name: str) -> Diagnosis:
+    return run(dump(name))

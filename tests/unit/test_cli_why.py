@@ -1,0 +1,160 @@
+"""`kubetrain why --from-file`: the human view, -o json, YAML, merged files, and bad files."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import yaml
+
+from kubetrain.cli.main import main
+from tests.unit.diagnosis_helpers import SNAPSHOTS, dump
+
+pytestmark = pytest.mark.unit
+
+
+def why(capsys: pytest.CaptureFixture[str], *args: str) -> tuple[int, str, str]:
+    code = main(["why", *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_text_view_walks_the_chain_and_shows_the_node_table(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = why(capsys, "--from-file", str(SNAPSHOTS / "untolerated-taint.json"))
+    assert (code, err) == (0, "")
+    assert "QUEUED · UNTOLERATED_TAINT · waiting will not help" in out
+    assert "[ok] control-plane" in out
+    assert "[!!] scheduler" in out
+    assert "[  ] training" in out
+    for label in ("Why", "Do", "Since", "Raw", "Blockers", "Nodes", "Constraints", "Attempts"):
+        assert f"  {label}" in out
+    assert "taint nvidia.com/gpu=present:NoSchedule not tolerated" in out
+    assert "0/4 nodes are available" in out
+    assert "(who acts: user)" in out
+
+
+def test_text_view_of_a_failed_job(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = why(capsys, "--from-file", str(SNAPSHOTS / "preflight-failed.json"))
+    assert code == 0
+    assert "FAILED · PREFLIGHT_FAILED" in out
+    assert "[xx] preflight" in out
+    assert "exit 86" in out
+    assert "  Nodes" not in out
+
+
+def test_json_output_is_the_documented_object(capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = why(capsys, "--from-file", str(SNAPSHOTS / "gpu-busy.json"), "-o", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["job"] == "kt-gpu-busy"
+    assert (data["business_status"], data["reason"], data["waitable"]) == (
+        "QUEUED",
+        "INSUFFICIENT_GPU",
+        True,
+    )
+    assert data["blockers"][0]["nodes"] == 4
+    assert len(data["nodes"]) == 4
+
+
+def test_yaml_and_several_files_are_merged(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    data = dump("no-gpu-nodes")
+    nodes = [i for i in data["items"] if i["kind"] == "Node"]
+    rest = [i for i in data["items"] if i["kind"] != "Node"]
+    (tmp_path / "nodes.yaml").write_text(
+        yaml.safe_dump({"apiVersion": "v1", "kind": "List", "items": nodes})
+    )
+    (tmp_path / "job.json").write_text(
+        json.dumps({"apiVersion": "v1", "kind": "List", "items": rest})
+    )
+    code, out, _ = why(
+        capsys,
+        "--from-file",
+        str(tmp_path / "job.json"),
+        str(tmp_path / "nodes.yaml"),
+        "-o",
+        "json",
+    )
+    assert code == 0
+    assert json.loads(out)["reason"] == "NO_GPU_NODES"
+    # Without the nodes, the dump cannot tell whether any node advertises GPUs, and says so.
+    code, out, _ = why(capsys, "--from-file", str(tmp_path / "job.json"), "-o", "json")
+    assert code == 0
+    data = json.loads(out)
+    assert data["reason"] == "INSUFFICIENT_GPU"
+    assert any("no Nodes" in n for n in data["notes"])
+
+
+def test_job_is_chosen_by_name_when_the_dump_has_several(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a, b = SNAPSHOTS / "running.json", SNAPSHOTS / "succeeded.json"
+    code, _, err = why(capsys, "--from-file", str(a), str(b))
+    assert code == 1
+    assert "several Jobs" in err
+    assert "--job NAME" in err
+    code, out, _ = why(capsys, "--from-file", str(a), str(b), "--job", "kt-succeeded", "-o", "json")
+    assert (code, json.loads(out)["reason"]) == (0, "COMPLETED")
+    code, _, err = why(capsys, "--from-file", str(a), "--job", "kt-nope")
+    assert code == 1
+    assert "no Job named 'kt-nope'" in err
+    assert "kt-running" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "says"),
+    [
+        ("", "empty"),
+        ("{not json", "not valid JSON"),
+        ("[1, 2]", "array"),
+        ("just: [unclosed", "not valid JSON or YAML at line 1"),
+        ('{"kind": "List", "items": []}', "holds no Job"),
+        ("42", "int"),
+        (
+            '{"apiVersion": "v1", "kind": "List", '
+            '"items": [{"kind": "Pod", "metadata": {"name": "p"}}]}',
+            "holds no Job",
+        ),
+        ("a: 1\n---\n- 2\n", "not a Kubernetes List or object"),
+    ],
+)
+def test_bad_files_are_one_clear_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], content: str, says: str
+) -> None:
+    path = tmp_path / "dump.json"
+    path.write_text(content)
+    code, out, err = why(capsys, "--from-file", str(path))
+    assert code == 1
+    assert out == ""
+    assert err.startswith("kubetrain: error: ")
+    assert says in err
+    assert "Traceback" not in err
+    assert err.count("\n") == 1
+
+
+def test_missing_and_binary_files(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, _, err = why(capsys, "--from-file", str(tmp_path / "absent.json"))
+    assert code == 1
+    assert "no such file" in err
+    binary = tmp_path / "dump.bin"
+    binary.write_bytes(b"\xff\xfe\x00garbage")
+    code, _, err = why(capsys, "--from-file", str(binary))
+    assert code == 1
+    assert "not a text file" in err
+    code, _, err = why(capsys, "--from-file", str(tmp_path))
+    assert code == 1
+    assert "is a directory" in err
+
+
+def test_standard_input(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    import io
+
+    monkeypatch.setattr("sys.stdin", io.StringIO((SNAPSHOTS / "oom-killed.json").read_text()))
+    code, out, _ = why(capsys, "--from-file", "-", "-o", "json")
+    assert (code, json.loads(out)["reason"]) == (0, "OOM_KILLED")

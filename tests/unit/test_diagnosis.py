@@ -1,0 +1,461 @@
+"""diagnose() over every recorded fixture: state, reason, waitable, blockers, nodes, raw fields."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from typing import Any
+
+import pytest
+
+from kubetrain.domain.diagnosis import ChainState, Diagnosis
+from kubetrain.domain.reasons import CATALOG
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
+from tests.unit.diagnosis_helpers import SNAPSHOTS, recorded
+
+pytestmark = pytest.mark.unit
+
+R = ReasonCode
+S = BusinessState
+
+
+@dataclass(frozen=True)
+class Expected:
+    state: BusinessState
+    reason: ReasonCode
+    waitable: bool | None
+    blockers: tuple[tuple[ReasonCode, int | None], ...]  # (reason, nodes) in order
+    raw_reason: str | None
+    raw_message: str | None = None  # a part of it
+    chain: dict[Link, ChainState] = field(default_factory=dict)
+    nodes: dict[str, tuple[bool, str]] = field(default_factory=dict)  # name -> (fits, a "why")
+    attempts: int = 1
+    explanation: str = ""  # a part of it
+    numbers: dict[str, str] = field(default_factory=dict)  # the primary blocker's
+
+
+SCHEDULER_BLOCKING = {Link.QUOTA: ChainState.PASSED, Link.SCHEDULER: ChainState.BLOCKING}
+TAINT = "taint nvidia.com/gpu=present:NoSchedule not tolerated"
+
+CASES: dict[str, Expected] = {
+    "succeeded": Expected(
+        S.SUCCEEDED,
+        R.COMPLETED,
+        None,
+        (),
+        "CompletionsReached",
+        "succeeded pods",
+        chain={link: ChainState.PASSED for link in Link},
+    ),
+    "exit-nonzero": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        "loss is NaN at step 120",
+        chain={
+            Link.PREFLIGHT: ChainState.PASSED,
+            Link.TRAINING: ChainState.FAILED,
+            Link.JOB: ChainState.FAILED,
+        },
+        explanation="exited with code 1: loss is NaN at step 120",
+    ),
+    "preflight-failed": Expected(
+        S.FAILED,
+        R.PREFLIGHT_FAILED,
+        None,
+        ((R.PREFLIGHT_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        "preflight: GPU visible: expected 1, found 0",
+        chain={
+            Link.VOLUME: ChainState.PASSED,
+            Link.PREFLIGHT: ChainState.FAILED,
+            Link.TRAINING: ChainState.NOT_REACHED,
+        },
+    ),
+    "oom-killed": Expected(
+        S.FAILED,
+        R.OOM_KILLED,
+        None,
+        ((R.OOM_KILLED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "OOMKilled",
+        chain={Link.TRAINING: ChainState.FAILED},
+    ),
+    "backoff-limit": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        attempts=2,
+        explanation="exited with code 2",
+    ),
+    "deadline-exceeded": Expected(
+        S.FAILED,
+        R.DEADLINE_EXCEEDED,
+        None,
+        ((R.DEADLINE_EXCEEDED, None),),
+        "DeadlineExceeded",
+        "active longer than specified deadline",
+        chain={Link.JOB: ChainState.FAILED},
+        # The deadline deleted the Pod; the Job controller's events still name it.
+        attempts=1,
+    ),
+    "running": Expected(
+        S.RUNNING,
+        R.TRAINING,
+        None,
+        (),
+        None,
+        chain={
+            Link.PREFLIGHT: ChainState.PASSED,
+            Link.TRAINING: ChainState.ACTIVE,
+            Link.JOB: ChainState.NOT_REACHED,
+        },
+    ),
+    "insufficient-gpu": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        False,
+        ((R.INSUFFICIENT_GPU, 4),),
+        "Unschedulable",
+        "4 Insufficient nvidia.com/gpu",
+        chain=SCHEDULER_BLOCKING,
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu: has 8, needs 16"),
+            "cpu-0": (False, "no nvidia.com/gpu"),
+        },
+        explanation="Needs 16 GPUs on one node; the largest node has 8",
+        numbers={"resource": "nvidia.com/gpu", "requested": "16", "allocatable": "8"},
+    ),
+    "gpu-busy": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        True,
+        ((R.INSUFFICIENT_GPU, 4),),
+        "Unschedulable",
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 4"),
+            "cpu-1": (False, "no nvidia.com/gpu"),
+        },
+        explanation="the most free on a node the job may use is 0 of 8",
+        numbers={"resource": "nvidia.com/gpu", "requested": "4", "free": "0", "allocatable": "8"},
+    ),
+    "untolerated-taint": Expected(
+        S.QUEUED,
+        R.UNTOLERATED_TAINT,
+        False,
+        ((R.UNTOLERATED_TAINT, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "had untolerated taint {nvidia.com/gpu: present}",
+        chain=SCHEDULER_BLOCKING,
+        nodes={"gpu-h100-1": (False, TAINT), "cpu-0": (False, "no nvidia.com/gpu")},
+        explanation="nvidia.com/gpu=present:NoSchedule",
+    ),
+    "node-selector-mismatch": Expected(
+        S.QUEUED,
+        R.NODE_SELECTOR_MISMATCH,
+        False,
+        ((R.NODE_SELECTOR_MISMATCH, 4),),
+        "Unschedulable",
+        "didn't match Pod's node affinity/selector",
+        nodes={"gpu-h100-0": (False, "selector accelerator=nvidia-a100 ≠ nvidia-h100")},
+        explanation="accelerator=nvidia-h100 (2)",
+    ),
+    "no-gpu-nodes": Expected(
+        S.QUEUED,
+        R.NO_GPU_NODES,
+        False,
+        ((R.NO_GPU_NODES, 4),),
+        "Unschedulable",
+        "4 Insufficient nvidia.com/gpu",
+        chain={
+            Link.SCHEDULER: ChainState.BLOCKING,
+            Link.GPU_NODE: ChainState.NOT_REACHED,
+            Link.DEVICE_PLUGIN: ChainState.BLOCKING,
+        },
+        nodes={"gpu-h100-0": (False, "no nvidia.com/gpu")},
+        explanation="no node advertises nvidia.com/gpu",
+    ),
+    "insufficient-cpu": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_CPU,
+        False,
+        ((R.INSUFFICIENT_CPU, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "2 Insufficient cpu",
+        nodes={"cpu-0": (False, "cpu: has 32, needs 200"), "gpu-h100-0": (False, TAINT)},
+        explanation="Needs 200 cpu on one node",
+        numbers={"resource": "cpu", "requested": "200", "allocatable": "32"},
+    ),
+    "cordoned": Expected(
+        S.QUEUED,
+        R.NODE_NOT_READY,
+        True,
+        ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "were unschedulable",
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.BLOCKING},
+        nodes={"gpu-h100-0": (False, "cordoned")},
+        explanation="Cordoned nodes",
+    ),
+    "placement-rules": Expected(
+        S.QUEUED,
+        R.PLACEMENT_RULES,
+        None,
+        ((R.PLACEMENT_RULES, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "didn't match pod affinity rules",
+        nodes={"cpu-0": (True, "")},
+    ),
+    "pvc-not-found": Expected(
+        S.QUEUED,
+        R.PVC_NOT_FOUND,
+        False,
+        ((R.PVC_NOT_FOUND, 4),),
+        "Unschedulable",
+        'persistentvolumeclaim "dataset-imagenet" not found',
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+        explanation='Claim "dataset-imagenet" does not exist',
+    ),
+    "pvc-unbound": Expected(
+        S.QUEUED,
+        R.PVC_UNBOUND,
+        False,
+        ((R.PVC_UNBOUND, 4),),
+        "Unschedulable",
+        "unbound immediate PersistentVolumeClaims",
+        explanation="no storage class is set",
+    ),
+    "waiting-for-quota": Expected(
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        False,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "FailedCreate",
+        "exceeded quota: gpu-quota",
+        attempts=0,
+        chain={
+            Link.CONTROL_PLANE: ChainState.PASSED,
+            Link.QUOTA: ChainState.BLOCKING,
+            Link.SCHEDULER: ChainState.NOT_REACHED,
+        },
+        explanation="the limit is 2, 0 in use",
+        numbers={
+            "resource": "requests.nvidia.com/gpu",
+            "requested": "4",
+            "limit": "2",
+            "used": "0",
+        },
+    ),
+    "quota-busy": Expected(
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        True,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "FailedCreate",
+        "used: requests.nvidia.com/gpu=6",
+        attempts=0,
+        numbers={"requested": "4", "limit": "8", "used": "6"},
+    ),
+    "image-pull-failed": Expected(
+        S.QUEUED,
+        R.IMAGE_PULL_FAILED,
+        False,
+        ((R.IMAGE_PULL_FAILED, None),),
+        "ImagePullBackOff",
+        "Back-off pulling image",
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation="failed to pull and unpack image: not found",
+    ),
+    "mount-failed": Expected(
+        S.QUEUED,
+        R.VOLUME_MOUNT_FAILED,
+        None,
+        ((R.VOLUME_MOUNT_FAILED, None),),
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "dataset"',
+        chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+    ),
+    "config-error": Expected(
+        S.QUEUED,
+        R.CONTAINER_CONFIG_ERROR,
+        False,
+        ((R.CONTAINER_CONFIG_ERROR, None),),
+        "CreateContainerConfigError",
+        'secret "wandb" not found',
+    ),
+    "scheduling-gated": Expected(
+        S.QUEUED,
+        R.SCHEDULING_GATED,
+        True,
+        ((R.SCHEDULING_GATED, None),),
+        "SchedulingGated",
+        "non-empty scheduling gates",
+        explanation="example.com/queue",
+    ),
+}
+
+
+def test_every_recorded_fixture_has_expectations() -> None:
+    assert {p.stem for p in SNAPSHOTS.glob("*.json")} == set(CASES)
+
+
+@pytest.fixture(params=sorted(CASES), ids=str)
+def case(request: pytest.FixtureRequest) -> tuple[str, Diagnosis, Expected]:
+    return request.param, recorded(request.param), CASES[request.param]
+
+
+def test_state_reason_and_waitable(case: tuple[str, Diagnosis, Expected]) -> None:
+    _, d, want = case
+    assert (d.state, d.reason, d.waitable) == (want.state, want.reason, want.waitable)
+    entry = CATALOG[d.reason]
+    assert (d.link, d.actor) == (entry.link, entry.actor)
+    assert d.explanation.startswith(entry.explanation)
+    assert want.explanation in d.explanation
+    assert d.action
+
+
+def test_blockers_with_the_schedulers_counts(case: tuple[str, Diagnosis, Expected]) -> None:
+    _, d, want = case
+    assert tuple((b.reason, b.nodes) for b in d.blockers) == want.blockers
+    if d.blockers:
+        assert d.blockers[0].reason is d.reason
+        assert d.blockers[0].waitable == d.waitable or d.state is not S.QUEUED
+        numbers = d.blockers[0].to_json()
+        assert {k: numbers.get(k) for k in want.numbers} == want.numbers
+
+
+def test_raw_reason_and_message(case: tuple[str, Diagnosis, Expected]) -> None:
+    _, d, want = case
+    assert d.raw_reason == want.raw_reason
+    if want.raw_message:
+        assert d.raw_message is not None
+        assert want.raw_message in d.raw_message
+
+
+def test_chain_marks(case: tuple[str, Diagnosis, Expected]) -> None:
+    _, d, want = case
+    marks = {m.link: m.state for m in d.chain}
+    assert [m.link for m in d.chain] == list(Link)
+    assert {link: marks[link] for link in want.chain} == want.chain
+    if d.state is S.QUEUED:
+        assert ChainState.BLOCKING in marks.values()
+        assert marks[Link.CONTROL_PLANE] is ChainState.PASSED
+
+
+def test_node_table(case: tuple[str, Diagnosis, Expected]) -> None:
+    _, d, want = case
+    table = {n.name: n for n in d.nodes}
+    for name, (fits, why) in want.nodes.items():
+        assert table[name].fits is fits
+        assert not why or why in table[name].why
+    if not want.nodes:
+        assert d.nodes == ()
+    # Closest first: nodes that fit, then waitable ones, then the rest.
+    order = [(not n.fits, not n.waitable) for n in d.nodes]
+    assert order == sorted(order)
+
+
+def test_attempts(case: tuple[str, Diagnosis, Expected]) -> None:
+    name, d, want = case
+    assert len(d.attempts) == want.attempts
+    assert [a.number for a in d.attempts] == list(range(1, want.attempts + 1))
+    assert all(a.pod_name.startswith(f"kt-{name}-") for a in d.attempts)
+
+
+def test_since_is_set_for_everything_but_running_nothing(
+    case: tuple[str, Diagnosis, Expected],
+) -> None:
+    _, d, _ = case
+    assert d.since is not None
+    assert d.since.tzinfo is not None
+
+
+def test_json_matches_the_documented_schema(case: tuple[str, Diagnosis, Expected]) -> None:
+    name, d, _ = case
+    data = d.to_json(name)
+    assert json.loads(json.dumps(data)) == data
+    assert list(data)[:14] == [
+        "job",
+        "business_status",
+        "reason",
+        "link",
+        "waitable",
+        "actor",
+        "explanation",
+        "action",
+        "since",
+        "raw_reason",
+        "raw_message",
+        "blockers",
+        "chain",
+        "nodes",
+    ]
+    assert data["business_status"] in {s.value for s in BusinessState}
+    links = {link.value for link in Link}
+    codes = {code.value for code in ReasonCode}
+    assert data["reason"] in codes
+    assert data["link"] in links
+    assert data["actor"] in {"user", "platform", "none"}
+    assert data["since"] is None or data["since"].endswith("Z")
+    for blocker in data["blockers"]:
+        assert blocker["reason"] in codes
+        assert blocker["link"] in links
+        assert isinstance(blocker["detail"], str)
+        assert blocker["detail"]
+        assert blocker["nodes"] is None or isinstance(blocker["nodes"], int)
+    states = {s.value for s in ChainState}
+    assert all(m["state"] in states for m in data["chain"])
+    for node in data["nodes"]:
+        assert set(node) == {"name", "fits", "why", "reasons", "waitable"}
+        assert all(r in codes for r in node["reasons"])
+    for attempt in data["attempts"]:
+        assert {"number", "pod", "pod_uid", "phase", "exit_code"} <= set(attempt)
+
+
+def _agreement_notes(d: Diagnosis) -> list[str]:
+    return [n for n in d.notes if "does not agree" in n]
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "insufficient-gpu",
+        "gpu-busy",
+        "untolerated-taint",
+        "node-selector-mismatch",
+        "no-gpu-nodes",
+        "insufficient-cpu",
+        "cordoned",
+    ],
+)
+def test_node_table_agrees_with_the_schedulers_counts(name: str) -> None:
+    assert _agreement_notes(recorded(name)) == []
+
+
+def test_what_the_table_cannot_evaluate_is_said() -> None:
+    d = recorded("placement-rules")
+    assert any("pod affinity" in n for n in d.notes)
+
+
+def test_constraint_counts_per_requirement() -> None:
+    d = recorded("untolerated-taint")
+    counts = {c.constraint: (c.matched, c.ruled_out, c.never) for c in d.constraints}
+    assert counts["tolerates taint nvidia.com/gpu=present:NoSchedule"] == (2, 2, None)
+    assert counts["nvidia.com/gpu >= 1 free"] == (2, 2, 2)
+    assert counts["node is Ready"] == (4, 0, None)
+
+
+def _blocker_json(d: Diagnosis) -> list[dict[str, Any]]:
+    return [b.to_json() for b in d.blockers]
+
+
+def test_insufficient_gpu_says_how_many_are_free_and_allocatable() -> None:
+    busy = _blocker_json(recorded("gpu-busy"))[0]
+    assert busy["waitable"] is True
+    assert (busy["requested"], busy["free"], busy["allocatable"]) == ("4", "0", "8")
+    never = recorded("insufficient-gpu")
+    assert "waiting will not help" in never.action
+    assert "8" in never.action

@@ -1,0 +1,379 @@
+"""diagnose() on what the testbed cannot make: the record's own facts, Kueue, kubelet verdicts.
+
+Each case starts from a recorded dump and changes what a real kubelet, Kueue or
+a later release would have written differently (a DisruptionTarget condition,
+an eviction, a newer scheduler wording). These are variants of recordings for
+code paths KWOK and the testbed cannot reach, not fixtures.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+import pytest
+
+from kubetrain.domain.diagnosis import ChainState, JobFacts
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
+from tests.unit.diagnosis_helpers import dump, facts, items, run, the_job
+
+pytestmark = pytest.mark.unit
+
+R = ReasonCode
+S = BusinessState
+
+
+def without(data: dict[str, Any], *kinds: str) -> dict[str, Any]:
+    data["items"] = [i for i in data["items"] if i.get("kind") not in kinds]
+    return data
+
+
+# -- what kubetrain's record knows --------------------------------------------------
+
+
+def gone(**overrides: Any) -> tuple[dict[str, Any], JobFacts]:
+    """The running dump without its Job (and so without its Pods and events)."""
+    data = dump("running")
+    job = facts(data, **overrides)
+    return without(data, "Job", "Pod", "Event"), job
+
+
+def test_no_job_and_never_dispatched_is_created_with_the_dispatch_error() -> None:
+    error = "jobs.batch is forbidden: User cannot create"
+    d = run(*gone(dispatched=False, dispatch_error=error))
+    assert (d.state, d.reason, d.link) == (S.CREATED, R.JOB_NOT_CREATED, Link.CONTROL_PLANE)
+    assert d.raw_message == "jobs.batch is forbidden: User cannot create"
+    assert "forbidden" in d.explanation
+    assert d.waitable is None  # an error: waiting may or may not help
+    quiet = run(*gone(dispatched=False))
+    assert (quiet.reason, quiet.waitable, quiet.raw_message) == (R.JOB_NOT_CREATED, True, None)
+
+
+def test_no_job_after_dispatch_is_job_deleted() -> None:
+    d = run(*gone())
+    assert (d.state, d.reason) == (S.FAILED, R.JOB_DELETED)
+
+
+def test_cancel_requested_is_cancelled_with_or_without_the_job() -> None:
+    assert run(dump("running"), cancel_requested=True).reason is R.CANCELLED
+    d = run(*gone(cancel_requested=True))
+    assert (d.state, d.reason) == (S.CANCELLED, R.CANCELLED)
+    assert ChainState.BLOCKING not in {m.state for m in d.chain}
+
+
+def test_a_job_that_finished_before_the_cancel_keeps_its_outcome() -> None:
+    assert run(dump("succeeded"), cancel_requested=True).state is S.SUCCEEDED
+
+
+def test_gpu_hint_is_used_when_no_pod_exists() -> None:
+    data = dump("waiting-for-quota")
+    assert run(data, gpus=4).reason is R.WAITING_FOR_QUOTA
+
+
+def test_the_users_job_name_is_in_the_json() -> None:
+    d = run(dump("running"), name="train-policy-v12")
+    assert d.to_json("train-policy-v12")["job"] == "train-policy-v12"
+
+
+# -- Kueue ----------------------------------------------------------------------------
+
+
+def suspended(data: dict[str, Any]) -> dict[str, Any]:
+    data = without(data, "Pod", "Event")
+    job = the_job(data)
+    job["spec"]["suspend"] = True
+    job["status"] = {
+        "conditions": [
+            {
+                "type": "Suspended",
+                "status": "True",
+                "reason": "JobSuspended",
+                "message": "Job suspended",
+                "lastTransitionTime": "2026-12-02T15:14:40Z",
+            }
+        ]
+    }
+    return data
+
+
+def workload(job: dict[str, Any], message: str, reason: str = "Pending") -> dict[str, Any]:
+    return {
+        "apiVersion": "kueue.x-k8s.io/v1beta1",
+        "kind": "Workload",
+        "metadata": {
+            "name": f"job-{job['metadata']['name']}-1a2b3",
+            "namespace": job["metadata"]["namespace"],
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": job["metadata"]["name"],
+                    "uid": job["metadata"]["uid"],
+                }
+            ],
+        },
+        "status": {
+            "conditions": [
+                {
+                    "type": "QuotaReserved",
+                    "status": "False",
+                    "reason": reason,
+                    "message": message,
+                    "lastTransitionTime": "2026-12-02T15:14:41Z",
+                }
+            ]
+        },
+    }
+
+
+def test_a_suspended_job_is_queued_waiting_for_quota_never_failed() -> None:
+    d = run(suspended(dump("running")))
+    assert (d.state, d.reason) == (S.QUEUED, R.WAITING_FOR_QUOTA)
+    assert d.raw_reason == "JobSuspended"
+    assert any("Workload" in n for n in d.notes)
+
+
+@pytest.mark.parametrize(
+    ("message", "waitable"),
+    [
+        (
+            "couldn't assign flavors to pod set main: insufficient unused quota for "
+            "nvidia.com/gpu in flavor default-flavor, 4 more needed",
+            True,
+        ),
+        (
+            "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
+            "flavor default-flavor, request > maximum capacity (16 > 8)",
+            False,
+        ),
+    ],
+)
+def test_kueue_workload_says_whether_waiting_helps(message: str, waitable: bool) -> None:
+    data = suspended(dump("running"))
+    data["items"].append(workload(the_job(data), message))
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.WAITING_FOR_QUOTA, waitable)
+    assert (d.raw_reason, d.raw_message) == ("Pending", message)
+    if not waitable:
+        assert d.blockers[0].limit == "8"
+
+
+# -- what kubelets and controllers write that KWOK does not ---------------------------
+
+
+def failed_pod(data: dict[str, Any], **status: Any) -> dict[str, Any]:
+    """The recorded running Pod, ended the way a kubelet or controller ends it."""
+    pod = items(data, "Pod")[0]
+    pod["status"]["phase"] = "Failed"
+    pod["status"].update(status)
+    return pod
+
+
+def disruption(reason: str, message: str) -> dict[str, Any]:
+    return {
+        "type": "DisruptionTarget",
+        "status": "True",
+        "reason": reason,
+        "message": message,
+        "lastTransitionTime": "2026-12-02T15:20:00Z",
+    }
+
+
+@pytest.mark.parametrize(
+    ("reason", "code"),
+    [
+        ("PreemptionByScheduler", R.PREEMPTED),
+        ("DeletionByTaintManager", R.NODE_LOST),
+        ("DeletionByPodGC", R.NODE_LOST),
+        ("EvictionByEvictionAPI", R.NODE_LOST),
+    ],
+)
+def test_a_disrupted_pod_awaiting_its_replacement_is_queued(reason: str, code: ReasonCode) -> None:
+    data = dump("running")
+    pod = failed_pod(data)
+    pod["status"]["conditions"].append(disruption(reason, "disrupted"))
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, code, reason)
+    assert d.waitable is True
+
+
+def test_the_replacement_pod_is_attempt_two_and_the_node_loss_explains_the_wait() -> None:
+    data = dump("running")
+    old = failed_pod(data)
+    old["status"]["conditions"].append(
+        disruption("DeletionByTaintManager", "Taint manager: deleting due to NoExecute taint")
+    )
+    new = copy.deepcopy(old)
+    new["metadata"]["name"] = old["metadata"]["name"][:-5] + "zzzzz"
+    new["metadata"]["uid"] = "0000-new"
+    new["metadata"]["creationTimestamp"] = "2026-12-02T15:21:00Z"
+    new["spec"].pop("nodeName")
+    new["status"] = {"phase": "Pending", "conditions": []}
+    data["items"].append(new)
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.NODE_LOST)
+    assert [(a.number, a.pod_uid) for a in d.attempts][-1] == (2, "0000-new")
+    assert R.SCHEDULING in [b.reason for b in d.blockers]
+
+
+def test_a_job_failed_after_an_eviction_says_evicted() -> None:
+    data = dump("oom-killed")
+    pod = items(data, "Pod")[0]
+    pod["status"]["reason"] = "Evicted"
+    pod["status"]["message"] = "The node was low on resource: ephemeral-storage."
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.EVICTED, "Evicted")
+    assert [b.reason for b in d.blockers] == [R.EVICTED, R.BACKOFF_LIMIT_EXCEEDED]
+
+
+def test_unexpected_admission_error_is_gpu_allocation_failed() -> None:
+    data = dump("preflight-failed")
+    pod = items(data, "Pod")[0]
+    pod["status"] = {
+        "phase": "Failed",
+        "reason": "UnexpectedAdmissionError",
+        "message": "Allocate failed due to requested number of devices unavailable for "
+        "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected",
+    }
+    d = run(data)
+    assert (d.state, d.reason, d.link) == (S.FAILED, R.GPU_ALLOCATION_FAILED, Link.DEVICE_PLUGIN)
+    assert d.raw_reason == "UnexpectedAdmissionError"
+
+
+def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> None:
+    data = without(dump("preflight-failed"), "Pod")
+    cond = the_job(data)["status"]["conditions"][-1]
+    cond["reason"] = "PodFailurePolicy"
+    cond["message"] = (
+        "Container trainer for pod ns/kt-x failed with exit code 86 matching FailJob rule at "
+        "index 1"
+    )
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
+
+
+def test_a_failed_attempt_with_a_retry_pending_is_queued_with_its_cause() -> None:
+    data = dump("oom-killed")
+    job = the_job(data)
+    job["status"] = {"active": 0, "failed": 1, "startTime": job["status"]["startTime"]}
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.OOM_KILLED)
+
+
+def test_crash_loop_backoff() -> None:
+    data = dump("config-error")
+    status = items(data, "Pod")[0]["status"]["containerStatuses"][0]
+    status["state"] = {
+        "waiting": {
+            "reason": "CrashLoopBackOff",
+            "message": "back-off 5m0s restarting failed container",
+        }
+    }
+    status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.CRASH_LOOP, "CrashLoopBackOff")
+    assert "Last exit code 1" in d.explanation
+
+
+def test_a_bound_pod_without_failure_events_is_container_creating() -> None:
+    data = dump("mount-failed")
+    data["items"] = [i for i in data["items"] if i.get("reason") != "FailedMount"]
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CREATING, True)
+    marks = {m.link: m.state for m in d.chain}
+    assert marks[Link.RUNTIME] is ChainState.ACTIVE
+
+
+def test_a_pod_without_a_verdict_yet_is_scheduling() -> None:
+    data = without(dump("insufficient-gpu"), "Event")
+    items(data, "Pod")[0]["status"] = {"phase": "Pending"}
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.SCHEDULING, True)
+
+
+def test_a_job_without_pods_or_events_waits_for_the_job_controller() -> None:
+    d = run(without(dump("insufficient-gpu"), "Pod", "Event"))
+    assert (d.state, d.reason) == (S.QUEUED, R.SCHEDULING)
+
+
+# -- scheduler wordings of other releases -------------------------------------------
+
+
+def reworded(name: str, old: str, new: str) -> dict[str, Any]:
+    data = dump(name)
+    for item in data["items"]:
+        for cond in (item.get("status") or {}).get("conditions") or []:
+            if cond.get("message"):
+                cond["message"] = cond["message"].replace(old, new)
+        if item.get("kind") == "Event":
+            item["message"] = item["message"].replace(old, new)
+    return data
+
+
+@pytest.mark.parametrize(
+    "wording",
+    [
+        "had untolerated taint(s)",  # late 2025: no key
+        "had taint {nvidia.com/gpu: present}, that the pod didn't tolerate",  # 1.18-1.24
+        "had taints that the pod didn't tolerate",  # before 2020
+    ],
+)
+def test_every_taint_wording_finds_the_taint_from_the_nodes(wording: str) -> None:
+    data = reworded("untolerated-taint", "had untolerated taint {nvidia.com/gpu: present}", wording)
+    d = run(data)
+    assert (d.reason, d.waitable) == (R.UNTOLERATED_TAINT, False)
+    assert "nvidia.com/gpu=present:NoSchedule" in d.blockers[0].detail
+    assert not [n for n in d.notes if "does not agree" in n]
+
+
+def test_an_unknown_verdict_part_is_kept_and_said() -> None:
+    data = reworded(
+        "node-selector-mismatch",
+        "node(s) didn't match Pod's node affinity/selector",
+        "node(s) are on the moon",
+    )
+    d = run(data)
+    assert d.state is S.QUEUED
+    assert "are on the moon" in (d.raw_message or "")
+    assert any("does not know" in n and "on the moon" in n for n in d.notes)
+
+
+def test_a_stale_verdict_is_noticed_when_the_nodes_disagree() -> None:
+    # The other team's Pods are gone since the verdict: the table finds room.
+    data = dump("gpu-busy")
+    data["items"] = [i for i in data["items"] if not i["metadata"]["name"].startswith("other-team")]
+    d = run(data)
+    assert d.reason is R.INSUFFICIENT_GPU
+    assert any("could take the Pod now" in n or "does not agree" in n for n in d.notes)
+
+
+def test_a_preempted_pod_already_deleted_is_read_from_its_events() -> None:
+    # The victim is deleted at once; the scheduler's Preempted event remains, and
+    # the replacement (attempt 2) waits without a verdict yet.
+    data = dump("running")
+    old = items(data, "Pod")[0]
+    name, uid = old["metadata"]["name"], old["metadata"]["uid"]
+    data["items"].remove(old)
+    new = copy.deepcopy(old)
+    new["metadata"].update(
+        name=name[:-5] + "zzzzz", uid="0000-new", creationTimestamp="2026-12-02T15:30:00Z"
+    )
+    new["spec"].pop("nodeName")
+    new["status"] = {"phase": "Pending"}
+    data["items"].append(new)
+    involved = {"kind": "Pod", "name": name, "namespace": old["metadata"]["namespace"], "uid": uid}
+    data["items"].append(
+        {
+            "apiVersion": "v1",
+            "kind": "Event",
+            "metadata": {"name": f"{name}.preempted", "namespace": involved["namespace"]},
+            "involvedObject": involved,
+            "reason": "Preempted",
+            "type": "Normal",
+            "message": "Preempted by pod 1234 on node gpu-h100-1",
+            "lastTimestamp": "2026-12-02T15:29:59Z",
+        }
+    )
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.PREEMPTED, "Preempted")
+    assert [a.pod_name for a in d.attempts] == [name, new["metadata"]["name"]]
