@@ -205,5 +205,5 @@ def test_one_job_among_1000_nodes_and_10000_pods_takes_milliseconds() -> None:
         timings.append(time.perf_counter() - start)
     assert diagnosis.reason is R.INSUFFICIENT_GPU
     assert len(diagnosis.nodes) == 1000
-    # A few ms on a free core; the bound leaves room for a shared 2-core CI machine.
-    assert statistics.median(timings) < 0.025, timings
+    # About 5 ms measured on a shared core; the bound leaves room for a loaded CI machine.
+    assert statistics.median(timings) < 0.04, timings
