@@ -1,0 +1,135 @@
+"""The control loops on the testbed, below the API: the dispatcher creates the
+Jobs of stored records and the syncer brings what Kubernetes says back as the
+business state, the attempts and the history."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+from kubetrain.cluster.client import load_config
+from kubetrain.control.runner import ControlLoops
+from kubetrain.domain.spec import parse_training_job
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store import (
+    Database,
+    get_job_any_project,
+    job_history,
+    list_attempts,
+    submit_job,
+)
+from kubetrain.testbed.cluster import Testbed
+
+pytestmark = pytest.mark.testbed
+
+
+@pytest.fixture(scope="module")
+def loops(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterator[ControlLoops]:
+    db = Database(f"sqlite:///{tmp_path_factory.mktemp('control') / 'kubetrain.db'}")
+    db.upgrade()
+    control = ControlLoops(
+        db, load_config(testbed.kubeconfig), leader_elect=False, resync_interval=5
+    )
+    loop = asyncio.new_event_loop()
+    task = loop.create_task(control.run())
+    thread = threading.Thread(target=loop.run_forever, daemon=True)
+    thread.start()
+    yield control
+    loop.call_soon_threadsafe(task.cancel)
+    time.sleep(0.2)
+    loop.call_soon_threadsafe(loop.stop)
+    thread.join(5)
+    db.dispose()
+
+
+def submit(control: ControlLoops, project: str, name: str, **spec: Any) -> str:
+    body = {
+        "apiVersion": "kubetrain.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "project": project},
+        "spec": {
+            "image": "registry.example/trainer:2026-08",
+            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}},
+            **spec,
+        },
+    }
+    job = parse_training_job(body)
+    with control.db.transaction() as session:
+        job_id = submit_job(
+            session,
+            project=project,
+            name=name,
+            owner="tests",
+            namespace=project,
+            spec=job.model_dump(mode="json"),
+        ).job.id
+    control.notify()
+    return job_id
+
+
+def wait_state(
+    control: ControlLoops,
+    job_id: str,
+    state: BusinessState,
+    reason: ReasonCode,
+    timeout: float = 60,
+) -> Any:
+    deadline = time.monotonic() + timeout
+    seen = None
+    while time.monotonic() < deadline:
+        with control.db.read_only() as session:
+            job = get_job_any_project(session, job_id)
+            seen = (job.business_state, job.reason, job.raw_reason)
+            if (job.business_state, job.reason) == (state, reason):
+                session.expunge(job)
+                return job
+        time.sleep(0.2)
+    pytest.fail(f"job never reached {state}/{reason}; last seen {seen}")
+
+
+def history(control: ControlLoops, job: Any) -> list[tuple[str, str]]:
+    with control.db.read_only() as session:
+        return [
+            (str(t.to_state), str(t.to_reason))
+            for t in job_history(session, job.project, job.id, kind="business")
+        ]
+
+
+def test_a_fitting_job_runs_to_success(loops: ControlLoops):
+    project = f"ctl-{uuid.uuid4().hex[:6]}"
+    job_id = submit(loops, project, "fits")
+    job = wait_state(loops, job_id, BusinessState.SUCCEEDED, ReasonCode.COMPLETED)
+    path = history(loops, job)
+    assert path[0] == ("CREATED", "JOB_NOT_CREATED")
+    assert path[-1] == ("SUCCEEDED", "COMPLETED")
+    assert ("RUNNING", "TRAINING") in path
+    with loops.db.read_only() as session:
+        (attempt,) = list_attempts(session, job_id)
+        assert attempt.node and attempt.exit_code == 0 and attempt.number == 1
+
+
+def test_sixteen_gpus_wait_with_the_schedulers_message(loops: ControlLoops):
+    project = f"ctl-{uuid.uuid4().hex[:6]}"
+    job_id = submit(
+        loops, project, "big", resources={"requests": {"cpu": "2", "memory": "8Gi"}, "gpus": 16}
+    )
+    job = wait_state(loops, job_id, BusinessState.QUEUED, ReasonCode.INSUFFICIENT_GPU)
+    assert job.raw_reason == "Unschedulable"
+    assert "Insufficient nvidia.com/gpu" in job.raw_message
+    assert job.diagnosis["waitable"] is False
+
+
+def test_history_has_no_duplicate_rows(loops: ControlLoops):
+    project = f"ctl-{uuid.uuid4().hex[:6]}"
+    job_id = submit(loops, project, "steady")
+    job = wait_state(loops, job_id, BusinessState.SUCCEEDED, ReasonCode.COMPLETED)
+    time.sleep(6)  # a full resync passes over the finished job
+    path = history(loops, job)
+    assert all(a != b for a, b in zip(path, path[1:], strict=False))
+    assert path == history(loops, job)
