@@ -5,6 +5,7 @@ business state, the attempts and the history."""
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 import uuid
@@ -111,7 +112,8 @@ def test_a_fitting_job_runs_to_success(loops: ControlLoops):
     assert ("RUNNING", "TRAINING") in path
     with loops.db.read_only() as session:
         (attempt,) = list_attempts(session, job_id)
-        assert attempt.node and attempt.exit_code == 0 and attempt.number == 1
+        assert attempt.node
+        assert (attempt.exit_code, attempt.number) == (0, 1)
 
 
 def test_sixteen_gpus_wait_with_the_schedulers_message(loops: ControlLoops):
@@ -131,5 +133,5 @@ def test_history_has_no_duplicate_rows(loops: ControlLoops):
     job = wait_state(loops, job_id, BusinessState.SUCCEEDED, ReasonCode.COMPLETED)
     time.sleep(6)  # a full resync passes over the finished job
     path = history(loops, job)
-    assert all(a != b for a, b in zip(path, path[1:], strict=False))
+    assert all(a != b for a, b in itertools.pairwise(path))
     assert path == history(loops, job)
