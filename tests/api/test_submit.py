@@ -7,6 +7,7 @@ from collections.abc import Iterator
 
 import httpx2 as httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
@@ -104,7 +105,7 @@ def test_malformed_idempotency_keys_are_refused(
 
 
 def test_twenty_concurrent_clients_with_one_key_make_one_job(
-    app: object, tokens: Tokens, db: Database, changes: list[str]
+    app: FastAPI, tokens: Tokens, db: Database, changes: list[str]
 ) -> None:
     clients = 20
     barrier = threading.Barrier(clients)
@@ -113,7 +114,7 @@ def test_twenty_concurrent_clients_with_one_key_make_one_job(
 
     def one_client() -> None:
         # Each thread its own client, as separate processes would be.
-        with TestClient(app) as client:  # type: ignore[arg-type]
+        with TestClient(app) as client:
             barrier.wait()
             response = submit(client, tokens, key="the-one-key")
         with lock:
