@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 from fastapi import FastAPI
@@ -14,19 +12,16 @@ from kubetrain.api import create_app
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 from tests.api.builders import Tokens, make_tokens
+from tests.isolated import isolated_settings
 from tests.pg import backend, database_url, db, postgres_server
 
-__all__ = ["backend", "database_url", "db", "postgres_server"]  # fixtures, re-exported for pytest
-
-
-@pytest.fixture(autouse=True)
-def isolated_settings(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """Settings from the test alone: no KUBETRAIN_* of the caller's, no config file of theirs."""
-    for name in list(os.environ):
-        if name.startswith("KUBETRAIN_") and not name.startswith("KUBETRAIN_TEST_"):
-            monkeypatch.delenv(name)
-    monkeypatch.delenv("KUBECONFIG", raising=False)
-    monkeypatch.setenv("KUBETRAIN_CONFIG", str(tmp_path / "no-config.toml"))
+__all__ = [  # fixtures, re-exported for pytest
+    "backend",
+    "database_url",
+    "db",
+    "isolated_settings",
+    "postgres_server",
+]
 
 
 @pytest.fixture

@@ -1,9 +1,10 @@
 """Request bodies: a size limit for every request, and JSON read strictly.
 
-The limit is enforced twice: a `Content-Length` over it is refused before a
-byte is read, and a body sent without one (chunked) is counted as it arrives
-and refused once it passes the limit, so no request can make the server hold
-more than the limit in memory.
+The limit is enforced twice: a `Content-Length` over it is refused before the
+body reaches a handler, and a body sent without one (chunked) is counted as it
+arrives and refused once it passes the limit, so no request can make the
+server hold more than the limit in memory. (What follows the limit is read and
+dropped, up to a bound, so the client gets to read the 413.)
 
 JSON is read as UTF-8 only, and refuses what `json.loads` would otherwise let
 through silently: a key given twice (the last one would win, so the job run
@@ -15,6 +16,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import anyio
 from fastapi import Request
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
@@ -25,6 +27,14 @@ from kubetrain.domain.spec import FieldProblem
 
 def body_too_large(limit: int) -> ProblemError:
     return ProblemError(413, f"the request body is larger than {limit} bytes")
+
+
+# Past the limit, up to this much more of a body is read and dropped before the
+# 413 is sent (nginx's "lingering close"): a server that closes the connection
+# with unread data makes the kernel reset it, and the client may then lose the
+# answer. A client that keeps sending past this gets the 413 and the reset.
+DRAIN_BYTES = 4 * 1024 * 1024
+DRAIN_SECONDS = 5.0
 
 
 class BodyLimit:
@@ -40,6 +50,10 @@ class BodyLimit:
             return
         declared = _content_length(scope)
         if declared is not None and declared > self.limit:
+            # A client that waits for `100 Continue` has sent nothing yet; reading
+            # would invite the body, so it is answered at once.
+            if not _expects_continue(scope) and declared - self.limit <= DRAIN_BYTES:
+                await _drain(receive)
             await self._refuse(scope, receive, send)
             return
         received = 0
@@ -50,6 +64,8 @@ class BodyLimit:
             if message["type"] == "http.request":
                 received += len(message.get("body", b""))
                 if received > self.limit:
+                    if message.get("more_body", False):
+                        await _drain(receive)
                     # Raised inside the handler that reads the body, where the
                     # app's ProblemError handler answers it.
                     raise body_too_large(self.limit)
@@ -59,9 +75,27 @@ class BodyLimit:
 
     async def _refuse(self, scope: Scope, receive: Receive, send: Send) -> None:
         problem = body_too_large(self.limit).problem(scope.get("path"))
-        # The client may still be sending; asking it to close spares reading the rest.
-        response = problem_response(problem, {"Connection": "close"})
-        await response(scope, receive, send)
+        await problem_response(problem, {"Connection": "close"})(scope, receive, send)
+
+
+async def _drain(receive: Receive) -> None:
+    """Read and drop the rest of a body, up to DRAIN_BYTES and DRAIN_SECONDS."""
+    left = DRAIN_BYTES
+    with anyio.move_on_after(DRAIN_SECONDS):
+        while left > 0:
+            message = await receive()
+            if message["type"] != "http.request":
+                return
+            left -= len(message.get("body", b""))
+            if not message.get("more_body", False):
+                return
+
+
+def _expects_continue(scope: Scope) -> bool:
+    return any(
+        name == b"expect" and value.lower() == b"100-continue"
+        for name, value in scope.get("headers", [])
+    )
 
 
 def _content_length(scope: Scope) -> int | None:
