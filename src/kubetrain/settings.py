@@ -15,6 +15,7 @@ the environment, the config file, the default.
     KUBETRAIN_URL            client  http://127.0.0.1:8080
     KUBETRAIN_TOKEN          client  the bearer token (never a flag: argv is visible to all)
     KUBETRAIN_PROJECT        client  default project of --project
+    KUBETRAIN_TIMEOUT        client  seconds to wait for the server (30)
 
 The config file is TOML, `$KUBETRAIN_CONFIG` or else
 `$XDG_CONFIG_HOME/kubetrain/config.toml` (`~/.config/...`), with a table per

@@ -7,6 +7,7 @@ from datetime import UTC, datetime
 
 import pytest
 from fastapi.testclient import TestClient
+from lightkube.resources.batch_v1 import Job as KubernetesJob
 
 from kubetrain.domain.manifest import LABEL_JOB_ID, job_name
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -179,6 +180,10 @@ def test_the_manifest_is_the_job_the_dispatcher_creates(client: TestClient, toke
     assert volume["persistentVolumeClaim"] == {"claimName": "dataset-imagenet", "readOnly": True}
     [container] = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
+    typed = KubernetesJob.from_dict(manifest)  # the client's model of batch/v1 Job takes it
+    assert typed.spec is not None
+    assert typed.spec.template.spec is not None
+    assert typed.spec.template.spec.restartPolicy == "Never"
 
 
 def test_the_diagnosis_is_served_once_stored(
