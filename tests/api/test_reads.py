@@ -181,6 +181,7 @@ def test_the_manifest_is_the_job_the_dispatcher_creates(client: TestClient, toke
     [container] = pod["containers"]
     assert container["resources"]["limits"]["nvidia.com/gpu"] == "1"
     typed = KubernetesJob.from_dict(manifest)  # the client's model of batch/v1 Job takes it
+    assert isinstance(typed, KubernetesJob)
     assert typed.spec is not None
     assert typed.spec.template.spec is not None
     assert typed.spec.template.spec.restartPolicy == "Never"
