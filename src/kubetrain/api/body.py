@@ -29,10 +29,10 @@ def body_too_large(limit: int) -> ProblemError:
     return ProblemError(413, f"the request body is larger than {limit} bytes")
 
 
-# Past the limit, up to this much more of a body is read and dropped before the
-# 413 is sent (nginx's "lingering close"): a server that closes the connection
-# with unread data makes the kernel reset it, and the client may then lose the
-# answer. A client that keeps sending past this gets the 413 and the reset.
+# Up to this much of an oversize body is read and dropped before the 413 is
+# sent (nginx's "lingering close"): a server that closes the connection with
+# unread data makes the kernel reset it, and the client may then lose the
+# answer. A client that sends more than this gets the 413 and the reset.
 DRAIN_BYTES = 4 * 1024 * 1024
 DRAIN_SECONDS = 5.0
 
@@ -52,8 +52,8 @@ class BodyLimit:
         if declared is not None and declared > self.limit:
             # A client that waits for `100 Continue` has sent nothing yet; reading
             # would invite the body, so it is answered at once.
-            if not _expects_continue(scope) and declared - self.limit <= DRAIN_BYTES:
-                await _drain(receive)
+            if not _expects_continue(scope) and declared <= DRAIN_BYTES:
+                await _drain(receive, declared)
             await self._refuse(scope, receive, send)
             return
         received = 0
@@ -65,7 +65,7 @@ class BodyLimit:
                 received += len(message.get("body", b""))
                 if received > self.limit:
                     if message.get("more_body", False):
-                        await _drain(receive)
+                        await _drain(receive, DRAIN_BYTES)
                     # Raised inside the handler that reads the body, where the
                     # app's ProblemError handler answers it.
                     raise body_too_large(self.limit)
@@ -78,9 +78,9 @@ class BodyLimit:
         await problem_response(problem, {"Connection": "close"})(scope, receive, send)
 
 
-async def _drain(receive: Receive) -> None:
-    """Read and drop the rest of a body, up to DRAIN_BYTES and DRAIN_SECONDS."""
-    left = DRAIN_BYTES
+async def _drain(receive: Receive, budget: int) -> None:
+    """Read and drop the rest of a body, up to `budget` bytes and DRAIN_SECONDS."""
+    left = budget
     with anyio.move_on_after(DRAIN_SECONDS):
         while left > 0:
             message = await receive()
