@@ -186,7 +186,7 @@ async def json_body(request: Request) -> Any:
     media_type = request.headers.get("content-type", "").split(";")[0].strip().lower()
     if media_type != "application/json" and not media_type.endswith("+json"):
         raise ProblemError(415, "send the body as JSON with `Content-Type: application/json`")
-    limit = get_context(request).settings.max_body_bytes
+    limit = (await get_context(request)).settings.max_body_bytes
     raw = await request.body()
     if len(raw) > limit:  # the middleware has counted already; this keeps the rule local
         raise body_too_large(limit)

@@ -34,6 +34,8 @@ class ApiContext:
             log.exception("the on_change hook failed; the dispatcher will find the change later")
 
 
-def get_context(request: Request) -> ApiContext:
+async def get_context(request: Request) -> ApiContext:
+    # async: FastAPI runs a plain `def` dependency in a worker thread, a hop
+    # that costs more than this lookup.
     context: ApiContext = request.app.state.kubetrain
     return context

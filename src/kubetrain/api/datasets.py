@@ -44,12 +44,12 @@ DATASET_BODY: dict[str, Any] = {
 }
 
 
-def _may_read(caller: Caller) -> Principal:
+async def _may_read(caller: Caller) -> Principal:
     role_may(caller, Action.READ)
     return caller
 
 
-def _may_register(caller: Caller) -> Principal:
+async def _may_register(caller: Caller) -> Principal:
     require_global_admin(caller)
     return caller
 

@@ -96,22 +96,23 @@ TRAINING_JOB_BODY: dict[str, Any] = {
 }
 
 
-def _may_submit(project: ProjectName, caller: Caller) -> Principal:
+# The checks are async (no I/O): FastAPI would run a plain `def` in a worker thread.
+async def _may_submit(project: ProjectName, caller: Caller) -> Principal:
     require_project(caller, project, Action.SUBMIT)
     return caller
 
 
-def _may_list(project: ProjectName, caller: Caller) -> Principal:
+async def _may_list(project: ProjectName, caller: Caller) -> Principal:
     require_project(caller, project, Action.READ)
     return caller
 
 
-def _may_read(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
+async def _may_read(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
     require_job_access(caller, project, job_id, Action.READ)
     return caller
 
 
-def _may_cancel(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
+async def _may_cancel(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
     require_job_access(caller, project, job_id, Action.CANCEL)
     return caller
 
