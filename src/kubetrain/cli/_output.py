@@ -54,6 +54,12 @@ def parse_time(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text.replace("Z", "+00:00"))
 
 
+def short_time(text: str | None) -> str | None:
+    """An API timestamp as `2026-03-01 12:00:05` (UTC), for tables."""
+    when = parse_time(text)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else None
+
+
 def age(text: str | None, *, now: datetime | None = None) -> str:
     """kubectl's short ages: 42s, 7m, 5h, 3d."""
     when = parse_time(text)

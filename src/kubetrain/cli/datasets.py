@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 
 from kubetrain.cli._client import ApiClient, CommandError, add_client_options, client_settings
-from kubetrain.cli._output import FORMATS, emit, table
+from kubetrain.cli._output import FORMATS, emit, short_time, table
 from kubetrain.domain.datasets import parse_dataset_version
 from kubetrain.domain.spec import SpecError
 
@@ -76,7 +76,7 @@ def _list(args: argparse.Namespace) -> int:
                 e["dataset"]["version"],
                 e["dataset"]["claim"],
                 e["dataset"].get("subPath"),
-                e["created_at"],
+                short_time(e["created_at"]),
                 e["created_by"],
             ]
             for e in items

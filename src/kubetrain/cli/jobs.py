@@ -19,7 +19,7 @@ from kubetrain.cli._client import (
     client_settings,
     project_of,
 )
-from kubetrain.cli._output import FORMATS, age, emit, table
+from kubetrain.cli._output import FORMATS, age, emit, short_time, table
 from kubetrain.domain.spec import SpecError, parse_training_job_yaml
 from kubetrain.domain.states import BusinessState, ReasonCode
 
@@ -228,14 +228,14 @@ def _history(args: argparse.Namespace) -> int:
         return 0
     rows = [
         [
-            row["at"],
+            short_time(row["at"]),
             row["source"],
             _change(row),
             ": ".join(part for part in (row["raw_reason"], row["raw_message"]) if part),
         ]
         for row in history["items"]
     ]
-    table(["TIME", "SOURCE", "CHANGE", "KUBERNETES SAID"], rows)
+    table(["TIME (UTC)", "SOURCE", "CHANGE", "KUBERNETES SAID"], rows)
     return 0
 
 

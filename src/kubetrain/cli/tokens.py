@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from kubetrain.cli._client import CommandError, settings_error
-from kubetrain.cli._output import emit, table
+from kubetrain.cli._output import emit, short_time, table
 from kubetrain.domain import names
 
 if TYPE_CHECKING:
@@ -142,9 +142,9 @@ def _list(args: argparse.Namespace) -> int:
                 r["prefix"] + "…",
                 r["role"],
                 r["project"],
-                r["created_at"],
-                r["last_used_at"],
-                r["revoked_at"],
+                short_time(r["created_at"]),
+                short_time(r["last_used_at"]),
+                short_time(r["revoked_at"]),
             ]
             for r in rows
         ],
