@@ -13,8 +13,10 @@ from kubetrain.store import (
     Source,
     TransitionKind,
     apply_runtime_change,
+    current_attempts,
     get_attempt,
     get_job,
+    get_job_any_project,
     job_history,
     list_attempts,
 )
@@ -168,3 +170,20 @@ def test_runtime_state_is_kept_after_the_job_finished(db: Database) -> None:
         job = new_job(session, state=BusinessState.FAILED)
         change = apply_runtime_change(session, job.id, PENDING, now=at(1))
         assert change.transition is not None
+
+
+def test_current_attempts_of_a_page_in_one_lookup(db: Database) -> None:
+    with db.transaction() as session:
+        first = new_job(session, name="first")
+        second = new_job(session, name="second")
+        waiting = new_job(session, name="waiting")
+        apply_runtime_change(session, first.id, PENDING, now=at(1))
+        apply_runtime_change(session, second.id, PENDING, now=at(1))
+        retry = dataclasses.replace(PENDING, pod_uid="second-pod", node="gpu-1")
+        apply_runtime_change(session, second.id, retry, now=at(2))
+    with db.read_only() as session:
+        jobs = [get_job_any_project(session, j.id) for j in (first, second, waiting)]
+        found = current_attempts(session, [job for job in jobs if job is not None])
+    assert set(found) == {first.id, second.id}
+    assert found[first.id].number == 1
+    assert (found[second.id].number, found[second.id].node) == (2, "gpu-1")

@@ -4,7 +4,18 @@ from __future__ import annotations
 
 import pytest
 
-from kubetrain.store import Database, DatasetConflict, get_dataset, list_datasets, register_dataset
+from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.spec import DatasetRef, SpecError
+from kubetrain.store import (
+    Database,
+    DatasetConflict,
+    dataset_version,
+    get_dataset,
+    list_datasets,
+    register_dataset,
+    register_dataset_version,
+    resolve_job_dataset,
+)
 from tests.store.builders import T0, at
 
 pytestmark = pytest.mark.db
@@ -56,3 +67,42 @@ def test_registering_again_is_a_no_op_and_repointing_is_refused(db: Database) ->
             register_dataset(session, **{**V3, **change})
     with db.read_only() as session:
         assert len(list_datasets(session)) == 1
+
+
+def test_domain_versions_round_trip_and_jobs_resolve_through_the_registry(db: Database) -> None:
+    pinned = DatasetVersion.model_validate(
+        {
+            "name": "imagenet",
+            "version": "v5",
+            "claim": "dataset-imagenet",
+            "subPath": "v5",
+            "checksums": "SHA256SUMS",
+            "checksumsSha256": "ab" * 32,
+        }
+    )
+    with db.transaction() as session:
+        row, created = register_dataset_version(session, pinned, created_by="admin", now=T0)
+        assert created
+        assert row.checksums == {"manifest": "SHA256SUMS", "sha256": "ab" * 32}
+        register_dataset(session, **V3, now=at(1))
+    with db.read_only() as session:
+        assert resolve_job_dataset(session, None) is None
+        ref = DatasetRef.model_validate({"name": "imagenet", "version": "v5"})
+        assert resolve_job_dataset(session, ref) == pinned
+        assert dataset_version(row) == pinned
+        direct = DatasetRef.model_validate(
+            {"name": "private", "version": "1", "claim": "mine", "subPath": "a"}
+        )
+        resolved = resolve_job_dataset(session, direct)  # not looked up
+        assert resolved is not None
+        assert (resolved.claim, resolved.sub_path) == ("mine", "a")
+        with pytest.raises(SpecError) as unknown_version:
+            resolve_job_dataset(
+                session, DatasetRef.model_validate({"name": "imagenet", "version": "v9"})
+            )
+        assert [p.field for p in unknown_version.value.problems] == ["spec.dataset.version"]
+        assert "v3, v5" in str(unknown_version.value)
+        nope = DatasetRef.model_validate({"name": "nope", "version": "1"})
+        with pytest.raises(SpecError) as unknown_name:
+            resolve_job_dataset(session, nope)
+        assert [p.field for p in unknown_name.value.problems] == ["spec.dataset.name"]

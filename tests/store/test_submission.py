@@ -154,3 +154,27 @@ def test_a_lost_race_finds_the_winner(db: Database) -> None:
         new_job(session, name="after", now=at(1))
     with db.read_only() as session:
         assert count(session, Job) == 2
+
+
+def test_a_caller_digest_decides_what_counts_as_the_same_spec(db: Database) -> None:
+    # The API passes the domain's digest, which equates spellings of one amount.
+    one = {**SPEC, "cpu": "1"}
+    thousand_milli = {**SPEC, "cpu": "1000m"}
+    with db.transaction() as session:
+        first = submit_job(
+            session, project="ai-training", name="train", owner="alice", namespace="ai-training",
+            spec=one, idempotency_key="k", digest="same", now=T0,
+        )  # fmt: skip
+    with db.transaction() as session:
+        again = submit_job(
+            session, project="ai-training", name="train", owner="alice", namespace="ai-training",
+            spec=thousand_milli, idempotency_key="k", digest="same", now=T0,
+        )  # fmt: skip
+    assert again.replayed
+    assert again.job.id == first.job.id
+    assert first.job.spec_digest == "same"
+    with pytest.raises(IdempotencyConflict), db.transaction() as session:
+        submit_job(
+            session, project="ai-training", name="train", owner="alice", namespace="ai-training",
+            spec=one, idempotency_key="k", digest="other", now=T0,
+        )  # fmt: skip

@@ -15,9 +15,11 @@ from kubetrain.store import (
     Token,
     authenticate_token,
     create_token,
+    find_token,
     list_tokens,
     revoke_token,
     token_covers,
+    use_is_stale,
 )
 from tests.store.builders import T0, at
 
@@ -127,3 +129,28 @@ def test_token_hashes_are_unique(db: Database) -> None:
     copy.role, copy.created_at = Role.ADMIN, T0
     with pytest.raises(IntegrityError), db.transaction() as session:
         session.add(copy)
+
+
+def test_find_token_reads_only_and_says_when_a_use_is_due(db: Database) -> None:
+    with db.transaction() as session:
+        token, plaintext = create_token(
+            session, name="ci", role=Role.VIEWER, project="ai-training", now=T0
+        )
+    with db.read_only() as session:  # READ ONLY on PostgreSQL: a write would fail here
+        found = find_token(session, plaintext)
+        assert found is not None
+        assert found.id == token.id
+        assert found.last_used_at is None
+        assert use_is_stale(found, now=T0)
+        assert find_token(session, plaintext + "x") is None
+    with db.transaction() as session:
+        authenticate_token(session, plaintext, now=at(10))
+    with db.read_only() as session:
+        found = find_token(session, plaintext)
+        assert found is not None
+        assert not use_is_stale(found, now=at(30))
+        assert use_is_stale(found, now=at(71))
+    with db.transaction() as session:
+        assert revoke_token(session, token.id, now=at(80))
+    with db.read_only() as session:
+        assert find_token(session, plaintext) is None

@@ -7,7 +7,8 @@ import sys
 from collections.abc import Sequence
 
 from kubetrain import __version__
-from kubetrain.cli import testbed, why
+from kubetrain.cli import datasets, jobs, serve, testbed, tokens, why
+from kubetrain.cli._client import CommandError
 
 
 def parser() -> argparse.ArgumentParser:
@@ -18,7 +19,11 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument("--version", action="version", version=f"kubetrain {__version__}")
     commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
     testbed.register(commands)
+    serve.register(commands)
+    jobs.register(commands)
     why.register(commands)
+    tokens.register(commands)
+    datasets.register(commands)
     return root
 
 
@@ -35,6 +40,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     except (BuildError, TestbedError, PoolError, PortInUseError, QuantityError) as exc:
         print(f"kubetrain: error: {exc}", file=sys.stderr)
         return 1
+    except CommandError as exc:
+        print(f"kubetrain: error: {exc}", file=sys.stderr)
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
 

@@ -12,7 +12,14 @@ Repository functions take a `Session` in a transaction the caller owns and never
 commit; time comes in as `now` (default: the current UTC time).
 """
 
-from kubetrain.store.datasets import get_dataset, list_datasets, register_dataset
+from kubetrain.store.datasets import (
+    dataset_version,
+    get_dataset,
+    list_datasets,
+    register_dataset,
+    register_dataset_version,
+    resolve_job_dataset,
+)
 from kubetrain.store.db import Database, default_data_dir, default_sqlite_url, normalize_url
 from kubetrain.store.errors import (
     DatasetConflict,
@@ -32,6 +39,7 @@ from kubetrain.store.jobs import (
     Submission,
     apply_business_change,
     apply_runtime_change,
+    current_attempts,
     get_attempt,
     get_job,
     get_job_any_project,
@@ -69,10 +77,12 @@ from kubetrain.store.outbox import (
 from kubetrain.store.tokens import (
     authenticate_token,
     create_token,
+    find_token,
     hash_token,
     list_tokens,
     revoke_token,
     token_covers,
+    use_is_stale,
 )
 
 __all__ = [
@@ -106,9 +116,12 @@ __all__ = [
     "claim_due_deletions",
     "claim_due_jobs",
     "create_token",
+    "current_attempts",
+    "dataset_version",
     "default_data_dir",
     "default_sqlite_url",
     "dispatch_backoff",
+    "find_token",
     "get_attempt",
     "get_dataset",
     "get_job",
@@ -128,9 +141,12 @@ __all__ = [
     "record_diagnosis",
     "record_dispatch_failure",
     "register_dataset",
+    "register_dataset_version",
     "request_cancel",
+    "resolve_job_dataset",
     "revoke_token",
     "spec_digest",
     "submit_job",
     "token_covers",
+    "use_is_stale",
 ]

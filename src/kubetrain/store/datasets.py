@@ -3,6 +3,12 @@
 Versions are immutable once registered: a job that names `imagenet@v3` must get
 the same bytes today and next month, so registering it again with other
 contents is refused instead of silently repointing running work.
+
+The domain's `DatasetVersion` (what the admin's API body and the Pod use) is
+stored with its checksum manifest in the `checksums` column as
+`{"manifest": PATH, "sha256": HEX}` (keys only when given);
+`register_dataset_version`, `dataset_version` and `resolve_job_dataset` are
+the one place that mapping lives.
 """
 
 from __future__ import annotations
@@ -15,6 +21,8 @@ from typing import Any
 from sqlalchemy import select
 from sqlalchemy.orm import Session
 
+from kubetrain.domain.datasets import DatasetVersion, resolve_dataset
+from kubetrain.domain.spec import DatasetRef
 from kubetrain.store._unique import insert_unless_exists
 from kubetrain.store.errors import DatasetConflict
 from kubetrain.store.models import Dataset
@@ -73,3 +81,56 @@ def list_datasets(session: Session, *, name: str | None = None) -> list[Dataset]
     if name is not None:
         query = query.where(Dataset.name == name)
     return list(session.scalars(query.order_by(Dataset.name, Dataset.created_at, Dataset.id)))
+
+
+def register_dataset_version(
+    session: Session, version: DatasetVersion, *, created_by: str, now: datetime | None = None
+) -> tuple[Dataset, bool]:
+    """`register_dataset` for a validated `DatasetVersion`."""
+    checksums: dict[str, str] | None = None
+    if version.checksums is not None:
+        checksums = {"manifest": version.checksums}
+        if version.checksums_sha256 is not None:
+            checksums["sha256"] = version.checksums_sha256
+    return register_dataset(
+        session,
+        name=version.name,
+        version=version.version,
+        claim=version.claim,
+        sub_path=version.sub_path,
+        checksums=checksums,
+        created_by=created_by,
+        now=now,
+    )
+
+
+def dataset_version(dataset: Dataset) -> DatasetVersion:
+    """The stored row as the domain's `DatasetVersion` (what `render_job` mounts)."""
+    checksums = dataset.checksums or {}
+    return DatasetVersion.model_validate(
+        {
+            "name": dataset.name,
+            "version": dataset.version,
+            "claim": dataset.claim,
+            "subPath": dataset.sub_path,
+            "checksums": checksums.get("manifest"),
+            "checksumsSha256": checksums.get("sha256"),
+        }
+    )
+
+
+def resolve_job_dataset(session: Session, ref: DatasetRef | None) -> DatasetVersion | None:
+    """The dataset version a job mounts, looked up in the registry unless it gives a claim.
+
+    None for a job without a dataset; `SpecError` naming `spec.dataset.name` or
+    `spec.dataset.version` for one the registry does not know.
+    """
+    if ref is None:
+        return None
+    if ref.claim is not None:
+        return resolve_dataset(ref, None)
+    row = get_dataset(session, ref.name, ref.version)
+    if row is not None:
+        return resolve_dataset(ref, dataset_version(row))
+    known = [dataset.version for dataset in list_datasets(session, name=ref.name)]
+    return resolve_dataset(ref, None, known_versions=known)

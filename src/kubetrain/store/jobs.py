@@ -70,6 +70,7 @@ def submit_job(
     idempotency_key: str | None = None,
     job_id: str | None = None,
     source: Source = Source.API,
+    digest: str | None = None,
     now: datetime | None = None,
 ) -> Submission:
     """Store a new job in `CREATED`/`JOB_NOT_CREATED`, with its first history row.
@@ -78,9 +79,13 @@ def submit_job(
     project returns the first job (`replayed=True`), and one with another spec
     raises `IdempotencyConflict`. Concurrent submissions with one key make one
     job: the unique constraint on (project, key) decides, not timing.
+
+    `digest` is the spec's identity for that comparison, when the caller knows
+    a better one than the canonical JSON (`domain.spec.spec_digest` equates
+    `cpu: 1` with `cpu: 1000m`); by default `spec_digest(spec)`.
     """
     now = _now(now)
-    digest = spec_digest(spec)
+    digest = digest if digest is not None else spec_digest(spec)
     spec_copy = json.loads(json.dumps(spec))  # detach from the caller's mutable object
 
     def find() -> Job | None:
@@ -243,6 +248,15 @@ def list_attempts(session: Session, job_id: str) -> list[Attempt]:
     return list(
         session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
     )
+
+
+def current_attempts(session: Session, jobs: Collection[Job]) -> dict[str, Attempt]:
+    """The current attempt of each job that has one, by job id: one query for a page."""
+    wanted = {job.id: job.current_attempt for job in jobs if job.current_attempt > 0}
+    if not wanted:
+        return {}
+    rows = session.scalars(select(Attempt).where(Attempt.job_id.in_(list(wanted))))
+    return {row.job_id: row for row in rows if wanted[row.job_id] == row.number}
 
 
 def get_attempt(session: Session, job_id: str, number: int) -> Attempt | None:

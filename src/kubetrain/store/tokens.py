@@ -62,6 +62,24 @@ def create_token(
     return token, plaintext
 
 
+def find_token(session: Session, plaintext: str) -> Token | None:
+    """The live token with that plaintext, or None; reads only, so a read-only session does.
+
+    The API checks tokens this way and calls `authenticate_token` (a write)
+    only when `use_is_stale` says `last_used_at` is due, so a read request
+    takes no write lock.
+    """
+    return session.scalars(
+        select(Token).where(Token.token_hash == hash_token(plaintext), Token.revoked_at.is_(None))
+    ).one_or_none()
+
+
+def use_is_stale(token: Token, *, now: datetime | None = None) -> bool:
+    """Whether `authenticate_token` would record this use (last_used_at over a minute old)."""
+    now = now if now is not None else datetime.now(UTC)
+    return token.last_used_at is None or token.last_used_at < now - LAST_USED_RESOLUTION
+
+
 def authenticate_token(
     session: Session, plaintext: str, *, now: datetime | None = None
 ) -> Token | None:
@@ -71,13 +89,11 @@ def authenticate_token(
     the stored value is over a minute old.
     """
     now = now if now is not None else datetime.now(UTC)
-    token = session.scalars(
-        select(Token).where(Token.token_hash == hash_token(plaintext), Token.revoked_at.is_(None))
-    ).one_or_none()
+    token = find_token(session, plaintext)
     if token is None:
         return None
     stale = now - LAST_USED_RESOLUTION
-    if token.last_used_at is None or token.last_used_at < stale:
+    if use_is_stale(token, now=now):
         # Conditional, so concurrent requests with one token write at most once.
         session.execute(
             update(Token)

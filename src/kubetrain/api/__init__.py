@@ -1,0 +1,13 @@
+"""The HTTP API (FastAPI): jobs, datasets, health, auth by bearer token, RFC 9457 errors.
+
+    app = create_app(ServerSettings(), Database(url), on_change=dispatcher.wake)
+    uvicorn.run(app, host=settings.host, port=settings.port)
+
+Modules: `app` (the factory, error answers, OpenAPI), `jobs` and `datasets`
+(the routes), `auth` (tokens, roles, scopes), `body` (size limit, strict
+JSON), `schemas` (response models), `problems` (the error format).
+"""
+
+from kubetrain.api.app import create_app
+
+__all__ = ["create_app"]

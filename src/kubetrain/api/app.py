@@ -1,0 +1,257 @@
+"""The FastAPI application: routes, the error answers, health, and the OpenAPI document.
+
+`create_app` builds the app and nothing else: no background loop starts here
+(`kubetrain serve` runs the dispatcher and syncer beside it). Every error
+leaves as application/problem+json:
+
+    ProblemError            its own status (the handlers' refusals)
+    HTTPException           404 unknown path, 405 method, ... from routing
+    RequestValidationError  422 with one entry per query/path/header field
+    database unreachable    503 with Retry-After
+    anything else           500, logged here; the client learns nothing of it
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from http import HTTPStatus
+from typing import Any
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.openapi.utils import get_openapi
+from sqlalchemy import exc as sa_exc
+from starlette.exceptions import HTTPException as StarletteHTTPException
+from starlette.responses import Response
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+from kubetrain import __version__
+from kubetrain.api import datasets, jobs
+from kubetrain.api.body import BodyLimit
+from kubetrain.api.context import ApiContext
+from kubetrain.api.problems import (
+    PROBLEM_MEDIA_TYPE,
+    Problem,
+    ProblemError,
+    database_unavailable,
+    problem_response,
+    problem_responses,
+    validation_error,
+)
+from kubetrain.api.schemas import Health
+from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.spec import FieldProblem, TrainingJob
+from kubetrain.settings import ServerSettings
+from kubetrain.store import Database
+
+log = logging.getLogger("kubetrain.api")
+
+DESCRIPTION = """\
+Training jobs on Kubernetes, and why they are not running.
+
+Authenticate with `Authorization: Bearer <token>` (`kubetrain token create`).
+Errors are RFC 9457 problem details (`application/problem+json`).
+"""
+
+
+def create_app(
+    settings: ServerSettings, db: Database, *, on_change: Callable[[], None] | None = None
+) -> FastAPI:
+    """The API on `db`. `on_change` is called after each commit the dispatcher should act
+    on (a new job, a cancel), so it can wake at once instead of at its next poll."""
+    app = FastAPI(
+        title="kubetrain",
+        version=__version__,
+        description=DESCRIPTION,
+        openapi_url="/openapi.json",
+        # The interactive pages load their scripts from a CDN; the document is enough.
+        docs_url=None,
+        redoc_url=None,
+    )
+    app.state.kubetrain = ApiContext(settings=settings, db=db, on_change=on_change)
+    app.include_router(jobs.router)
+    app.include_router(datasets.router)
+    _add_health(app)
+    _add_error_handlers(app)
+    # Added last, so outermost: it also answers errors raised by the body limit.
+    app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
+    app.add_middleware(CatchAll)
+    app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
+    return app
+
+
+# -- health --------------------------------------------------------------------
+
+
+def _add_health(app: FastAPI) -> None:
+    @app.get("/healthz", tags=["health"], summary="The process answers", response_model=Health)
+    def healthz() -> Health:
+        return Health(status="ok")
+
+    @app.get(
+        "/readyz",
+        tags=["health"],
+        summary="The database answers",
+        response_model=Health,
+        responses=problem_responses(503),
+    )
+    def readyz(request: Request) -> Health:
+        context: ApiContext = request.app.state.kubetrain
+        try:
+            with context.db.engine.connect() as connection:
+                connection.exec_driver_sql("SELECT 1")
+        except sa_exc.SQLAlchemyError as exc:
+            log.warning("readiness: the database does not answer (%s)", type(exc).__name__)
+            raise database_unavailable() from None
+        return Health(status="ready")
+
+
+# -- errors --------------------------------------------------------------------
+
+
+def _instance(request: Request) -> str:
+    return request.url.path
+
+
+def _add_error_handlers(app: FastAPI) -> None:
+    async def on_problem(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, ProblemError)
+        return problem_response(exc.problem(_instance(request)), exc.headers)
+
+    async def on_http(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, StarletteHTTPException)
+        status = exc.status_code
+        phrase = HTTPStatus(status).phrase
+        detail = exc.detail if isinstance(exc.detail, str) and exc.detail != phrase else None
+        if status == 404 and detail is None:
+            detail = f"no such path: {request.url.path}"
+        problem = Problem(title=phrase, status=status, detail=detail, instance=_instance(request))
+        return problem_response(problem, exc.headers)
+
+    async def on_validation(request: Request, exc: Exception) -> Response:
+        assert isinstance(exc, RequestValidationError)
+        problems = [
+            FieldProblem(_location(error.get("loc", ())), str(error.get("msg", "is not valid")))
+            for error in exc.errors()
+        ]
+        refusal = validation_error(problems, "the request's parameters are not valid")
+        return problem_response(refusal.problem(_instance(request)))
+
+    async def on_database(request: Request, exc: Exception) -> Response:
+        if _database_unreachable(exc):
+            # The class only: SQLAlchemy's message carries the statement and its parameters.
+            log.warning(
+                "database unreachable during %s %s: %s",
+                request.method,
+                request.url.path,
+                type(exc).__name__,
+            )
+            refusal = database_unavailable()
+            return problem_response(refusal.problem(_instance(request)), refusal.headers)
+        log.error("database error during %s %s", request.method, request.url.path, exc_info=exc)
+        return problem_response(_internal_error(_instance(request)))
+
+    app.add_exception_handler(ProblemError, on_problem)
+    app.add_exception_handler(StarletteHTTPException, on_http)
+    app.add_exception_handler(RequestValidationError, on_validation)
+    app.add_exception_handler(sa_exc.SQLAlchemyError, on_database)
+
+
+def _location(loc: Any) -> str:
+    """("query", "state", 0) -> "query.state[0]"."""
+    out = ""
+    for part in loc:
+        if isinstance(part, int):
+            out += f"[{part}]"
+        else:
+            out = f"{out}.{part}" if out else str(part)
+    return out
+
+
+def _database_unreachable(exc: BaseException) -> bool:
+    # OperationalError: connection refused or lost, server shutting down, SQLite
+    # locked past the busy timeout; TimeoutError: no pooled connection came free.
+    # All of them pass; none is the request's fault.
+    if isinstance(exc, sa_exc.OperationalError | sa_exc.InterfaceError | sa_exc.TimeoutError):
+        return True
+    return isinstance(exc, sa_exc.DBAPIError) and exc.connection_invalidated
+
+
+def _internal_error(instance: str | None) -> Problem:
+    return Problem(
+        title="Internal Server Error",
+        status=500,
+        detail="the server failed to answer; the error is in its log",
+        instance=instance,
+    )
+
+
+class CatchAll:
+    """ASGI middleware: an exception no handler took becomes a logged 500 problem.
+
+    Starlette's own last resort would answer in plain text, or with a
+    traceback in debug mode; here nothing of the error reaches the client.
+    """
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        started = False
+
+        async def tracked(message: Message) -> None:
+            nonlocal started
+            if message["type"] == "http.response.start":
+                started = True
+            await send(message)
+
+        try:
+            await self.app(scope, receive, tracked)
+        except Exception:
+            log.exception("unhandled error in %s %s", scope.get("method"), scope.get("path"))
+            if not started:  # else the server ends the half-sent response
+                await problem_response(_internal_error(scope.get("path")))(scope, receive, send)
+
+
+# -- the OpenAPI document ------------------------------------------------------
+
+
+def _openapi(app: FastAPI) -> dict[str, Any]:
+    if app.openapi_schema is not None:
+        return app.openapi_schema
+    document = get_openapi(
+        title=app.title, version=app.version, description=app.description, routes=app.routes
+    )
+    schemas = document.setdefault("components", {}).setdefault("schemas", {})
+    # The bodies are read strictly by hand (body.py), so FastAPI does not know
+    # their models; their schemas join the components under their own names.
+    for model in (TrainingJob, DatasetVersion):
+        generated = model.model_json_schema(
+            by_alias=True, ref_template="#/components/schemas/{model}", mode="validation"
+        )
+        for name, schema in {**generated.pop("$defs", {}), model.__name__: generated}.items():
+            # A model that is also in a response (DatasetVersion) is there already,
+            # the same but for the defaults, which only input schemas state.
+            if name in schemas and _without_defaults(schemas[name]) != _without_defaults(schema):
+                raise RuntimeError(f"two different schemas named {name} in the OpenAPI document")
+            schemas[name] = schema
+    for operations in document.get("paths", {}).values():
+        for operation in operations.values():
+            for status, response in operation.get("responses", {}).items():
+                content = response.get("content", {})
+                if status[0] in "45" and "application/json" in content:
+                    content[PROBLEM_MEDIA_TYPE] = content.pop("application/json")
+    app.openapi_schema = document
+    return document
+
+
+def _without_defaults(schema: Any) -> Any:
+    if isinstance(schema, dict):
+        return {k: _without_defaults(v) for k, v in schema.items() if k != "default"}
+    if isinstance(schema, list):
+        return [_without_defaults(item) for item in schema]
+    return schema

@@ -1,0 +1,41 @@
+"""What every request handler shares: the settings, the database and the change hook."""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fastapi import Request
+
+from kubetrain.settings import ServerSettings
+from kubetrain.store import Database
+
+log = logging.getLogger("kubetrain.api")
+
+
+@dataclass(frozen=True, slots=True)
+class ApiContext:
+    settings: ServerSettings
+    db: Database
+    on_change: Callable[[], None] | None = None
+
+    def changed(self) -> None:
+        """Wake the dispatcher after a commit it should act on (a submit, a cancel).
+
+        The commit has happened and the answer stands whatever the hook does; a
+        dispatcher that is not woken still finds the work on its next poll.
+        """
+        if self.on_change is None:
+            return
+        try:
+            self.on_change()
+        except Exception:
+            log.exception("the on_change hook failed; the dispatcher will find the change later")
+
+
+async def get_context(request: Request) -> ApiContext:
+    # async: FastAPI runs a plain `def` dependency in a worker thread, a hop
+    # that costs more than this lookup.
+    context: ApiContext = request.app.state.kubetrain
+    return context

@@ -1,0 +1,395 @@
+"""`/api/v1/projects/{project}/jobs`: submit, list, read, history, attempts, manifest,
+diagnosis and cancel.
+
+Each request is one short transaction (read-only for reads), so any number of
+API replicas answer from the database alone. Submissions and cancels call the
+change hook after their commit, so the dispatcher acts at once.
+
+Cancel, decided: a job that is not finished moves to `CANCELLED` at once (the
+business state is what the API promises; the dispatcher then deletes the
+Kubernetes Job and its Pods, as it does for every `CANCELLED` record whose Job
+exists). Cancelling a `CANCELLED` job again answers 200 with the job
+unchanged; cancelling one that has `SUCCEEDED` or `FAILED` is a 409 naming its
+state, since the caller's picture of it is out of date and nothing was done.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any
+from urllib.parse import quote
+
+from fastapi import APIRouter, Depends, Header, Path, Query, Response
+
+from kubetrain.api.auth import (
+    Action,
+    Caller,
+    Principal,
+    job_not_found,
+    require_job_access,
+    require_project,
+)
+from kubetrain.api.body import json_body
+from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.problems import (
+    IDEMPOTENCY_CONFLICT,
+    INVALID_CURSOR,
+    JOB_FINISHED,
+    NO_DIAGNOSIS,
+    ProblemError,
+    problem_responses,
+    validation_error,
+)
+from kubetrain.api.schemas import (
+    Attempts,
+    History,
+    HistoryEntry,
+    JobDetail,
+    JobPage,
+    JobStatus,
+    RuntimeState,
+)
+from kubetrain.domain.manifest import render_job
+from kubetrain.domain.spec import FieldProblem, SpecError, TrainingJob, parse_training_job
+from kubetrain.domain.spec import spec_digest as training_job_digest
+from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
+from kubetrain.store import (
+    MAX_PAGE_SIZE,
+    IdempotencyConflict,
+    InvalidCursor,
+    Job,
+    Source,
+    apply_business_change,
+    current_attempts,
+    get_attempt,
+    get_job,
+    job_history,
+    list_attempts,
+    list_jobs,
+    request_cancel,
+    resolve_job_dataset,
+    submit_job,
+)
+
+DEFAULT_PAGE_SIZE = 50
+IDEMPOTENCY_KEY_LENGTH = 255  # the column's size
+# Visible ASCII only: a key is an opaque token (a UUID, say), and anything else
+# is a client bug better refused than stored.
+IDEMPOTENCY_KEY_PATTERN = r"^[\x21-\x7e]+$"
+
+router = APIRouter(
+    prefix="/api/v1/projects/{project}/jobs",
+    tags=["jobs"],
+    responses=problem_responses(401, 403, 422, 500, 503),
+)
+
+Context = Annotated[ApiContext, Depends(get_context)]
+ProjectName = Annotated[str, Path(description="the project (by default also the namespace)")]
+JobId = Annotated[str, Path(description="the job's id, as submit returned it")]
+
+TRAINING_JOB_BODY: dict[str, Any] = {
+    "requestBody": {
+        "required": True,
+        "description": "A TrainingJob (kubetrain.io/v1). `metadata.project` may be left out; "
+        "given, it must be the project of the path.",
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/TrainingJob"}}},
+    }
+}
+
+
+# The checks are async (no I/O): FastAPI would run a plain `def` in a worker thread.
+async def _may_submit(project: ProjectName, caller: Caller) -> Principal:
+    require_project(caller, project, Action.SUBMIT)
+    return caller
+
+
+async def _may_list(project: ProjectName, caller: Caller) -> Principal:
+    require_project(caller, project, Action.READ)
+    return caller
+
+
+async def _may_read(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
+    require_job_access(caller, project, job_id, Action.READ)
+    return caller
+
+
+async def _may_cancel(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
+    require_job_access(caller, project, job_id, Action.CANCEL)
+    return caller
+
+
+def _status(session: Any, job: Job) -> JobStatus:
+    attempt = get_attempt(session, job.id, job.current_attempt) if job.current_attempt else None
+    return JobStatus.of(job, attempt)
+
+
+@router.post(
+    "",
+    status_code=201,
+    summary="Submit a training job",
+    response_model=JobStatus,
+    responses={
+        200: {"model": JobStatus, "description": "An earlier submission with this key"},
+        201: {"description": "The new job, in CREATED"},
+        **problem_responses(400, 409, 413, 415),
+    },
+    openapi_extra=TRAINING_JOB_BODY,
+)
+def submit(
+    project: ProjectName,
+    caller: Annotated[Principal, Depends(_may_submit)],
+    context: Context,
+    response: Response,
+    body: Annotated[Any, Depends(json_body)],
+    idempotency_key: Annotated[
+        str | None,
+        Header(
+            min_length=1,
+            max_length=IDEMPOTENCY_KEY_LENGTH,
+            pattern=IDEMPOTENCY_KEY_PATTERN,
+            description="Retries with the same key and the same job return the first job; "
+            "the same key with another job is a 409.",
+        ),
+    ] = None,
+) -> JobStatus:
+    try:
+        training_job = parse_training_job(body, project=project)
+    except SpecError as exc:
+        raise validation_error(exc.problems, "the TrainingJob is refused") from None
+    try:
+        namespace = context.settings.namespace_for(project)
+    except ValueError as exc:
+        problem = FieldProblem("metadata.project", f"{project!r} maps to no usable {exc}")
+        raise validation_error([problem], "the project has no usable namespace") from None
+    # The registry's versions never change, so a read before the write is safe
+    # and keeps the write transaction short.
+    with context.db.read_only() as session:
+        try:
+            resolve_job_dataset(session, training_job.spec.dataset)
+        except SpecError as exc:
+            raise validation_error(exc.problems, "the job's dataset is not registered") from None
+    with context.db.transaction() as session:
+        try:
+            submission = submit_job(
+                session,
+                project=project,
+                name=training_job.metadata.name,
+                owner=caller.name,
+                namespace=namespace,
+                spec=training_job.model_dump(mode="json"),
+                idempotency_key=idempotency_key,
+                digest=training_job_digest(training_job),
+                source=Source.API,
+            )
+        except IdempotencyConflict as exc:
+            raise ProblemError(
+                409,
+                f"the Idempotency-Key was used for job {exc.existing_job_id} with another "
+                "TrainingJob; use a new key for a new job",
+                type=IDEMPOTENCY_CONFLICT,
+                title="Idempotency-Key reused with another job",
+                job_id=exc.existing_job_id,
+            ) from None
+        status = _status(session, submission.job)
+    path = router.prefix.format(project=quote(project, safe=""))
+    response.headers["Location"] = f"{path}/{quote(status.id, safe='')}"
+    if submission.replayed:
+        response.status_code = 200
+    else:
+        context.changed()
+    return status
+
+
+@router.get(
+    "",
+    summary="List a project's jobs, newest first",
+    response_model=JobPage,
+    responses=problem_responses(400),
+)
+def list_project_jobs(
+    project: ProjectName,
+    caller: Annotated[Principal, Depends(_may_list)],
+    context: Context,
+    state: Annotated[
+        list[BusinessState] | None, Query(description="business state; repeat for several")
+    ] = None,
+    reason: Annotated[
+        list[ReasonCode] | None, Query(description="reason code; repeat for several")
+    ] = None,
+    name: Annotated[str | None, Query(description="jobs of this name (names may repeat)")] = None,
+    limit: Annotated[int, Query(ge=1, le=MAX_PAGE_SIZE)] = DEFAULT_PAGE_SIZE,
+    cursor: Annotated[str | None, Query(description="`next_cursor` of the previous page")] = None,
+) -> JobPage:
+    with context.db.read_only() as session:
+        try:
+            page = list_jobs(
+                session,
+                project,
+                states=state,
+                reasons=reason,
+                name=name,
+                limit=limit,
+                cursor=cursor,
+            )
+        except InvalidCursor:
+            raise ProblemError(
+                400,
+                "the cursor is not one this API issued: pass `next_cursor` from the previous page",
+                type=INVALID_CURSOR,
+                title="Invalid cursor",
+            ) from None
+        attempts = current_attempts(session, page.jobs)
+        items = [JobStatus.of(job, attempts.get(job.id)) for job in page.jobs]
+    return JobPage(items=items, next_cursor=page.next_cursor)
+
+
+def _job(session: Any, project: str, job_id: str) -> Job:
+    job = get_job(session, project, job_id)
+    if job is None:
+        raise job_not_found(project, job_id)
+    return job
+
+
+@router.get(
+    "/{job_id}",
+    summary="One job: business state, reason, the current attempt's runtime state",
+    response_model=JobDetail,
+    responses=problem_responses(404),
+)
+def get_one_job(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+) -> JobDetail:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+        attempt = get_attempt(session, job.id, job.current_attempt) if job.current_attempt else None
+        return JobDetail.of(job, attempt)
+
+
+@router.get(
+    "/{job_id}/history",
+    summary="Every change of the job's business and runtime state, in order",
+    response_model=History,
+    responses=problem_responses(404),
+)
+def get_history(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+) -> History:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+        rows = job_history(session, project, job.id)
+        return History(job_id=job.id, items=[HistoryEntry.of(row) for row in rows])
+
+
+@router.get(
+    "/{job_id}/attempts",
+    summary="The runtime state of each of the job's Pods",
+    response_model=Attempts,
+    responses=problem_responses(404),
+)
+def get_attempts(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+) -> Attempts:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+        rows = list_attempts(session, job.id)
+        return Attempts(job_id=job.id, items=[RuntimeState.of(row) for row in rows])
+
+
+@router.get(
+    "/{job_id}/manifest",
+    summary="The batch/v1 Job that runs (or will run) this job",
+    response_model=dict[str, Any],
+    responses=problem_responses(404),
+)
+def get_manifest(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+) -> dict[str, Any]:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+        training_job = TrainingJob.model_validate(job.spec)
+        dataset = resolve_job_dataset(session, training_job.spec.dataset)
+    return render_job(
+        job.id,
+        training_job,
+        job.namespace,
+        dataset=dataset,
+        options=context.settings.render_options(),
+    )
+
+
+@router.get(
+    "/{job_id}/diagnosis",
+    summary="The latest diagnosis of why the job is (not) running",
+    response_model=dict[str, Any],
+    responses=problem_responses(404),
+)
+def get_diagnosis(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+) -> dict[str, Any]:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+    if job.diagnosis is None:
+        raise ProblemError(
+            404,
+            f"job {job.id} has no diagnosis yet: the syncer makes one once it has seen the job",
+            type=NO_DIAGNOSIS,
+            title="No diagnosis yet",
+        )
+    return job.diagnosis
+
+
+@router.post(
+    "/{job_id}/cancel",
+    summary="Cancel a job (idempotent)",
+    response_model=JobStatus,
+    responses=problem_responses(404, 409, 413),
+)
+def cancel(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_cancel)],
+    context: Context,
+) -> JobStatus:
+    changed = False
+    with context.db.transaction() as session:
+        job = request_cancel(session, project, job_id)  # locks the job's row
+        if job is None:
+            raise job_not_found(project, job_id)
+        if job.business_state in TERMINAL and job.business_state != BusinessState.CANCELLED:
+            raise ProblemError(
+                409,
+                f"job {job.id} has finished ({job.business_state}/{job.reason}); "
+                "there is nothing to cancel",
+                type=JOB_FINISHED,
+                title="The job has finished",
+                business_status=str(job.business_state),
+                reason=str(job.reason),
+            )
+        if job.business_state != BusinessState.CANCELLED:
+            apply_business_change(
+                session,
+                job.id,
+                BusinessState.CANCELLED,
+                ReasonCode.CANCELLED,
+                source=Source.API,
+                message=f"cancelled through the API by {caller.name!r}",
+            )
+            changed = True
+        status = _status(session, job)
+    if changed:
+        context.changed()
+    return status

@@ -1,0 +1,231 @@
+"""What the API answers with: the job (business state, reason, runtime state), pages,
+history, attempts and datasets, as response models that the OpenAPI document describes.
+
+Envelopes are snake_case; the documents users write (a TrainingJob, a
+DatasetVersion) keep their own camelCase inside them (`spec`, `dataset`).
+"""
+
+from __future__ import annotations
+
+from datetime import datetime
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.reasons import CATALOG, Actor
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
+from kubetrain.store import (
+    Attempt,
+    Dataset,
+    Job,
+    Source,
+    Transition,
+    TransitionKind,
+    dataset_version,
+)
+
+
+class ReasonDetail(BaseModel):
+    """The catalog's words for a reason code: which link blocks, what it means, who acts."""
+
+    code: ReasonCode
+    link: Link
+    explanation: str
+    action: str
+    actor: Actor
+
+    @classmethod
+    def of(cls, code: ReasonCode) -> ReasonDetail:
+        entry = CATALOG[code]
+        return cls(
+            code=code,
+            link=entry.link,
+            explanation=entry.explanation,
+            action=entry.action,
+            actor=entry.actor,
+        )
+
+
+class RuntimeState(BaseModel):
+    """What Kubernetes last said about the Pod of one attempt."""
+
+    attempt: int = Field(description="1, 2, ... in the order the job's Pods appeared")
+    pod: str
+    pod_uid: str
+    node: str | None
+    phase: str | None = Field(description="the Pod's phase: Pending, Running, Succeeded, ...")
+    container_state: str | None
+    scheduling_reason: str | None
+    raw_reason: str | None
+    raw_message: str | None
+    exit_code: int | None
+    termination_message: str | None
+    started_at: datetime | None
+    finished_at: datetime | None
+    updated_at: datetime
+
+    @classmethod
+    def of(cls, attempt: Attempt) -> RuntimeState:
+        return cls(
+            attempt=attempt.number,
+            pod=attempt.pod_name,
+            pod_uid=attempt.pod_uid,
+            node=attempt.node,
+            phase=attempt.pod_phase,
+            container_state=attempt.container_state,
+            scheduling_reason=attempt.scheduling_reason,
+            raw_reason=attempt.raw_reason,
+            raw_message=attempt.raw_message,
+            exit_code=attempt.exit_code,
+            termination_message=attempt.termination_message,
+            started_at=attempt.started_at,
+            finished_at=attempt.finished_at,
+            updated_at=attempt.updated_at,
+        )
+
+
+class JobStatus(BaseModel):
+    """A job as lists show it: the business state with its reason, and the current attempt.
+
+    `node` and `exit_code` repeat the current attempt's, so a flat listing has them.
+    """
+
+    id: str
+    name: str
+    project: str
+    namespace: str
+    owner: str
+    business_status: BusinessState
+    reason: ReasonCode
+    reason_detail: ReasonDetail
+    message: str | None = Field(description="kubetrain's plain word on the reason, if any")
+    raw_reason: str | None = Field(description="Kubernetes' reason, as it said it")
+    raw_message: str | None = Field(description="Kubernetes' message, as it said it")
+    attempt: int = Field(description="the current attempt; 0 before the first Pod")
+    node: str | None
+    exit_code: int | None
+    runtime: RuntimeState | None = Field(description="the current attempt; null before a Pod")
+    kubernetes_job: str | None = Field(description="the batch/v1 Job's name, once created")
+    cancel_requested: bool
+    created_at: datetime
+    updated_at: datetime
+    finished_at: datetime | None
+
+    @classmethod
+    def fields_of(cls, job: Job, attempt: Attempt | None) -> dict[str, Any]:
+        runtime = RuntimeState.of(attempt) if attempt is not None else None
+        return {
+            "id": job.id,
+            "name": job.name,
+            "project": job.project,
+            "namespace": job.namespace,
+            "owner": job.owner,
+            "business_status": job.business_state,
+            "reason": job.reason,
+            "reason_detail": ReasonDetail.of(job.reason),
+            "message": job.reason_message,
+            "raw_reason": job.raw_reason,
+            "raw_message": job.raw_message,
+            "attempt": job.current_attempt,
+            "node": runtime.node if runtime else None,
+            "exit_code": runtime.exit_code if runtime else None,
+            "runtime": runtime,
+            "kubernetes_job": job.k8s_job_name,
+            "cancel_requested": job.cancel_requested,
+            "created_at": job.created_at,
+            "updated_at": job.updated_at,
+            "finished_at": job.finished_at,
+        }
+
+    @classmethod
+    def of(cls, job: Job, attempt: Attempt | None) -> JobStatus:
+        return cls(**cls.fields_of(job, attempt))
+
+
+class JobDetail(JobStatus):
+    """One job in full: its status, the TrainingJob as stored, and the latest diagnosis."""
+
+    spec: dict[str, Any] = Field(description="the TrainingJob document as submitted")
+    diagnosis: dict[str, Any] | None = Field(
+        description="the syncer's latest diagnosis; null until it has made one"
+    )
+
+    @classmethod
+    def of(cls, job: Job, attempt: Attempt | None) -> JobDetail:
+        return cls(**cls.fields_of(job, attempt), spec=job.spec, diagnosis=job.diagnosis)
+
+
+class JobPage(BaseModel):
+    items: list[JobStatus]
+    next_cursor: str | None = Field(description="pass as `cursor` for the next page; null: last")
+
+
+class HistoryEntry(BaseModel):
+    """One row of the append-only history.
+
+    Business rows carry the job's states and reason codes; runtime rows carry
+    the Pod's phase in `from_state`/`to_state` and the changed fields in `detail`.
+    """
+
+    id: int
+    at: datetime
+    kind: TransitionKind
+    source: Source
+    from_state: str | None
+    to_state: str | None
+    from_reason: ReasonCode | None
+    to_reason: ReasonCode | None
+    raw_reason: str | None
+    raw_message: str | None
+    attempt: int | None
+    detail: dict[str, Any] | None
+
+    @classmethod
+    def of(cls, row: Transition) -> HistoryEntry:
+        return cls(
+            id=row.id,
+            at=row.at,
+            kind=row.kind,
+            source=row.source,
+            from_state=row.from_state,
+            to_state=row.to_state,
+            from_reason=row.from_reason,
+            to_reason=row.to_reason,
+            raw_reason=row.raw_reason,
+            raw_message=row.raw_message,
+            attempt=row.attempt,
+            detail=row.detail,
+        )
+
+
+class History(BaseModel):
+    job_id: str
+    items: list[HistoryEntry]
+
+
+class Attempts(BaseModel):
+    job_id: str
+    items: list[RuntimeState]
+
+
+class DatasetEntry(BaseModel):
+    """A registered dataset version: the DatasetVersion document, and who registered it when."""
+
+    dataset: DatasetVersion
+    created_at: datetime
+    created_by: str
+
+    @classmethod
+    def of(cls, row: Dataset) -> DatasetEntry:
+        return cls(
+            dataset=dataset_version(row), created_at=row.created_at, created_by=row.created_by
+        )
+
+
+class DatasetList(BaseModel):
+    items: list[DatasetEntry]
+
+
+class Health(BaseModel):
+    status: str

@@ -1,0 +1,206 @@
+"""The client commands' side of the HTTP API: requests, and refusals as a few plain lines.
+
+```
+* CommandError        a command cannot do what was asked; main prints it, exits 1
+  x ApiError          the server refused (a problem+json answer), status kept
+```
+
+No traceback and no token ever reaches the terminal: connection failures name
+the URL tried, refusals print the problem's title, detail and field errors.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import httpx2 as httpx
+from pydantic import ValidationError
+
+from kubetrain import __version__
+from kubetrain.settings import ClientSettings
+
+# Job ids are UUIDs; anything else given as NAME|ID is a name.
+_JOB_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
+PAGE_SIZE = 500  # the API's largest page
+
+
+class CommandError(Exception):
+    """What the user reads after `kubetrain: error:`."""
+
+    exit_code = 1
+
+
+class ApiError(CommandError):
+    def __init__(self, status: int, message: str, problem: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.status = status
+        self.problem = problem or {}
+
+    @classmethod
+    def of(cls, response: httpx.Response) -> ApiError:
+        try:
+            problem = response.json()
+        except ValueError:
+            problem = None
+        if not isinstance(problem, dict) or "title" not in problem:
+            text = " ".join(response.text.split())[:200]
+            return cls(response.status_code, f"HTTP {response.status_code} from the server: {text}")
+        lines = [f"{problem['title']} (HTTP {response.status_code})"]
+        if detail := problem.get("detail"):
+            lines[0] += f": {detail}"
+        for error in problem.get("errors") or []:
+            where = error.get("field") or "(the document)"
+            lines.append(f"  {where}: {error.get('message')}")
+        if response.status_code == 401:
+            lines.append(
+                "  set KUBETRAIN_TOKEN to a valid token (`kubetrain token create` makes one)"
+            )
+        return cls(response.status_code, "\n".join(lines), problem)
+
+
+def settings_error(exc: ValidationError, what: str) -> CommandError:
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in exc.errors(include_url=False, include_input=False)
+    )
+    return CommandError(f"{what} settings are not valid: {problems}")
+
+
+def add_client_options(parser: argparse.ArgumentParser, *, project: bool = True) -> None:
+    parser.add_argument("--url", help="the kubetrain server (default: KUBETRAIN_URL)")
+    if project:
+        parser.add_argument("-p", "--project", help="the project (default: KUBETRAIN_PROJECT)")
+
+
+def client_settings(args: argparse.Namespace) -> ClientSettings:
+    try:
+        settings: ClientSettings = ClientSettings.load(
+            url=getattr(args, "url", None), project=getattr(args, "project", None)
+        )
+    except ValidationError as exc:
+        raise settings_error(exc, "client") from None
+    except ValueError as exc:  # the config file itself
+        raise CommandError(str(exc)) from None
+    return settings
+
+
+def project_of(settings: ClientSettings) -> str:
+    if not settings.project:
+        raise CommandError("no project: pass --project or set KUBETRAIN_PROJECT")
+    return settings.project
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    status: int
+    body: Any
+
+
+class ApiClient:
+    """A thin client: one method per use, every failure a CommandError."""
+
+    def __init__(self, settings: ClientSettings) -> None:
+        if settings.token is None or not settings.token.get_secret_value():
+            raise CommandError(
+                "no API token: set KUBETRAIN_TOKEN (an admin makes one with "
+                "`kubetrain token create`)"
+            )
+        self.url = settings.url.rstrip("/")
+        self.timeout = settings.timeout
+        self._http = httpx.Client(
+            base_url=self.url,
+            timeout=settings.timeout,
+            headers={
+                "Authorization": f"Bearer {settings.token.get_secret_value()}",
+                "Accept": "application/json, application/problem+json",
+                "User-Agent": f"kubetrain-cli/{__version__}",
+            },
+        )
+
+    def __enter__(self) -> ApiClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._http.close()
+
+    def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        json: Any = None,
+        params: dict[str, Any] | None = None,
+        headers: dict[str, str] | None = None,
+    ) -> Reply:
+        try:
+            response = self._http.request(method, path, json=json, params=params, headers=headers)
+        except httpx.ConnectError as exc:
+            raise CommandError(
+                f"cannot reach the kubetrain server at {self.url} ({_reason(exc)}); "
+                "is it running, and is KUBETRAIN_URL right?"
+            ) from None
+        except httpx.TimeoutException:
+            raise CommandError(
+                f"the kubetrain server at {self.url} did not answer within {self.timeout:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise CommandError(f"the request to {self.url} failed: {_reason(exc)}") from None
+        if not response.is_success:
+            raise ApiError.of(response)
+        try:
+            return Reply(response.status_code, response.json())
+        except ValueError:
+            raise CommandError(
+                f"the server at {self.url} answered with something not JSON"
+            ) from None
+
+    # -- jobs -------------------------------------------------------------------
+
+    @staticmethod
+    def jobs_path(project: str) -> str:
+        return f"/api/v1/projects/{quote(project, safe='')}/jobs"
+
+    def job_path(self, project: str, job_id: str) -> str:
+        return f"{self.jobs_path(project)}/{quote(job_id, safe='')}"
+
+    def list_jobs(
+        self, project: str, *, limit: int | None = None, **filters: Any
+    ) -> list[dict[str, Any]]:
+        """Every matching job (or the newest `limit`), following the pages."""
+        jobs: list[dict[str, Any]] = []
+        cursor = None
+        while limit is None or len(jobs) < limit:
+            size = PAGE_SIZE if limit is None else min(PAGE_SIZE, limit - len(jobs))
+            params = {key: value for key, value in filters.items() if value}
+            params["limit"] = size
+            if cursor:
+                params["cursor"] = cursor
+            page = self.request("GET", self.jobs_path(project), params=params).body
+            jobs += page["items"]
+            cursor = page.get("next_cursor")
+            if not cursor:
+                break
+        return jobs
+
+    def find_job(self, project: str, ref: str) -> dict[str, Any]:
+        """The job with id `ref`, else the newest job named `ref`."""
+        if _JOB_ID.fullmatch(ref):
+            try:
+                job: dict[str, Any] = self.request("GET", self.job_path(project, ref)).body
+                return job
+            except ApiError as exc:
+                if exc.status != 404:
+                    raise
+        found = self.list_jobs(project, limit=1, name=ref)
+        if not found:
+            raise CommandError(f"no job named {ref!r} (nor with that id) in project {project!r}")
+        return found[0]
+
+
+def _reason(exc: Exception) -> str:
+    text = str(exc) or type(exc).__name__
+    return text.splitlines()[0]

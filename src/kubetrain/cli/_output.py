@@ -1,0 +1,75 @@
+"""How the client commands print: aligned tables for people, JSON and YAML for programs."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Sequence
+from datetime import UTC, datetime
+from typing import Any, TextIO
+
+import yaml
+
+FORMATS = ("table", "json", "yaml")
+CELL_LIMIT = 80  # a raw Kubernetes message can be kilobytes; tables show its start
+
+
+def emit(data: Any, output: str, *, stream: TextIO | None = None) -> None:
+    """JSON (indented, one document) or YAML of `data`."""
+    out = stream or sys.stdout
+    if output == "json":
+        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+    elif output == "yaml":
+        out.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
+    else:
+        raise ValueError(f"unknown output format {output!r}")
+
+
+def cell(value: Any) -> str:
+    if value is None or value == "":
+        return "-"
+    text = " ".join(str(value).split())
+    return text if len(text) <= CELL_LIMIT else text[: CELL_LIMIT - 1] + "…"
+
+
+def table(
+    headers: Sequence[str], rows: Sequence[Sequence[Any]], *, stream: TextIO | None = None
+) -> None:
+    """Columns padded to their widest cell, like kubectl's."""
+    out = stream or sys.stdout
+    cells = [[cell(value) for value in row] for row in rows]
+    widths = [max([len(h), *(len(row[i]) for row in cells)]) for i, h in enumerate(headers)]
+    for row in [list(headers), *cells]:
+        out.write(
+            "   ".join(
+                value.ljust(width) for value, width in zip(row, widths, strict=True)
+            ).rstrip()
+        )
+        out.write("\n")
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    return datetime.fromisoformat(text.replace("Z", "+00:00"))
+
+
+def short_time(text: str | None) -> str | None:
+    """An API timestamp as `2026-03-01 12:00:05` (UTC), for tables."""
+    when = parse_time(text)
+    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else None
+
+
+def age(text: str | None, *, now: datetime | None = None) -> str:
+    """kubectl's short ages: 42s, 7m, 5h, 3d."""
+    when = parse_time(text)
+    if when is None:
+        return "-"
+    seconds = max(0, int(((now or datetime.now(UTC)) - when).total_seconds()))
+    if seconds < 120:
+        return f"{seconds}s"
+    if seconds < 120 * 60:
+        return f"{seconds // 60}m"
+    if seconds < 48 * 3600:
+        return f"{seconds // 3600}h"
+    return f"{seconds // 86400}d"

@@ -1,0 +1,85 @@
+"""`kubetrain dataset register | list`: the dataset registry, through the API.
+
+Registering takes an admin token scoped to `*` (the registry serves every
+project); listing takes any valid token.
+"""
+
+from __future__ import annotations
+
+import argparse
+
+from kubetrain.cli._client import ApiClient, CommandError, add_client_options, client_settings
+from kubetrain.cli._output import FORMATS, emit, short_time, table
+from kubetrain.domain.datasets import parse_dataset_version
+from kubetrain.domain.spec import SpecError
+
+DATASETS = "/api/v1/datasets"
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser("dataset", help="the dataset registry (versions are immutable)")
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    add = verbs.add_parser("register", help="register where a dataset version lives")
+    add.add_argument("name")
+    add.add_argument("version")
+    add.add_argument("--claim", required=True, help="the PersistentVolumeClaim holding it")
+    add.add_argument("--sub-path", help="its directory inside the claim")
+    add.add_argument("--checksums", help="path of its checksum manifest, relative to --sub-path")
+    add.add_argument("--checksums-sha256", help="sha256 of that manifest, to pin it")
+    add_client_options(add, project=False)
+    add.set_defaults(func=_register)
+    listing = verbs.add_parser("list", help="registered dataset versions")
+    listing.add_argument("name", nargs="?", help="only the versions of this dataset")
+    listing.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(listing, project=False)
+    listing.set_defaults(func=_list)
+
+
+def _register(args: argparse.Namespace) -> int:
+    document = {
+        "name": args.name,
+        "version": args.version,
+        "claim": args.claim,
+        "subPath": args.sub_path,
+        "checksums": args.checksums,
+        "checksumsSha256": args.checksums_sha256,
+    }
+    document = {key: value for key, value in document.items() if value is not None}
+    try:
+        parse_dataset_version(document)  # refuse here, naming the option, before any request
+    except SpecError as exc:
+        options = {"subPath": "--sub-path", "checksumsSha256": "--checksums-sha256"}
+        lines = ["the dataset version is not valid:"]
+        lines += [f"  {options.get(p.field, p.field)}: {p.message}" for p in exc.problems]
+        raise CommandError("\n".join(lines)) from None
+    with ApiClient(client_settings(args)) as client:
+        reply = client.request("POST", DATASETS, json=document)
+    dataset = reply.body["dataset"]
+    where = dataset["claim"] + (f":{dataset['subPath']}" if dataset.get("subPath") else "")
+    verb = "registered" if reply.status == 201 else "was registered already"
+    print(f"dataset {dataset['name']}@{dataset['version']} {verb} ({where})")
+    return 0
+
+
+def _list(args: argparse.Namespace) -> int:
+    params = {"name": args.name} if args.name else None
+    with ApiClient(client_settings(args)) as client:
+        items = client.request("GET", DATASETS, params=params).body["items"]
+    if args.output != "table":
+        emit(items, args.output)
+        return 0
+    table(
+        ["NAME", "VERSION", "CLAIM", "SUB-PATH", "CREATED", "BY"],
+        [
+            [
+                e["dataset"]["name"],
+                e["dataset"]["version"],
+                e["dataset"]["claim"],
+                e["dataset"].get("subPath"),
+                short_time(e["created_at"]),
+                e["created_by"],
+            ]
+            for e in items
+        ],
+    )
+    return 0

@@ -1,0 +1,252 @@
+"""`kubetrain submit | get jobs | get job | history | cancel`: training jobs, through the API.
+
+A job is named on the command line by its id or by its name (the newest job
+of that name in the project). `submit` checks the file here first, so a bad
+file is refused with the field named before any request is made.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+from typing import Any
+
+from kubetrain.cli._client import (
+    ApiClient,
+    CommandError,
+    add_client_options,
+    client_settings,
+    project_of,
+)
+from kubetrain.cli._output import FORMATS, age, emit, short_time, table
+from kubetrain.domain.spec import SpecError, parse_training_job_yaml
+from kubetrain.domain.states import BusinessState, ReasonCode
+
+
+def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    submit = subparsers.add_parser("submit", help="submit a TrainingJob from a YAML file")
+    submit.add_argument("-f", "--filename", required=True, help="the TrainingJob YAML; - for stdin")
+    submit.add_argument(
+        "--idempotency-key",
+        help="retrying with the same key never makes a second job",
+    )
+    submit.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    add_client_options(submit)
+    submit.set_defaults(func=_submit)
+
+    get = subparsers.add_parser("get", help="show jobs")
+    kinds = get.add_subparsers(dest="kind", required=True, metavar="KIND")
+    many = kinds.add_parser("jobs", help="a project's jobs, newest first")
+    many.add_argument(
+        "--state",
+        action="append",
+        type=_choice(BusinessState),
+        help="only this business state (repeatable)",
+    )
+    many.add_argument(
+        "--reason", action="append", type=_choice(ReasonCode), help="only this reason (repeatable)"
+    )
+    many.add_argument("--name", help="only jobs of this name")
+    many.add_argument("--limit", type=int, help="at most this many (default: all)")
+    many.add_argument("-o", "--output", choices=(*FORMATS, "wide"), default="table")
+    add_client_options(many)
+    many.set_defaults(func=_get_jobs)
+    one = kinds.add_parser("job", help="one job: its state, reason and runtime state")
+    one.add_argument("job", metavar="NAME|ID")
+    one.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
+    add_client_options(one)
+    one.set_defaults(func=_get_job)
+
+    history = subparsers.add_parser("history", help="every change of a job's state, in order")
+    history.add_argument("job", metavar="NAME|ID")
+    history.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(history)
+    history.set_defaults(func=_history)
+
+    cancel = subparsers.add_parser("cancel", help="cancel a job (deletes its Kubernetes Job)")
+    cancel.add_argument("job", metavar="NAME|ID")
+    add_client_options(cancel)
+    cancel.set_defaults(func=_cancel)
+
+
+def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:
+    def parse(text: str) -> str:
+        value = text.upper()
+        if value not in enum.__members__:
+            allowed = ", ".join(enum.__members__)
+            raise argparse.ArgumentTypeError(f"{text!r} is not one of {allowed}")
+        return value
+
+    parse.__name__ = enum.__name__  # argparse names the type in its messages
+    return parse
+
+
+# -- submit --------------------------------------------------------------------
+
+
+def _read(filename: str) -> str:
+    try:
+        if filename == "-":
+            return sys.stdin.read()
+        return Path(filename).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise CommandError(f"cannot read {filename}: {exc}") from None
+
+
+def _submit(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    text = _read(args.filename)
+    try:
+        job = parse_training_job_yaml(text, project=settings.project)
+    except SpecError as exc:
+        lines = [f"{args.filename} is not a valid TrainingJob:"]
+        lines += [
+            f"  {problem.field or '(the document)'}: {problem.message}" for problem in exc.problems
+        ]
+        raise CommandError("\n".join(lines)) from None
+    project = job.metadata.project
+    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
+    with ApiClient(settings) as client:
+        reply = client.request(
+            "POST", client.jobs_path(project), json=job.model_dump(mode="json"), headers=headers
+        )
+    submitted = reply.body
+    if args.output != "text":
+        emit(submitted, args.output)
+    elif reply.status == 200:
+        print(
+            f"job {submitted['name']} ({submitted['id']}) was submitted before with this key: "
+            f"{submitted['business_status']}"
+        )
+    else:
+        print(f"job {submitted['name']} submitted: {submitted['id']} in project {project}")
+    return 0
+
+
+# -- get -----------------------------------------------------------------------
+
+
+def _get_jobs(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    project = project_of(settings)
+    if args.limit is not None and args.limit < 1:
+        raise CommandError("--limit must be 1 or more")
+    with ApiClient(settings) as client:
+        jobs = client.list_jobs(
+            project, limit=args.limit, state=args.state, reason=args.reason, name=args.name
+        )
+    if args.output in ("json", "yaml"):
+        emit(jobs, args.output)
+        return 0
+    headers = ["NAME", "STATE", "REASON", "NODE", "AGE"]
+    rows: list[list[Any]] = [
+        [j["name"], j["business_status"], j["reason"], j["node"], age(j["created_at"])]
+        for j in jobs
+    ]
+    if args.output == "wide":
+        headers += ["ATTEMPT", "EXIT", "ID", "RAW REASON"]
+        for row, j in zip(rows, jobs, strict=True):
+            row += [j["attempt"] or None, j["exit_code"], j["id"], j["raw_reason"]]
+    if not jobs:
+        print(f"no jobs in project {project}", file=sys.stderr)
+        return 0
+    table(headers, rows)
+    return 0
+
+
+def _get_job(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    project = project_of(settings)
+    with ApiClient(settings) as client:
+        found = client.find_job(project, args.job)
+        job = client.request("GET", client.job_path(project, found["id"])).body
+    if args.output != "text":
+        emit(job, args.output)
+        return 0
+    print(describe(job))
+    return 0
+
+
+def describe(job: dict[str, Any]) -> str:
+    """A job in plain words: what it is doing, why, and who must act."""
+    why = job["reason_detail"]
+    lines = [
+        ("Name", job["name"]),
+        ("ID", job["id"]),
+        ("Project", f"{job['project']} (namespace {job['namespace']})"),
+        ("State", job["business_status"]),
+        ("Reason", f"{job['reason']} (link: {why['link']})"),
+        ("", why["explanation"]),
+        ("Next step", f"{why['action']} [{why['actor']}]"),
+    ]
+    if job.get("message"):
+        lines.append(("Message", job["message"]))
+    if job.get("raw_reason") or job.get("raw_message"):
+        raw = ": ".join(part for part in (job.get("raw_reason"), job.get("raw_message")) if part)
+        lines.append(("Kubernetes", raw))
+    runtime = job.get("runtime")
+    if runtime:
+        where = f"pod {runtime['pod']}" + (f" on {runtime['node']}" if runtime["node"] else "")
+        lines.append(("Attempt", f"{runtime['attempt']}: {where}, phase {runtime['phase'] or '-'}"))
+        if runtime.get("container_state"):
+            lines.append(("Container", runtime["container_state"]))
+        if runtime.get("exit_code") is not None:
+            lines.append(("Exit code", str(runtime["exit_code"])))
+        if runtime.get("termination_message"):
+            lines.append(("Termination", runtime["termination_message"]))
+    else:
+        lines.append(("Attempt", "none yet"))
+    if job.get("cancel_requested"):
+        lines.append(("Cancel", "requested"))
+    lines.append(("Created", f"{job['created_at']} ({age(job['created_at'])} ago)"))
+    if job.get("finished_at"):
+        lines.append(("Finished", job["finished_at"]))
+    width = max(len(label) for label, _ in lines) + 2
+    return "\n".join((f"{label}:" if label else "").ljust(width) + value for label, value in lines)
+
+
+# -- history, cancel -----------------------------------------------------------
+
+
+def _change(row: dict[str, Any]) -> str:
+    if row["kind"] == "business":
+        before = f"{row['from_state']}/{row['from_reason']}" if row["from_state"] else "(new)"
+        return f"{before} -> {row['to_state']}/{row['to_reason']}"
+    pod = f"pod {row['from_state'] or '-'} -> {row['to_state'] or '-'}"
+    return pod + (f" (attempt {row['attempt']})" if row.get("attempt") else "")
+
+
+def _history(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    project = project_of(settings)
+    with ApiClient(settings) as client:
+        found = client.find_job(project, args.job)
+        history = client.request("GET", client.job_path(project, found["id"]) + "/history").body
+    if args.output != "table":
+        emit(history["items"], args.output)
+        return 0
+    rows = [
+        [
+            short_time(row["at"]),
+            row["source"],
+            _change(row),
+            ": ".join(part for part in (row["raw_reason"], row["raw_message"]) if part),
+        ]
+        for row in history["items"]
+    ]
+    table(["TIME (UTC)", "SOURCE", "CHANGE", "KUBERNETES SAID"], rows)
+    return 0
+
+
+def _cancel(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    project = project_of(settings)
+    with ApiClient(settings) as client:
+        found = client.find_job(project, args.job)
+        job = client.request("POST", client.job_path(project, found["id"]) + "/cancel").body
+    if found["business_status"] == "CANCELLED":
+        print(f"job {job['name']} ({job['id']}) was already cancelled")
+    else:
+        print(f"job {job['name']} ({job['id']}) cancelled")
+    return 0

@@ -1,0 +1,184 @@
+"""The one settings object of each side: the server's and the client commands'.
+
+Each value comes from, highest first: a command-line flag (passed as a keyword),
+the environment, the config file, the default.
+
+    KUBETRAIN_DATABASE_URL   server  default: a SQLite file in the user's data directory
+    KUBECONFIG               server  also --kubeconfig; else ~/.kube/config or in-cluster
+    KUBETRAIN_HOST, _PORT    server  127.0.0.1, 8080
+    KUBETRAIN_MAX_BODY_BYTES server  larger request bodies get 413
+    KUBETRAIN_NAMESPACE_PREFIX, KUBETRAIN_NAMESPACES
+                             server  project -> namespace: the mapping's entry, else
+                                     prefix + project (by default the project's own name)
+    KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
+                             server  what every rendered Job carries (RenderOptions)
+    KUBETRAIN_URL            client  http://127.0.0.1:8080
+    KUBETRAIN_TOKEN          client  the bearer token (never a flag: argv is visible to all)
+    KUBETRAIN_PROJECT        client  default project of --project
+    KUBETRAIN_TIMEOUT        client  seconds to wait for the server (30)
+
+The config file is TOML, `$KUBETRAIN_CONFIG` or else
+`$XDG_CONFIG_HOME/kubetrain/config.toml` (`~/.config/...`), with a table per
+side and the same names in lower case without the prefix:
+
+    [server]
+    database_url = "postgresql://kubetrain@db/kubetrain"
+    namespaces = {ai-training = "team-ai"}
+
+    [client]
+    url = "https://kubetrain.example"
+    project = "ai-training"
+
+A missing file is no error; an unknown key in it is (a typo must not pass as
+a default).
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from pathlib import Path
+from typing import Any, ClassVar
+
+from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
+from pydantic.fields import FieldInfo
+from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
+
+from kubetrain.domain import names
+from kubetrain.domain.manifest import RenderOptions
+
+__all__ = [
+    "CONFIG_ENV",
+    "DEFAULT_MAX_BODY_BYTES",
+    "DEFAULT_URL",
+    "ClientSettings",
+    "ServerSettings",
+    "config_path",
+]
+
+CONFIG_ENV = "KUBETRAIN_CONFIG"
+DEFAULT_URL = "http://127.0.0.1:8080"
+# A TrainingJob is at most 256 KiB (domain.spec.MAX_YAML_BYTES); its JSON is no
+# larger, and nothing else the API takes comes near.
+DEFAULT_MAX_BODY_BYTES = 256 * 1024
+
+
+def config_path() -> Path:
+    """Where the config file is looked for (it need not exist)."""
+    if explicit := os.environ.get(CONFIG_ENV):
+        return Path(explicit).expanduser()
+    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return Path(base) / "kubetrain" / "config.toml"
+
+
+class _ConfigFileTable(PydanticBaseSettingsSource):
+    """One table of the config file, as keyword values (unknown keys fail validation)."""
+
+    def __init__(self, settings_cls: type[BaseSettings], table: str) -> None:
+        super().__init__(settings_cls)
+        self._table = table
+
+    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
+        return None, field_name, False  # unused: __call__ returns the whole table
+
+    def __call__(self) -> dict[str, Any]:
+        path = config_path()
+        try:
+            with path.open("rb") as file:
+                document = tomllib.load(file)
+        except FileNotFoundError:
+            return {}
+        except (OSError, tomllib.TOMLDecodeError) as exc:
+            raise ValueError(f"config file {path}: {exc}") from None
+        table = document.get(self._table, {})
+        if not isinstance(table, dict):
+            raise ValueError(f"config file {path}: [{self._table}] must be a table")
+        return table
+
+
+class _Settings(BaseSettings):
+    _table: ClassVar[str]
+
+    model_config = SettingsConfigDict(
+        env_prefix="KUBETRAIN_", extra="forbid", validate_default=True, populate_by_name=True
+    )
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        return init_settings, env_settings, _ConfigFileTable(settings_cls, cls._table)
+
+    @classmethod
+    def load(cls, **flags: Any) -> Any:
+        """The settings, with each flag that was given (not None) taking precedence."""
+        return cls(**{key: value for key, value in flags.items() if value is not None})
+
+
+def _default_database_url() -> str:
+    # Imported here: the client commands never need the store (SQLAlchemy, Alembic).
+    from kubetrain.store.db import default_sqlite_url
+
+    return default_sqlite_url()
+
+
+class ServerSettings(_Settings):
+    """What `kubetrain serve`, the API and the control loops read."""
+
+    _table = "server"
+
+    database_url: str = Field(default_factory=_default_database_url)
+    kubeconfig: str | None = Field(
+        default=None, validation_alias=AliasChoices("kubeconfig", "KUBECONFIG")
+    )
+    host: str = "127.0.0.1"
+    port: int = Field(default=8080, ge=0, le=65535)
+    max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    namespace_prefix: str = ""
+    namespaces: dict[str, str] = {}
+    status_url: str | None = None
+    accelerator_label: str = RenderOptions.accelerator_label
+    gpu_resource: str = RenderOptions.gpu_resource
+
+    @field_validator("namespaces")
+    @classmethod
+    def _namespaces_are_labels(cls, value: dict[str, str]) -> dict[str, str]:
+        for project, namespace in value.items():
+            if problem := names.dns1123_label_problem(namespace):
+                raise ValueError(f"namespace of project {project!r}: {problem}")
+        return value
+
+    @model_validator(mode="after")
+    def _render_options_are_valid(self) -> ServerSettings:
+        self.render_options()  # RenderOptions checks itself; fail at start, not per Job
+        return self
+
+    def render_options(self) -> RenderOptions:
+        return RenderOptions(
+            gpu_resource=self.gpu_resource,
+            accelerator_label=self.accelerator_label,
+            status_url=self.status_url,
+        )
+
+    def namespace_for(self, project: str) -> str:
+        """The namespace a project's Jobs run in; ValueError if that is no DNS label."""
+        namespace = self.namespaces.get(project, self.namespace_prefix + project)
+        if problem := names.dns1123_label_problem(namespace):
+            raise ValueError(f"namespace {problem}")
+        return namespace
+
+
+class ClientSettings(_Settings):
+    """What the client commands (submit, get, history, cancel, dataset) read."""
+
+    _table = "client"
+
+    url: str = DEFAULT_URL
+    token: SecretStr | None = None
+    project: str | None = None
+    timeout: float = Field(default=30.0, gt=0)

@@ -1,0 +1,88 @@
+"""Small constructors for the API tests: TrainingJob documents and one token per role and scope."""
+
+from __future__ import annotations
+
+import copy
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2 as httpx
+from fastapi.testclient import TestClient
+
+from kubetrain.store import ALL_PROJECTS, Database, Role, create_token
+
+PROJECT = "ai-training"
+OTHER = "other-team"
+JOBS = f"/api/v1/projects/{PROJECT}/jobs"
+
+BASE_JOB: dict[str, Any] = {
+    "apiVersion": "kubetrain.io/v1",
+    "kind": "TrainingJob",
+    "metadata": {"name": "train-policy"},
+    "spec": {
+        "image": "registry.example/trainer:1",
+        "command": ["python", "train.py"],
+        "resources": {"requests": {"cpu": "4", "memory": "16Gi"}, "gpus": 1},
+    },
+}
+
+
+def training_job(name: str = "train-policy", **spec: Any) -> dict[str, Any]:
+    """A valid TrainingJob document; keyword arguments replace fields of `spec`."""
+    document = copy.deepcopy(BASE_JOB)
+    document["metadata"]["name"] = name
+    document["spec"].update(spec)
+    return document
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+@dataclass(frozen=True)
+class Tokens:
+    """Plaintext tokens by (role, project); `*` is every project."""
+
+    by_scope: dict[tuple[Role, str], str]
+
+    def __call__(self, role: Role | str, project: str = PROJECT) -> dict[str, str]:
+        return bearer(self.by_scope[(Role(role), project)])
+
+    @property
+    def admin(self) -> dict[str, str]:
+        return self(Role.ADMIN, ALL_PROJECTS)
+
+
+def make_tokens(db: Database) -> Tokens:
+    made: dict[tuple[Role, str], str] = {}
+    with db.transaction() as session:
+        for role in Role:
+            for project in (PROJECT, OTHER, ALL_PROJECTS):
+                _token, plaintext = create_token(
+                    session, name=f"{role}-{project}", role=role, project=project
+                )
+                made[(role, project)] = plaintext
+    return Tokens(made)
+
+
+def submit(
+    client: TestClient,
+    tokens: Tokens,
+    document: dict[str, Any] | None = None,
+    *,
+    key: str | None = None,
+) -> httpx.Response:
+    """POST a job as the project's submitter; returns the response."""
+    headers = tokens(Role.SUBMITTER)
+    if key is not None:
+        headers["Idempotency-Key"] = key
+    return client.post(
+        JOBS, json=document if document is not None else training_job(), headers=headers
+    )
+
+
+def submitted(client: TestClient, tokens: Tokens, name: str = "train-policy", **spec: Any) -> str:
+    """The id of a newly submitted job."""
+    response = submit(client, tokens, training_job(name, **spec))
+    assert response.status_code == 201, response.text
+    return str(response.json()["id"])

@@ -1,0 +1,158 @@
+"""Tokens, roles and scopes: 401 without a valid token, 403 for a role or project-wide scope
+that may not act, 404 for a job outside the token's projects, on every endpoint."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+from fastapi.testclient import TestClient
+
+from kubetrain.api.auth import PERMISSIONS, Action
+from kubetrain.store import (
+    ALL_PROJECTS,
+    Database,
+    Role,
+    create_token,
+    list_tokens,
+    record_diagnosis,
+    revoke_token,
+)
+from tests.api.builders import JOBS, OTHER, PROJECT, Tokens, bearer, submitted, training_job
+
+pytestmark = pytest.mark.db
+
+DATASET = {"name": "imagenet", "version": "v3", "claim": "dataset-imagenet"}
+
+
+@dataclass(frozen=True)
+class Endpoint:
+    method: str
+    path: str  # {job} is the id of a job in PROJECT
+    action: Action
+    scope: str  # "project": project-wide; "job": one job; "global": no project
+    body: dict[str, Any] | None = None
+
+    def call(self, client: TestClient, job_id: str, headers: dict[str, str]) -> httpx.Response:
+        return client.request(
+            self.method, self.path.format(job=job_id), json=self.body, headers=headers
+        )
+
+
+ENDPOINTS = [
+    Endpoint("GET", JOBS, Action.READ, "project"),
+    Endpoint("POST", JOBS, Action.SUBMIT, "project", training_job("another")),
+    Endpoint("GET", JOBS + "/{job}", Action.READ, "job"),
+    Endpoint("GET", JOBS + "/{job}/history", Action.READ, "job"),
+    Endpoint("GET", JOBS + "/{job}/attempts", Action.READ, "job"),
+    Endpoint("GET", JOBS + "/{job}/manifest", Action.READ, "job"),
+    Endpoint("GET", JOBS + "/{job}/diagnosis", Action.READ, "job"),
+    Endpoint("POST", JOBS + "/{job}/cancel", Action.CANCEL, "job"),
+    Endpoint("GET", "/api/v1/datasets", Action.READ, "global"),
+    Endpoint("POST", "/api/v1/datasets", Action.ADMIN, "global", DATASET),
+]
+SCOPES = (PROJECT, OTHER, ALL_PROJECTS)
+
+
+def expected_status(endpoint: Endpoint, role: Role, scope: str) -> int:
+    may = endpoint.action in PERMISSIONS[role]
+    covers = scope in (PROJECT, ALL_PROJECTS)
+    if endpoint.scope == "project":
+        return 200 if may and covers else 403
+    if endpoint.scope == "job":
+        if not may:
+            return 403
+        return 200 if covers else 404
+    if endpoint.action == Action.ADMIN:
+        return 200 if role == Role.ADMIN and scope == ALL_PROJECTS else 403
+    return 200
+
+
+@pytest.fixture
+def job_id(client: TestClient, tokens: Tokens, db: Database) -> str:
+    job_id = submitted(client, tokens)
+    with db.transaction() as session:
+        record_diagnosis(session, job_id, {"primary": "SCHEDULING"})
+    return job_id
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: f"{e.method} {e.path}")
+def test_every_role_and_scope_gets_its_answer(
+    client: TestClient, tokens: Tokens, job_id: str, endpoint: Endpoint
+) -> None:
+    answers = {}
+    for role in Role:
+        for scope in SCOPES:
+            response = endpoint.call(client, job_id, tokens(role, scope))
+            status = response.status_code
+            answers[(str(role), scope)] = 200 if status in (200, 201) else status
+            if status >= 400:
+                assert response.headers["content-type"] == "application/problem+json"
+    expected = {
+        (str(role), scope): expected_status(endpoint, role, scope)
+        for role in Role
+        for scope in SCOPES
+    }
+    assert answers == expected
+
+
+@pytest.mark.parametrize("endpoint", ENDPOINTS, ids=lambda e: f"{e.method} {e.path}")
+@pytest.mark.parametrize(
+    "authorization", [None, "Bearer kt_not-a-token", "Basic YWRtaW46YWRtaW4=", "Bearer"]
+)
+def test_no_valid_token_is_401_with_a_bearer_challenge(
+    client: TestClient, job_id: str, endpoint: Endpoint, authorization: str | None
+) -> None:
+    headers = {"Authorization": authorization} if authorization is not None else {}
+    response = endpoint.call(client, job_id, headers)
+    assert response.status_code == 401
+    assert response.headers["content-type"] == "application/problem+json"
+    assert response.headers["www-authenticate"].startswith("Bearer")
+    if authorization is not None:
+        assert 'error="invalid_token"' in response.headers["www-authenticate"]
+    assert response.json()["status"] == 401
+
+
+def test_a_revoked_token_is_401(client: TestClient, db: Database) -> None:
+    with db.transaction() as session:
+        token, plaintext = create_token(session, name="gone", role=Role.ADMIN, project="*")
+    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+    with db.transaction() as session:
+        revoke_token(session, token.id)
+    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 401
+
+
+def test_an_unseen_job_reads_the_same_as_a_missing_one(
+    client: TestClient, tokens: Tokens, job_id: str
+) -> None:
+    missing = "00000000-0000-4000-8000-000000000000"
+    hidden = client.get(f"{JOBS}/{job_id}", headers=tokens(Role.ADMIN, OTHER)).json()
+    absent = client.get(f"{JOBS}/{missing}", headers=tokens(Role.ADMIN, PROJECT)).json()
+    assert hidden["status"] == absent["status"] == 404
+    assert {k: str(v).replace(job_id, "ID") for k, v in hidden.items()} == {
+        k: str(v).replace(missing, "ID") for k, v in absent.items()
+    }
+
+
+def test_a_job_is_found_only_under_its_own_project(
+    client: TestClient, tokens: Tokens, job_id: str
+) -> None:
+    elsewhere = f"/api/v1/projects/{OTHER}/jobs/{job_id}"
+    for headers in (tokens(Role.ADMIN, ALL_PROJECTS), tokens(Role.ADMIN, OTHER)):
+        assert client.get(elsewhere, headers=headers).status_code == 404
+        assert client.post(elsewhere + "/cancel", headers=headers).status_code == 404
+        assert client.get(elsewhere + "/history", headers=headers).status_code == 404
+    listed = client.get(f"/api/v1/projects/{OTHER}/jobs", headers=tokens(Role.ADMIN, OTHER))
+    assert listed.json()["items"] == []
+
+
+def test_a_read_records_the_tokens_use(client: TestClient, tokens: Tokens, db: Database) -> None:
+    headers = tokens(Role.VIEWER, PROJECT)
+    for _ in range(3):
+        assert client.get(JOBS, headers=headers).status_code == 200
+    with db.read_only() as session:
+        used = {t.name: t.last_used_at for t in list_tokens(session)}
+    assert used[f"viewer-{PROJECT}"] is not None
+    assert used[f"viewer-{OTHER}"] is None

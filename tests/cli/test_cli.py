@@ -1,0 +1,310 @@
+"""The `kubetrain` client commands against a real server: submit, get, history, cancel,
+datasets, tokens, and what a user reads when something is wrong."""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+from sqlalchemy import func, select
+
+from kubetrain.cli.main import main
+from kubetrain.store import Job, find_token, list_tokens
+from tests.cli.conftest import PROJECT, Server
+
+pytestmark = pytest.mark.db
+
+KUBETRAIN = Path(sys.executable).parent / "kubetrain"
+
+JOB_YAML = """\
+apiVersion: kubetrain.io/v1
+kind: TrainingJob
+metadata: {name: train-policy-v12, labels: {team: rl}}
+spec:
+  image: registry.example/trainer:2026-08
+  command: [python, train.py]
+  env: [{name: EPOCHS, value: "10"}]
+  resources: {requests: {cpu: "4", memory: 16Gi}, gpus: 1}
+  maxRuntime: 24h
+"""
+
+
+def run(capsys: pytest.CaptureFixture[str], *argv: str) -> tuple[int, str, str]:
+    code = main(list(argv))
+    captured = capsys.readouterr()
+    return code, captured.out, captured.err
+
+
+def job_file(tmp_path: Path, text: str = JOB_YAML, name: str = "job.yaml") -> str:
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def job_count(server: Server) -> int:
+    with server.db.read_only() as session:
+        return session.scalar(select(func.count()).select_from(Job)) or 0
+
+
+def test_submit_get_history_cancel(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(capsys, "submit", "-f", job_file(tmp_path))
+    assert (code, err) == (0, "")
+    assert out.startswith("job train-policy-v12 submitted: ")
+    job_id = out.split()[3]
+
+    code, out, _ = run(capsys, "get", "jobs", "-o", "json")
+    assert code == 0
+    [listed] = json.loads(out)
+    for key in (
+        "name",
+        "project",
+        "business_status",
+        "reason",
+        "raw_reason",
+        "raw_message",
+        "node",
+        "exit_code",
+        "attempt",
+    ):
+        assert key in listed
+    assert (listed["id"], listed["name"], listed["project"]) == (
+        job_id,
+        "train-policy-v12",
+        PROJECT,
+    )
+    assert (listed["business_status"], listed["reason"]) == ("CREATED", "JOB_NOT_CREATED")
+
+    code, out, _ = run(capsys, "get", "jobs")
+    header, row = out.splitlines()
+    assert header.split() == ["NAME", "STATE", "REASON", "NODE", "AGE"]
+    assert row.split()[:4] == ["train-policy-v12", "CREATED", "JOB_NOT_CREATED", "-"]
+
+    code, out, _ = run(capsys, "get", "job", "train-policy-v12", "-o", "yaml")
+    shown = yaml.safe_load(out)
+    assert shown["id"] == job_id
+    assert shown["spec"]["metadata"]["labels"] == {"team": "rl"}
+    code, out, _ = run(capsys, "get", "job", job_id)
+    assert "Reason:" in out
+    assert "JOB_NOT_CREATED (link: control-plane)" in out
+    assert "[platform]" in out  # who must act
+
+    code, out, _ = run(capsys, "history", "train-policy-v12")
+    assert code == 0
+    assert "(new) -> CREATED/JOB_NOT_CREATED" in out
+
+    code, out, _ = run(capsys, "cancel", "train-policy-v12")
+    assert (code, out) == (0, f"job train-policy-v12 ({job_id}) cancelled\n")
+    code, out, _ = run(capsys, "cancel", job_id)
+    assert out == f"job train-policy-v12 ({job_id}) was already cancelled\n"
+    code, out, _ = run(capsys, "history", job_id, "-o", "json")
+    rows = json.loads(out)
+    assert [row["to_state"] for row in rows] == ["CREATED", "CANCELLED"]
+    code, out, _ = run(capsys, "get", "jobs", "--state", "cancelled", "-o", "json")
+    assert [job["id"] for job in json.loads(out)] == [job_id]
+    code, out, err = run(capsys, "get", "jobs", "--state", "RUNNING")
+    assert (code, out) == (0, "")
+    assert "no jobs" in err
+
+
+def test_a_bad_file_is_refused_here_with_the_field_named(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = JOB_YAML.replace('{requests: {cpu: "4", memory: 16Gi}, gpus: 1}', "{gpus: 0.5}")
+    code, out, err = run(capsys, "submit", "-f", job_file(tmp_path, bad))
+    assert code == 1
+    assert out == ""
+    assert "spec.resources.requests" in err
+    assert "spec.resources.gpus" in err
+    assert "Traceback" not in err
+    assert server.requests == []  # refused before any request
+    duplicate = JOB_YAML + "kind: TrainingJob\n"
+    code, _, err = run(capsys, "submit", "-f", job_file(tmp_path, duplicate))
+    assert code == 1
+    assert "duplicate key 'kind'" in err
+    assert server.requests == []
+    assert job_count(server) == 0
+
+
+def test_the_project_comes_from_the_flag_the_environment_or_the_file(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(project=None)
+    code, _, err = run(capsys, "submit", "-f", job_file(tmp_path))
+    assert code == 1
+    assert "metadata.project" in err
+    assert server.requests == []
+    in_file = JOB_YAML.replace(
+        "name: train-policy-v12,", f"name: train-policy-v12, project: {PROJECT},"
+    )
+    code, _, _ = run(capsys, "submit", "-f", job_file(tmp_path, in_file))
+    assert code == 0
+    code, _, err = run(capsys, "submit", "-f", job_file(tmp_path, in_file), "--project", "other")
+    assert code == 1
+    assert "metadata.project" in err
+    code, out, _ = run(capsys, "get", "jobs", "-p", PROJECT, "-o", "json")
+    assert len(json.loads(out)) == 1
+
+
+def test_an_idempotency_key_makes_one_job(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = job_file(tmp_path)
+    first = run(capsys, "submit", "-f", path, "--idempotency-key", "k-1")
+    second = run(capsys, "submit", "-f", path, "--idempotency-key", "k-1")
+    assert (first[0], second[0]) == (0, 0)
+    assert "submitted before with this key" in second[1]
+    assert job_count(server) == 1
+    other = JOB_YAML.replace("train-policy-v12", "train-policy-v13")
+    code, _, err = run(
+        capsys, "submit", "-f", job_file(tmp_path, other), "--idempotency-key", "k-1"
+    )
+    assert code == 1
+    assert "HTTP 409" in err
+
+
+def test_refusals_read_as_a_few_lines(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    run(capsys, "submit", "-f", job_file(tmp_path))
+    use(token="viewer@" + PROJECT)
+    code, _, err = run(capsys, "cancel", "train-policy-v12")
+    assert code == 1
+    assert err.startswith("kubetrain: error: Forbidden (HTTP 403): a viewer token may not cancel")
+    use(token="kt_not-a-token")
+    code, _, err = run(capsys, "get", "jobs")
+    assert code == 1
+    assert "Unauthorized (HTTP 401)" in err
+    assert "KUBETRAIN_TOKEN" in err
+    assert "kt_not-a-token" not in err
+    use(token=None)
+    requests = len(server.requests)
+    code, _, err = run(capsys, "get", "jobs")
+    assert code == 1
+    assert "no API token" in err
+    assert len(server.requests) == requests
+    use()
+    code, _, err = run(capsys, "get", "job", "no-such-job")
+    assert code == 1
+    assert "no job named 'no-such-job'" in err
+    unknown = JOB_YAML.replace("maxRuntime: 24h", "dataset: {name: imagenet, version: v9}")
+    code, _, err = run(capsys, "submit", "-f", job_file(tmp_path, unknown))
+    assert code == 1
+    assert "spec.dataset.name: unknown dataset 'imagenet'" in err
+    for output in (err,):
+        assert "Traceback" not in output
+
+
+def test_an_unreachable_server_is_named(
+    use, tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    monkeypatch.setenv("KUBETRAIN_URL", f"http://127.0.0.1:{port}")
+    code, out, err = run(capsys, "get", "jobs")
+    assert code == 1
+    assert out == ""
+    assert f"cannot reach the kubetrain server at http://127.0.0.1:{port}" in err
+    assert "Traceback" not in err
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_datasets_are_registered_and_used(
+    server: Server, use, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(token="admin@" + PROJECT)  # a project's admin does not write the shared registry
+    register = ("dataset", "register", "imagenet", "v3", "--claim", "dataset-imagenet")
+    code, _, err = run(capsys, *register, "--sub-path", "v3")
+    assert code == 1
+    assert "HTTP 403" in err
+    use(token="admin@*")
+    code, out, _ = run(capsys, *register, "--sub-path", "v3")
+    assert (code, out) == (0, "dataset imagenet@v3 registered (dataset-imagenet:v3)\n")
+    code, out, _ = run(capsys, *register, "--sub-path", "v3")
+    assert out == "dataset imagenet@v3 was registered already (dataset-imagenet:v3)\n"
+    code, _, err = run(capsys, "dataset", "register", "imagenet", "v4", "--claim", "Bad Claim")
+    assert code == 1
+    assert "claim:" in err
+    code, out, _ = run(capsys, "dataset", "list")
+    assert out.splitlines()[1].split()[:4] == ["imagenet", "v3", "dataset-imagenet", "v3"]
+    code, out, _ = run(capsys, "dataset", "list", "-o", "json")
+    assert json.loads(out)[0]["dataset"]["claim"] == "dataset-imagenet"
+
+    use()
+    with_dataset = JOB_YAML.replace("maxRuntime: 24h", "dataset: {name: imagenet, version: v3}")
+    code, _, _ = run(capsys, "submit", "-f", job_file(tmp_path, with_dataset))
+    assert code == 0
+
+
+def _cli(server: Server, *argv: str) -> subprocess.CompletedProcess[str]:
+    env = {
+        **os.environ,
+        "KUBETRAIN_DATABASE_URL": server.database_url,
+        "KUBETRAIN_CONFIG": os.environ["KUBETRAIN_CONFIG"],
+    }
+    return subprocess.run(
+        [str(KUBETRAIN), *argv], capture_output=True, text=True, env=env, timeout=60, check=False
+    )
+
+
+def test_token_create_prints_only_the_token(server: Server) -> None:
+    made = _cli(server, "token", "create", "--project", PROJECT, "--role", "viewer", "--name", "ci")
+    assert made.returncode == 0, made.stderr
+    token = made.stdout.strip()
+    assert made.stdout == token + "\n"
+    assert token.startswith("kt_")
+    assert token not in made.stderr
+    assert "ci (viewer on ai-training" in made.stderr
+    with server.db.read_only() as session:
+        found = find_token(session, token)
+        assert found is not None
+        assert (found.name, found.role, found.project) == ("ci", "viewer", PROJECT)
+
+    listed = _cli(server, "token", "list", "-o", "json")
+    assert listed.returncode == 0, listed.stderr
+    assert token not in listed.stdout
+    rows = {row["name"]: row for row in json.loads(listed.stdout)}
+    assert rows["ci"]["prefix"] == token[: len(rows["ci"]["prefix"])]
+
+    revoked = _cli(server, "token", "revoke", rows["ci"]["id"])
+    assert revoked.returncode == 0, revoked.stderr
+    again = _cli(server, "token", "revoke", rows["ci"]["id"])
+    assert again.returncode == 1
+    assert "no live token" in again.stderr
+    with server.db.read_only() as session:
+        assert "ci" not in {t.name for t in list_tokens(session)}
+
+
+def test_token_create_refuses_bad_input_and_a_bad_database(server: Server, tmp_path: Path) -> None:
+    bad_role = _cli(server, "token", "create", "--project", PROJECT, "--role", "root")
+    assert bad_role.returncode == 2
+    bad_project = _cli(server, "token", "create", "--project", "Not A Project", "--role", "admin")
+    assert bad_project.returncode == 1
+    assert "--project" in bad_project.stderr
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    down = _cli(
+        server,
+        "token",
+        "create",
+        "--project",
+        "*",
+        "--role",
+        "admin",
+        "--database-url",
+        f"postgresql://kubetrain:s3cret@127.0.0.1:{port}/kubetrain",
+    )
+    assert down.returncode == 1
+    assert down.stdout == ""
+    assert "cannot use the database" in down.stderr
+    assert "s3cret" not in down.stderr
+    assert "Traceback" not in down.stderr

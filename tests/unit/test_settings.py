@@ -1,0 +1,101 @@
+"""Settings: flags over the environment over the config file over the defaults."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from pydantic import ValidationError
+
+from kubetrain.settings import DEFAULT_URL, ClientSettings, ServerSettings, config_path
+from tests.isolated import isolated_settings
+
+__all__ = ["isolated_settings"]  # the autouse fixture, for pytest
+
+pytestmark = pytest.mark.unit
+
+
+def write_config(monkeypatch: pytest.MonkeyPatch, tmp_path: Path, text: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(text)
+    monkeypatch.setenv("KUBETRAIN_CONFIG", str(path))
+
+
+def test_defaults(tmp_path: Path) -> None:
+    server = ServerSettings()
+    assert server.database_url == f"sqlite:///{tmp_path / 'data' / 'kubetrain' / 'kubetrain.db'}"
+    assert (server.host, server.port, server.max_body_bytes) == ("127.0.0.1", 8080, 256 * 1024)
+    assert server.kubeconfig is None
+    assert server.namespace_for("ai-training") == "ai-training"
+    client = ClientSettings()
+    assert (client.url, client.token, client.project) == (DEFAULT_URL, None, None)
+
+
+def test_flags_over_environment_over_file(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    write_config(
+        monkeypatch,
+        tmp_path,
+        '[server]\nport = 9000\nhost = "127.0.0.2"\nkubeconfig = "/from/file"\n'
+        '[client]\nurl = "http://from-file:1"\nproject = "from-file"\n',
+    )
+    monkeypatch.setenv("KUBETRAIN_PORT", "9100")
+    monkeypatch.setenv("KUBECONFIG", "/from/env")
+    monkeypatch.setenv("KUBETRAIN_PROJECT", "from-env")
+    server = ServerSettings.load(port=9200, host=None)
+    assert (server.port, server.host, server.kubeconfig) == (9200, "127.0.0.2", "/from/env")
+    assert ServerSettings.load(kubeconfig="/from/flag").kubeconfig == "/from/flag"
+    client = ClientSettings.load(project=None)
+    assert (client.url, client.project) == ("http://from-file:1", "from-env")
+
+
+def test_the_token_is_kept_secret(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_TOKEN", "kt_secret-value")
+    client = ClientSettings()
+    assert client.token is not None
+    assert client.token.get_secret_value() == "kt_secret-value"
+    assert "kt_secret-value" not in repr(client)
+
+
+def test_projects_map_to_namespaces(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    write_config(monkeypatch, tmp_path, '[server]\nnamespaces = {ai-training = "team-ai"}\n')
+    monkeypatch.setenv("KUBETRAIN_NAMESPACE_PREFIX", "kt-")
+    server = ServerSettings()
+    assert server.namespace_for("ai-training") == "team-ai"
+    assert server.namespace_for("vision") == "kt-vision"
+    with pytest.raises(ValueError, match="63"):
+        ServerSettings(namespace_prefix="x" * 60).namespace_for("vision")
+    with pytest.raises(ValidationError, match="namespace of project"):
+        ServerSettings(namespaces={"a": "Not_A_Label"})
+
+
+def test_render_options_are_checked_when_loaded() -> None:
+    settings = ServerSettings(
+        status_url="https://kubetrain.example/status", accelerator_label="gpu.example/type"
+    )
+    options = settings.render_options()
+    assert (options.status_url, options.accelerator_label) == (
+        "https://kubetrain.example/status",
+        "gpu.example/type",
+    )
+    with pytest.raises(ValidationError, match="status_url"):
+        ServerSettings(status_url="ftp://user:pw@host/")
+    with pytest.raises(ValidationError, match="gpu_resource"):
+        ServerSettings(gpu_resource="gpu")
+
+
+def test_a_typo_in_the_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    write_config(monkeypatch, tmp_path, '[client]\nprojekt = "x"\n')
+    with pytest.raises(ValidationError, match="projekt"):
+        ClientSettings()
+    ServerSettings()  # the other table is untouched
+    write_config(monkeypatch, tmp_path, "[client\n")
+    with pytest.raises(ValueError, match="config file"):
+        ClientSettings()
+
+
+def test_the_config_file_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
+    monkeypatch.delenv("KUBETRAIN_CONFIG")
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    assert config_path() == tmp_path / "xdg" / "kubetrain" / "config.toml"
+    monkeypatch.setenv("KUBETRAIN_CONFIG", "~/kt.toml")
+    assert config_path() == Path.home() / "kt.toml"
