@@ -12,6 +12,7 @@ import asyncio
 import logging
 import signal
 import sys
+from typing import Any
 
 from kubetrain.cluster.client import ClusterConfigError, load_config
 from kubetrain.control.runner import ControlLoops
@@ -28,28 +29,45 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser.add_argument("--database-url", help="default: $KUBETRAIN_DATABASE_URL or SQLite")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     role = parser.add_mutually_exclusive_group()
-    role.add_argument("--no-control", action="store_true",
-                      help="serve the API only (other replicas run the control loops)")
+    role.add_argument(
+        "--no-control",
+        action="store_true",
+        help="serve the API only (other replicas run the control loops)",
+    )
     role.add_argument("--no-api", action="store_true", help="run the control loops only")
-    parser.add_argument("--no-leader-elect", action="store_true",
-                        help="act without holding the Lease (one replica only!)")
-    parser.add_argument("--lease-namespace", default="default",
-                        help="namespace of the coordination Lease (default: default)")
-    parser.add_argument("--resync", type=float, default=30.0,
-                        help="seconds between full resyncs of unfinished jobs")
+    parser.add_argument(
+        "--no-leader-elect",
+        action="store_true",
+        help="act without holding the Lease (one replica only!)",
+    )
+    parser.add_argument(
+        "--lease-namespace",
+        default="default",
+        help="namespace of the coordination Lease (default: default)",
+    )
+    parser.add_argument(
+        "--resync", type=float, default=30.0, help="seconds between full resyncs of unfinished jobs"
+    )
     parser.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:
     overrides = {
         key: value
-        for key, value in (("host", args.host), ("port", args.port),
-                           ("database_url", args.database_url), ("kubeconfig", args.kubeconfig))
+        for key, value in (
+            ("host", args.host),
+            ("port", args.port),
+            ("database_url", args.database_url),
+            ("kubeconfig", args.kubeconfig),
+        )
         if value is not None
     }
     settings = ServerSettings.load(**overrides)
-    logging.basicConfig(level=logging.INFO, stream=sys.stderr,
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logging.basicConfig(
+        level=logging.INFO,
+        stream=sys.stderr,
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
     db = open_database(settings.database_url)
     db.upgrade()
     control = None
@@ -60,8 +78,11 @@ def _serve(args: argparse.Namespace) -> int:
             print(f"kubetrain: error: {exc}", file=sys.stderr)
             return 1
         control = ControlLoops(
-            db, config, render_options=settings.render_options(),
-            leader_elect=not args.no_leader_elect, lease_namespace=args.lease_namespace,
+            db,
+            config,
+            render_options=settings.render_options(),
+            leader_elect=not args.no_leader_elect,
+            lease_namespace=args.lease_namespace,
             resync_interval=args.resync,
         )
     try:
@@ -76,12 +97,14 @@ def open_database(url: str) -> Database:
         return Database(url)
     # Sized for the API's worker threads plus the control loops; a bounded connect
     # keeps /readyz answering 503 instead of hanging when the server is gone.
-    return Database(url, pool_size=20, max_overflow=30, pool_pre_ping=True,
-                    connect_args={"connect_timeout": 5})
+    return Database(
+        url, pool_size=20, max_overflow=30, pool_pre_ping=True, connect_args={"connect_timeout": 5}
+    )
 
 
-async def _run(settings: ServerSettings, db: Database, control: ControlLoops | None,
-               *, api: bool) -> None:
+async def _run(
+    settings: ServerSettings, db: Database, control: ControlLoops | None, *, api: bool
+) -> None:
     tasks = [asyncio.create_task(control.run(), name="control")] if control else []
     try:
         if api:
@@ -90,10 +113,15 @@ async def _run(settings: ServerSettings, db: Database, control: ControlLoops | N
             from kubetrain.api import create_app
 
             app = create_app(settings, db, on_change=control.notify if control else None)
-            server = uvicorn.Server(uvicorn.Config(
-                app, host=settings.host, port=settings.port, log_level="warning",
-                access_log=False,
-            ))
+            server = uvicorn.Server(
+                uvicorn.Config(
+                    app,
+                    host=settings.host,
+                    port=settings.port,
+                    log_level="warning",
+                    access_log=False,
+                )
+            )
             serving = asyncio.create_task(server.serve(), name="api")
             done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
@@ -103,7 +131,7 @@ async def _run(settings: ServerSettings, db: Database, control: ControlLoops | N
             loop = asyncio.get_running_loop()
             for sig in (signal.SIGINT, signal.SIGTERM):
                 loop.add_signal_handler(sig, stop.set)
-            waiter = asyncio.create_task(stop.wait())
+            waiter: asyncio.Task[Any] = asyncio.create_task(stop.wait())
             done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
             for task in done:
                 task.result()
