@@ -377,3 +377,18 @@ def test_a_preempted_pod_already_deleted_is_read_from_its_events() -> None:
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.PREEMPTED, "Preempted")
     assert [a.pod_name for a in d.attempts] == [name, new["metadata"]["name"]]
+
+
+def test_a_succeeded_pod_before_the_job_says_complete_is_still_running():
+    # Recorded from the succeeded dump, as the syncer sees it for a moment: the Pod
+    # has exited 0 and the Job controller has not yet written its Complete condition.
+    data = dump("succeeded")
+    job = the_job(data)
+    job["status"] = {
+        "active": 0,
+        "ready": 0,
+        "startTime": job["status"]["startTime"],
+        "uncountedTerminatedPods": {"succeeded": ["x"]},
+    }
+    diagnosis = run(data)
+    assert (diagnosis.state, diagnosis.reason) == (S.RUNNING, R.TRAINING)

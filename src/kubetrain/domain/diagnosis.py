@@ -1330,6 +1330,20 @@ def _active(reader: _Reader) -> _Outcome:
             Link.TRAINING,
         )
     live = [p for p in pods if not _gone(p)]
+    if not live and pods and text(pods[-1], "status", "phase") == "Succeeded":
+        # The last Pod succeeded and the Job controller has not written Complete
+        # yet (a moment, usually): still running, never back to the queue.
+        return _Outcome(
+            S.RUNNING,
+            [
+                _Finding(
+                    R.TRAINING,
+                    "the training process exited 0; the Job is completing",
+                    since=timestamp(pods[-1], "status", "startTime"),
+                )
+            ],
+            Link.TRAINING,
+        )
     previous = [p for p in pods if _gone(p)]
     earlier: list[_Finding] = []
     if previous:
