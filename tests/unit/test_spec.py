@@ -999,3 +999,26 @@ def test_the_digest_keeps_env_order():
 
 def test_a_parsed_job_is_a_training_job():
     assert isinstance(parse_training_job(minimal()), TrainingJob)
+
+
+def test_testbed_fate_annotations_pass_and_other_kubetrain_subdomains_do_not():
+    from kubetrain.domain.manifest import render_job
+    from kubetrain.domain.spec import SpecError, parse_training_job
+
+    def body(annotations: dict[str, str]) -> dict[str, object]:
+        return {
+            "apiVersion": "kubetrain.io/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": "a", "project": "p", "annotations": annotations},
+            "spec": {
+                "image": "registry.example/t:1",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            },
+        }
+
+    job = parse_training_job(body({"testbed.kubetrain.io/exit-code": "1"}))
+    manifest = render_job("abc", job, "p", dataset=None)
+    pod_annotations = manifest["spec"]["template"]["metadata"]["annotations"]
+    assert pod_annotations["testbed.kubetrain.io/exit-code"] == "1"
+    with pytest.raises(SpecError, match="reserved for kubetrain"):
+        parse_training_job(body({"other.kubetrain.io/x": "1"}))

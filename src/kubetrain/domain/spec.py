@@ -240,8 +240,15 @@ def _name_problem(value: str) -> str | None:
     return names.dns1123_label_problem(value, MAX_NAME_LENGTH)
 
 
+# The local testbed's KWOK stages read a Pod's fate from these annotations; they
+# must travel from a job to its Pod, and mean nothing on a real cluster.
+TESTBED_PREFIX = "testbed." + names.RESERVED_PREFIX
+
+
 def _reserved_key_problem(key: str) -> str | None:
     prefix = key.rpartition("/")[0]
+    if prefix == TESTBED_PREFIX:
+        return None
     if prefix == names.RESERVED_PREFIX or prefix.endswith("." + names.RESERVED_PREFIX):
         return f"key {key!r}: the prefix {names.RESERVED_PREFIX}/ is reserved for kubetrain"
     if prefix not in _USER_KUBERNETES_PREFIXES and any(
