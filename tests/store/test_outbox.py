@@ -175,8 +175,16 @@ def test_a_cancelled_dispatched_job_is_due_for_deletion_until_marked(db: Databas
         job = new_job(session, now=at(0))
         mark_dispatched(session, job.id, k8s_job_name="kt-x", now=at(1))
     assert deletions(db, 2) == []  # nothing to delete before a cancel
-    with db.transaction() as session:
+    with db.transaction() as session:  # as the API cancels: flag, then CANCELLED
         request_cancel(session, job.project, job.id, now=at(3))
+        apply_business_change(
+            session,
+            job.id,
+            BusinessState.CANCELLED,
+            ReasonCode.CANCELLED,
+            source=Source.API,
+            now=at(3),
+        )
     assert deletions(db, 3) == [job.id]
     assert deletions(db, 4) == []  # held while the dispatcher deletes
     with db.transaction() as session:

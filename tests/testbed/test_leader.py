@@ -28,6 +28,8 @@ def test_one_leader_and_takeover_within_the_lease(testbed: Testbed, namespace: s
                 lease_duration=4,
                 renew_deadline=3,
                 retry_period=0.5,
+                # Cancelling stands for SIGKILL here: nothing is handed over.
+                release_on_cancel=False,
             )
 
         def work(identity: str):
@@ -66,3 +68,38 @@ def test_one_leader_and_takeover_within_the_lease(testbed: Testbed, namespace: s
     # b must wait for the Lease to expire (4 s, judged by its own clock) and not
     # much longer: one retry period on top.
     assert 3.5 <= takeover <= 4 + 1.5
+
+
+def test_a_replica_that_shuts_down_hands_the_lease_over_at_once(testbed: Testbed, namespace: str):
+    async def scenario() -> float:
+        config = load_config(testbed.kubeconfig)
+
+        def elector(identity: str) -> LeaderElector:
+            return LeaderElector(
+                typed_client(config),
+                identity=identity,
+                namespace=namespace,
+                lease_duration=15,
+                renew_deadline=10,
+                retry_period=0.5,
+            )
+
+        async def idle() -> None:
+            await asyncio.sleep(3600)
+
+        a, b = elector("replica-a"), elector("replica-b")
+        task_a = asyncio.create_task(a.run(idle))
+        await asyncio.wait_for(a.leading.wait(), 10)
+        task_b = asyncio.create_task(b.run(idle))
+        await asyncio.sleep(1)
+        task_a.cancel()  # a graceful shutdown (SIGTERM) cancels the loops
+        await asyncio.gather(task_a, return_exceptions=True)
+        stopped = time.monotonic()
+        await asyncio.wait_for(b.leading.wait(), 10)
+        takeover = time.monotonic() - stopped
+        task_b.cancel()
+        await asyncio.gather(task_b, return_exceptions=True)
+        return takeover
+
+    # Far inside the 15 s the Lease would otherwise have to expire.
+    assert asyncio.run(scenario()) < 5

@@ -20,7 +20,6 @@ import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 
 from kubetrain.cluster.jobs import JobConflictError, create_job, delete_job, ensure_namespace
-from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.manifest import RenderOptions, job_name, render_job
 from kubetrain.domain.spec import SpecError, parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -31,11 +30,11 @@ from kubetrain.store import (
     apply_business_change,
     claim_due_deletions,
     claim_due_jobs,
-    get_dataset,
     get_job_any_project,
     mark_deleted,
     mark_dispatched,
     record_dispatch_failure,
+    resolve_job_dataset,
 )
 
 log = logging.getLogger(__name__)
@@ -161,20 +160,7 @@ class Dispatcher:
 
     def _render(self, session: Any, job: Job) -> dict[str, Any]:
         spec = parse_training_job(job.spec)
-        dataset: DatasetVersion | None = None
-        ref = spec.spec.dataset
-        if ref is not None and ref.claim is None:
-            entry = get_dataset(session, ref.name, ref.version)
-            if entry is None:
-                raise ValueError(f"dataset {ref.name} version {ref.version} is not registered")
-            dataset = DatasetVersion.model_validate(
-                {
-                    "name": entry.name,
-                    "version": entry.version,
-                    "claim": entry.claim,
-                    "subPath": entry.sub_path,
-                }
-            )
+        dataset = resolve_job_dataset(session, spec.spec.dataset)
         return render_job(job.id, spec, job.namespace, dataset=dataset, options=self.render_options)
 
     def _failed(self, job_id: str, raw_reason: str, raw_message: str) -> None:

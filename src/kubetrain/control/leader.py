@@ -36,6 +36,7 @@ class LeaderElector:
         lease_duration: float = 15.0,
         renew_deadline: float = 10.0,
         retry_period: float = 2.0,
+        release_on_cancel: bool = True,
     ) -> None:
         self.client = client
         self.identity = identity
@@ -44,6 +45,7 @@ class LeaderElector:
         self.lease_duration = lease_duration
         self.renew_deadline = renew_deadline
         self.retry_period = retry_period
+        self.release_on_cancel = release_on_cancel
         self.leading = asyncio.Event()
         self._observed: tuple[str | None, str | None] = (None, None)  # holder, renewTime
         self._observed_at = 0.0
@@ -112,11 +114,36 @@ class LeaderElector:
             task = asyncio.create_task(work())
             try:
                 await self._keep_renewing(task)
+            except asyncio.CancelledError:
+                # Shutting down: stop acting first, then hand the Lease over at once
+                # (as client-go's ReleaseOnCancel does) instead of making the next
+                # replica wait out its duration.
+                self.leading.clear()
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+                if self.release_on_cancel:
+                    await asyncio.shield(self._release())
+                raise
             finally:
                 self.leading.clear()
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             log.warning("%s lost the lease; standing by", self.identity)
+
+    async def _release(self) -> None:
+        try:
+            lease = await asyncio.wait_for(
+                self.client.get(Lease, self.name, namespace=self.namespace), 2
+            )
+            if lease.spec is None or lease.spec.holderIdentity != self.identity:
+                return
+            lease.spec.holderIdentity = ""
+            lease.spec.leaseDurationSeconds = 1
+            lease.spec.renewTime = datetime.now(UTC)
+            await asyncio.wait_for(self.client.replace(lease), 2)
+            log.info("%s released the lease", self.identity)
+        except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
+            log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
 
     async def _keep_renewing(self, task: asyncio.Task[None]) -> None:
         last_renew = time.monotonic()

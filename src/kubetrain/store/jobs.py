@@ -327,7 +327,9 @@ def apply_business_change(
     job.updated_at = now
     if state in TERMINAL:
         job.finished_at = now
-        job.next_dispatch_at = None  # nothing left to dispatch
+        if not (job.cancel_requested and job.k8s_job_name is not None):
+            # Nothing left to dispatch; a cancelled job's Job still is to be deleted.
+            job.next_dispatch_at = None
     row = Transition(
         job_id=job_id,
         at=now,

@@ -240,11 +240,13 @@ class Testbed:
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
         }
 
-    def stop_component(self, component: str) -> None:
+    def stop_component(self, component: str, timeout: float = 15.0) -> None:
+        """Stop one component: SIGTERM (a graceful stop can take seconds: the API
+        server drains), or SIGKILL at once with timeout=0, as a crash."""
         state = self.state()
         pid = state.pids.get(component)
         if pid:
-            processes.stop(pid, Path(state.bin_dir) / component)
+            processes.stop(pid, Path(state.bin_dir) / component, timeout)
 
     def start_component(self, component: str, timeout: float = 60.0) -> None:
         state = self.state()

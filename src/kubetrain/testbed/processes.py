@@ -80,11 +80,12 @@ def reap(pid: int) -> None:
 
 
 def stop(pid: int, binary: Path, timeout: float = 15.0) -> bool:
-    """SIGTERM, then SIGKILL after `timeout`; False when it was not running."""
+    """SIGTERM, then SIGKILL after `timeout` (at once when 0, as a crash);
+    False when it was not running."""
     if not is_ours(pid, binary):
         return False
     with contextlib.suppress(ProcessLookupError):
-        os.kill(pid, signal.SIGTERM)
+        os.kill(pid, signal.SIGTERM if timeout > 0 else signal.SIGKILL)
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         reap(pid)
