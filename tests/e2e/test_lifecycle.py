@@ -264,5 +264,5 @@ def test_submissions_while_the_api_server_is_down_become_jobs_once_it_is_back(
         testbed.start_component("kube-apiserver")
     for job_id in ids:
         wait_for(server, project, job_id, "SUCCEEDED", "COMPLETED", timeout=120)
-    names = sorted(j.metadata.name for j in kube.list(Job, namespace=project))
+    names = sorted(str(j.metadata.name) for j in kube.list(Job, namespace=project))
     assert names == sorted(f"kt-{job_id}" for job_id in [warm, *ids])
