@@ -1,37 +1,197 @@
-"""`make demo`: start (or reuse) the demo testbed and show its GPU nodes.
+"""`make demo`: the whole product on the embedded defaults.
 
-Later issues extend it to the whole product: submitting a training job and
-watching kubetrain explain why it waits.
+Starts (or reuses) a local testbed, runs `kubetrain serve` on a fresh SQLite
+database, submits four training jobs that end in different states, waits for
+Kubernetes to decide each, and prints what kubetrain says about them.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import subprocess
 import sys
+import time
+from typing import Any
+
+import httpx2 as httpx
 
 from kubetrain.cli.testbed import node_table
 from kubetrain.testbed.cluster import Testbed, TestbedError, state_root
+from kubetrain.testbed.processes import pick_free_ports
+
+CLI = [sys.executable, "-m", "kubetrain.cli.main"]
+FATE = "testbed.kubetrain.io"
+# (project, name, resources, annotations, the state and reason Kubernetes will lead to)
+JOBS: list[tuple[str, str, dict[str, Any], dict[str, str], tuple[str, str]]] = [
+    (
+        "demo",
+        "resnet50-baseline",
+        {"gpus": 1, "gpuType": "nvidia-h100"},
+        {f"{FATE}/run": "3s"},
+        ("SUCCEEDED", "COMPLETED"),
+    ),
+    (
+        "demo",
+        "vit-finetune",
+        {"gpus": 1},
+        {
+            f"{FATE}/run": "2s",
+            f"{FATE}/exit-code": "1",
+            f"{FATE}/termination-message": "RuntimeError: CUDA error: device-side assert triggered",
+        },
+        ("FAILED", "EXIT_NONZERO"),
+    ),
+    ("demo", "llm-pretrain-16gpu", {"gpus": 16}, {}, ("QUEUED", "INSUFFICIENT_GPU")),
+    ("demo-quota", "sweep-trial-7", {"gpus": 2}, {}, ("QUEUED", "WAITING_FOR_QUOTA")),
+]
 
 
 def main() -> int:
-    state_dir = state_root() / "demo"
-    testbed = Testbed(state_dir)
+    home = state_root().parent / "demo"
+    home.mkdir(parents=True, exist_ok=True)
     try:
-        if testbed.state_file.exists() and all(testbed.running().values()):
-            print(f"reusing the demo testbed in {state_dir}")
-        else:
-            testbed.down()
-            testbed = Testbed.up(state_dir, "default")
-            print(f"demo testbed up in {testbed.status()['ready_seconds']} s: {testbed.server}")
-        print()
-        print(node_table(testbed))
+        testbed = _testbed()
     except TestbedError as exc:
         print(f"kubetrain demo: {exc}", file=sys.stderr)
         return 1
-    print()
-    print(f"export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
-    print("stop it with: .venv/bin/kubetrain testbed down --name demo")
+    print(node_table(testbed), end="\n\n")
+    database = home / "kubetrain.db"
+    for leftover in home.glob("kubetrain.db*"):
+        leftover.unlink()
+    env = {
+        **os.environ,
+        "KUBECONFIG": str(testbed.kubeconfig),
+        "KUBETRAIN_DATABASE_URL": f"sqlite:///{database}",
+    }
+    token = subprocess.run(
+        [*CLI, "token", "create", "--project", "*", "--role", "admin", "--name", "demo-admin"],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    (port,) = pick_free_ports(1)
+    url = f"http://127.0.0.1:{port}"
+    env.update(KUBETRAIN_URL=url, KUBETRAIN_TOKEN=token)
+    _quota(testbed)
+    log = open(home / "serve.log", "wb")  # noqa: SIM115 - closed with the server
+    server = subprocess.Popen(
+        [*CLI, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
+    )
+    try:
+        _wait_ready(url, server)
+        print(f"kubetrain serve is up at {url} (log: {home / 'serve.log'})")
+        with httpx.Client(
+            base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}
+        ) as http:
+            ids = {}
+            for project, name, resources, annotations, _ in JOBS:
+                body = {
+                    "apiVersion": "kubetrain.io/v1",
+                    "kind": "TrainingJob",
+                    "metadata": {"name": name, "project": project, "annotations": annotations},
+                    "spec": {
+                        "image": "registry.example/trainer:2026-08",
+                        "command": ["python", "train.py"],
+                        "resources": {"requests": {"cpu": "8", "memory": "64Gi"}, **resources},
+                    },
+                }
+                resp = http.post(
+                    f"/api/v1/projects/{project}/jobs",
+                    json=body,
+                    headers={"Idempotency-Key": f"demo-{name}"},
+                )
+                resp.raise_for_status()
+                ids[name] = (project, resp.json()["id"])
+                print(f"submitted {project}/{name}")
+            _wait_decided(http, ids)
+        for project in ("demo", "demo-quota"):
+            print(f"\n$ kubetrain get jobs -p {project}")
+            subprocess.run([*CLI, "get", "jobs", "-p", project], env=env, check=False)
+        print("\n$ kubetrain get job llm-pretrain-16gpu -p demo")
+        subprocess.run(
+            [*CLI, "get", "job", "llm-pretrain-16gpu", "-p", "demo"], env=env, check=False
+        )
+    finally:
+        server.terminate()
+        server.wait(20)
+        log.close()
+    print("\nThe testbed keeps running. To explore:")
+    print(f"  export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
+    print(f"  export KUBETRAIN_DATABASE_URL=sqlite:///{database}")
+    print(f"  .venv/bin/kubetrain serve --port {port} &")
+    print(
+        f"  export KUBETRAIN_URL={url} KUBETRAIN_TOKEN=<a token from "
+        "`kubetrain token create --project '*' --role admin`>"
+    )
+    print("Stop the testbed with: .venv/bin/kubetrain testbed down --name demo")
     return 0
+
+
+def _testbed() -> Testbed:
+    testbed = Testbed(state_root() / "demo")
+    if testbed.state_file.exists() and all(testbed.running().values()):
+        print(f"reusing the demo testbed in {testbed.state_dir}")
+        return testbed
+    testbed.down()
+    testbed = Testbed.up(testbed.state_dir, "default")
+    print(f"demo testbed up in {testbed.status()['ready_seconds']} s: {testbed.server}")
+    return testbed
+
+
+def _quota(testbed: Testbed) -> None:
+    """Project demo-quota may hold one GPU at a time."""
+    from lightkube import ApiError, Client
+    from lightkube.codecs import from_dict
+    from lightkube.config.kubeconfig import KubeConfig
+
+    client = Client(config=KubeConfig.from_file(testbed.kubeconfig), field_manager="demo")
+    for manifest in (
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": "demo-quota"}},
+        {
+            "apiVersion": "v1",
+            "kind": "ResourceQuota",
+            "metadata": {"name": "gpus", "namespace": "demo-quota"},
+            "spec": {"hard": {"requests.nvidia.com/gpu": "1"}},
+        },
+    ):
+        obj: Any = from_dict(manifest)
+        try:
+            client.create(obj)
+        except ApiError as exc:
+            if exc.status.code != 409:
+                raise
+
+
+def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 60) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if server.poll() is not None:
+            raise SystemExit("kubetrain serve exited; see its log")
+        try:
+            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            pass
+        time.sleep(0.2)
+    raise SystemExit("kubetrain serve did not become ready")
+
+
+def _wait_decided(
+    http: httpx.Client, ids: dict[str, tuple[str, str]], timeout: float = 120
+) -> None:
+    expected = {name: want for _, name, _, _, want in JOBS}
+    deadline = time.monotonic() + timeout
+    pending = dict(ids)
+    while pending and time.monotonic() < deadline:
+        for name, (project, job_id) in list(pending.items()):
+            job = http.get(f"/api/v1/projects/{project}/jobs/{job_id}").json()
+            if (job["business_status"], job["reason"]) == expected[name]:
+                del pending[name]
+        time.sleep(0.5)
+    if pending:
+        print(f"(still waiting for Kubernetes on: {', '.join(pending)})")
 
 
 if __name__ == "__main__":
