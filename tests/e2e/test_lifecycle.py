@@ -110,7 +110,9 @@ def test_too_many_gpus_waits_with_the_schedulers_message(server: Server, project
     )
     job_id = submit(server, project, body).json()["id"]
     job = wait_for(server, project, job_id, "QUEUED", "INSUFFICIENT_GPU")
-    assert job["raw_reason"] == "Unschedulable"
+    # The scheduler says it twice: the FailedScheduling event and the PodScheduled
+    # condition (reason Unschedulable); whichever the syncer saw first is kept.
+    assert job["raw_reason"] in ("Unschedulable", "FailedScheduling")
     assert "Insufficient nvidia.com/gpu" in job["raw_message"]
     diagnosis = get(server, project, job_id, "/diagnosis")
     assert diagnosis["waitable"] is False
