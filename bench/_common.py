@@ -34,9 +34,13 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], widths: Seque
         text = f"{value:.2f}" if isinstance(value, float) else str(value)
         return f"{text:<{width}}" if first else f"{text:>{width}}"
 
-    lines = ["".join(cell(h, w, i == 0) for i, (h, w) in enumerate(zip(header, widths)))]
+    lines = [
+        "".join(cell(h, w, i == 0) for i, (h, w) in enumerate(zip(header, widths, strict=False)))
+    ]
     for row in rows:
-        lines.append("".join(cell(v, w, i == 0) for i, (v, w) in enumerate(zip(row, widths))))
+        lines.append(
+            "".join(cell(v, w, i == 0) for i, (v, w) in enumerate(zip(row, widths, strict=False)))
+        )
     return "\n".join(lines)
 
 

@@ -10,7 +10,8 @@ submissions (each its own Idempotency-Key). Side by side in the same run:
 
 Prints a table and writes bench/results/submit.json.
 
-    .venv/bin/python bench/submit.py [--threads 8] [--per-thread 250] [--databases sqlite postgresql]
+    .venv/bin/python bench/submit.py [--threads 8] [--per-thread 250]
+        [--databases sqlite postgresql]
 """
 
 from __future__ import annotations
