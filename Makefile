@@ -31,8 +31,11 @@ test-unit: setup
 test-testbed: testbed
 	$(BIN)/pytest -m testbed
 
+# Benchmarks, one after another (each prints a table and writes bench/results/*.json).
 bench: testbed
 	$(BIN)/python bench/testbed_start.py
+	$(BIN)/python bench/submit.py
+	$(BIN)/python bench/propagation.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench
