@@ -59,6 +59,7 @@ class ClusterCache:
         self._job_by_name: dict[tuple[str, str], str] = {}  # (ns, k8s Job name) -> job id
         self._pod_job: dict[tuple[str, str], str] = {}  # (ns, pod name) -> job id
         self._deleted_jobs: set[tuple[str, str]] = set()  # (ns, Job name) seen deleted
+        self._jobs: dict[tuple[str, str], Obj] = {}  # (ns, Job name) -> Job
         for name, path, selector in _RESOURCES:
             self.reflectors[name] = Reflector(
                 http, path, label_selector=selector, on_event=self._handler(name)
@@ -74,8 +75,10 @@ class ClusterCache:
                 self._job_by_name[key] = job_id
                 if kind == "DELETED":
                     self._deleted_jobs.add(key)
+                    self._jobs.pop(key, None)
                 else:
                     self._deleted_jobs.discard(key)
+                    self._jobs[key] = obj
             elif resource == "pods" and job_id:
                 if kind == "DELETED":
                     self._pod_job.pop((ns, meta.get("name", "")), None)
@@ -109,42 +112,23 @@ class ClusterCache:
         return list(self.reflectors["jobs"].items.values())
 
     def job(self, namespace: str, name: str) -> Obj | None:
-        for obj in self.reflectors["jobs"].items.values():
-            meta = obj["metadata"]
-            if meta.get("namespace") == namespace and meta.get("name") == name:
-                return obj
-        return None
+        return self._jobs.get((namespace, name))
+
+    def listing(self) -> dict[str, Any]:
+        """Everything cached, as one `List`: the syncer diagnoses a whole batch of
+        jobs from it (`Snapshot.for_job` narrows it per job while node usage
+        still counts every Pod), instead of re-reading every node per job."""
+        items: list[Obj] = [
+            _typed(r, o)
+            for r in ("jobs", "pods", "nodes", "pvcs", "quotas")
+            for o in self.reflectors[r].items.values()
+        ]
+        items += [_typed("events", e) for kept in self._events.values() for e in kept.values()]
+        return {"apiVersion": "v1", "kind": "List", "items": items}
 
     def deleted(self, namespace: str, name: str) -> bool:
         """True when this cache saw the Job go (a watch DELETED or a relist's difference)."""
         return (namespace, name) in self._deleted_jobs
-
-    def snapshot(self, namespace: str, k8s_name: str) -> dict[str, Any]:
-        """The `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o json` view
-        of one Kubernetes Job."""
-        items: list[Obj] = []
-        job = self.job(namespace, k8s_name)
-        if job is not None:
-            items.append(_typed("jobs", job))
-        pods = [
-            p
-            for p in self.reflectors["pods"].items.values()
-            if p["metadata"].get("namespace") == namespace
-            and (p["metadata"].get("labels") or {}).get("job-name") == k8s_name
-        ]
-        items += [_typed("pods", p) for p in pods]
-        for involved in [k8s_name, *(p["metadata"]["name"] for p in pods)]:
-            items += [
-                _typed("events", e) for e in self._events.get((namespace, involved), {}).values()
-            ]
-        items += [_typed("nodes", n) for n in self.reflectors["nodes"].items.values()]
-        for resource in ("pvcs", "quotas"):
-            items += [
-                _typed(resource, o)
-                for o in self.reflectors[resource].items.values()
-                if o["metadata"].get("namespace") == namespace
-            ]
-        return {"apiVersion": "v1", "kind": "List", "items": items}
 
     def forget(self, namespace: str, k8s_name: str, pod_names: list[str]) -> None:
         """Drop kept events once a job is finished and recorded."""

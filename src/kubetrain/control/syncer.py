@@ -10,6 +10,7 @@ lost event left behind.
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
 import time
 from collections.abc import Callable
@@ -17,9 +18,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from kubetrain.cluster.cache import CLUSTER_WIDE, ClusterCache
+from kubetrain.cluster.cache import CLUSTER_WIDE, ClusterCache, job_id_of
 from kubetrain.cluster.reflector import Obj
 from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
+from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
 from kubetrain.store import (
@@ -39,6 +41,8 @@ log = logging.getLogger(__name__)
 # A Job we created seconds ago may not have reached the watch yet: its absence
 # from the cache is not yet evidence that someone deleted it.
 DISPATCH_GRACE = 30.0
+# Jobs diagnosed per round: bounds how stale the shared snapshot gets.
+BATCH = 500
 
 
 @dataclass
@@ -77,7 +81,7 @@ class Syncer:
         elif resource in CLUSTER_WIDE:
             # A node, claim or quota change can unblock any waiting job.
             for job in self.cache.jobs():
-                waiting_id = _job_id(job)
+                waiting_id = job_id_of(job)
                 if waiting_id and not _finished(job):
                     self.mark(waiting_id)
 
@@ -111,67 +115,99 @@ class Syncer:
             if not self.dirty:
                 self.wake.clear()
                 await self.wake.wait()
-            batch, self.dirty = self.dirty, {}
-            for job_id, marked in batch.items():
-                try:
-                    await self.sync(job_id, marked)
-                except Exception:  # one job's failure must not stop the others
-                    self.stats.errors += 1
-                    log.exception("syncing job %s failed; it will be retried", job_id)
-                    self.dirty.setdefault(job_id, marked)
-                    await asyncio.sleep(0.5)
+            batch = dict(itertools.islice(self.dirty.items(), BATCH))
+            for job_id in batch:
+                del self.dirty[job_id]
+            try:
+                failed = await self.sync_batch(batch)
+            except Exception:  # e.g. the database is down: keep the work, try again
+                self.stats.errors += 1
+                log.exception("a sync batch of %d jobs failed; it will be retried", len(batch))
+                failed = list(batch)
+                await asyncio.sleep(0.5)
+            for job_id in failed:
+                self.dirty.setdefault(job_id, batch[job_id])
 
-    # -- one job ----------------------------------------------------------------------
+    async def sync_batch(self, batch: dict[str, float]) -> list[str]:
+        """Diagnose and record a batch of jobs; returns the ids that failed.
 
-    async def sync(self, job_id: str, marked: float | None = None) -> None:
-        record = await asyncio.to_thread(self._load, job_id)
-        if record is None:
-            return
-        namespace, k8s_name, facts = record
-        present = self.cache.job(namespace, k8s_name) is not None
-        if (
-            not present
-            and facts.dispatched
-            and not self._absence_is_real(job_id, namespace, k8s_name)
-        ):
-            return
+        One snapshot serves the whole batch: building it reads every node and
+        Pod once, where a snapshot per job made each sync cost O(cluster).
+        """
+        records = await asyncio.to_thread(self._load, list(batch))
+        due = [
+            facts
+            for facts in records
+            if self.cache.job(facts.namespace, facts.k8s_name) is not None
+            or not facts.dispatched
+            or self._absence_is_real(facts)
+        ]
+        if not due:
+            return []
         # Built on the event loop, where the caches change; the rest runs in a thread.
-        listing = self.cache.snapshot(namespace, k8s_name)
-        await asyncio.to_thread(self._apply, job_id, facts, listing, marked)
+        listing = self.cache.listing()
+        failed, finished = await asyncio.to_thread(self._apply, due, listing, batch)
+        for namespace, k8s_name, pods in finished:
+            self.cache.forget(namespace, k8s_name, pods)  # their events are recorded now
+        return failed
 
-    def _absence_is_real(self, job_id: str, namespace: str, k8s_name: str) -> bool:
-        if self.cache.deleted(namespace, k8s_name):
+    def _absence_is_real(self, facts: _Facts) -> bool:
+        if self.cache.deleted(facts.namespace, facts.k8s_name):
             return True
-        recent = self.dispatched_at.get(job_id)
+        recent = self.dispatched_at.get(facts.job_id)
         return recent is None or time.monotonic() - recent > DISPATCH_GRACE
 
-    def _load(self, job_id: str) -> tuple[str, str, JobFacts] | None:
-        from kubetrain.domain.manifest import job_name
-
+    def _load(self, job_ids: list[str]) -> list[_Facts]:
+        out = []
         with self.db.read_only() as session:
-            job = get_job_any_project(session, job_id)
-            if job is None:
-                return None
-            k8s_name = job.k8s_job_name or job_name(job.id)
-            present = self.cache.job(job.namespace, k8s_name) is not None
-            facts = JobFacts(
-                name=job.name,
-                k8s_name=k8s_name,
-                namespace=job.namespace,
-                dispatched=job.k8s_job_name is not None or present,
-                cancel_requested=job.cancel_requested,
-                dispatch_error=job.last_dispatch_error,
-            )
-            if job.business_state.terminal:
-                return None  # never left; the dispatcher deletes a cancelled job's Job
-            if job.business_state == BusinessState.CREATED and not present:
-                return None  # the dispatcher's to create; it records why not
-            return job.namespace, k8s_name, facts
+            for job_id in job_ids:
+                job = get_job_any_project(session, job_id)
+                if job is None or job.business_state.terminal:
+                    continue  # never left; the dispatcher deletes a cancelled job's Job
+                k8s_name = job.k8s_job_name or job_name(job.id)
+                present = self.cache.job(job.namespace, k8s_name) is not None
+                if job.business_state == BusinessState.CREATED and not present:
+                    continue  # the dispatcher's to create; it records why not
+                out.append(
+                    _Facts(
+                        job_id=job.id,
+                        name=job.name,
+                        k8s_name=k8s_name,
+                        namespace=job.namespace,
+                        dispatched=job.k8s_job_name is not None or present,
+                        cancel_requested=job.cancel_requested,
+                        dispatch_error=job.last_dispatch_error,
+                    )
+                )
+        return out
 
     def _apply(
-        self, job_id: str, facts: JobFacts, listing: dict[str, Any], marked: float | None
-    ) -> None:
-        diagnosis = diagnose(facts, Snapshot.from_list(listing), self.clock())
+        self, due: list[_Facts], listing: dict[str, Any], marked: dict[str, float]
+    ) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+        snapshot = Snapshot.from_list(listing)
+        now = self.clock()
+        failed: list[str] = []
+        finished: list[tuple[str, str, list[str]]] = []
+        for facts in due:
+            try:
+                diagnosis = diagnose(facts, snapshot.for_job(facts.k8s_name, facts.namespace), now)
+                changed = self._record(facts, diagnosis)
+            except Exception:
+                log.exception("syncing job %s failed; it will be retried", facts.job_id)
+                self.stats.errors += 1
+                failed.append(facts.job_id)
+                continue
+            self.stats.syncs += 1
+            if diagnosis.state.terminal:
+                pods = [a.pod_name for a in diagnosis.attempts]
+                finished.append((facts.namespace, facts.k8s_name, pods))
+            if changed and self.stats.lags is not None:
+                self.stats.business_changes += 1
+                self.stats.lags.append(time.monotonic() - marked[facts.job_id])
+        return failed, finished
+
+    def _record(self, facts: _Facts, diagnosis: Diagnosis) -> bool:
+        job_id = facts.job_id
         with self.db.transaction() as session:
             for attempt in diagnosis.attempts:
                 apply_runtime_change(session, job_id, _observation(attempt))
@@ -192,11 +228,14 @@ class Syncer:
                 log.warning("job %s: %s", job_id, exc)
                 changed = None
             record_diagnosis(session, job_id, diagnosis.to_json(facts.name))
-        self.stats.syncs += 1
-        if changed is not None:
-            self.stats.business_changes += 1
-            if marked is not None and self.stats.lags is not None:
-                self.stats.lags.append(time.monotonic() - marked)
+        return changed is not None
+
+
+@dataclass(frozen=True)
+class _Facts(JobFacts):
+    """The diagnosis' facts plus our record's id."""
+
+    job_id: str = ""
 
 
 def _observation(attempt: Any) -> PodObservation:
@@ -213,12 +252,6 @@ def _observation(attempt: Any) -> PodObservation:
         started_at=attempt.started_at,
         finished_at=attempt.finished_at,
     )
-
-
-def _job_id(job: Obj) -> str | None:
-    from kubetrain.cluster.cache import job_id_of
-
-    return job_id_of(job)
 
 
 def _finished(job: Obj) -> bool:
