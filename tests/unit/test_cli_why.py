@@ -158,3 +158,84 @@ def test_standard_input(
     monkeypatch.setattr("sys.stdin", io.StringIO((SNAPSHOTS / "oom-killed.json").read_text()))
     code, out, _ = why(capsys, "--from-file", "-", "-o", "json")
     assert (code, json.loads(out)["reason"]) == (0, "OOM_KILLED")
+
+
+# -- the live modes' refusals: one line, non-zero, no traceback ------------------
+
+UNREACHABLE = """\
+apiVersion: v1
+kind: Config
+clusters: [{name: c, cluster: {server: "https://127.0.0.1:1", insecure-skip-tls-verify: true}}]
+users: [{name: u, user: {token: t}}]
+contexts: [{name: x, context: {cluster: c, user: u, namespace: team-a}}]
+current-context: x
+"""
+
+
+def one_line(err: str) -> str:
+    assert "Traceback" not in err
+    lines = err.strip().splitlines()
+    assert len(lines) == 1, err
+    assert lines[0].startswith("kubetrain: error: ")
+    return lines[0]
+
+
+def test_why_without_a_job_or_a_dump_says_how_to_name_one(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = why(capsys)
+    assert (code, out) == (1, "")
+    assert "name the job" in one_line(err)
+
+
+@pytest.mark.parametrize("command", [["why", "kt-x", "-n", "team-a"], ["nodes"]])
+def test_direct_modes_name_an_unreachable_cluster(
+    command: list[str], tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kubeconfig"
+    config.write_text(UNREACHABLE)
+    code = main([*command, "--kubeconfig", str(config)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    assert "cannot reach the Kubernetes API at https://127.0.0.1:1" in one_line(err)
+
+
+@pytest.mark.parametrize("command", [["why", "kt-x", "-n", "team-a"], ["nodes"]])
+@pytest.mark.parametrize("content", [None, "", "not: [a kubeconfig", "kind: Config\n"])
+def test_direct_modes_name_a_kubeconfig_they_cannot_use(
+    command: list[str], content: str | None, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    config = tmp_path / "kubeconfig"
+    if content is not None:
+        config.write_text(content)
+    code = main([*command, "--kubeconfig", str(config)])
+    out, err = capsys.readouterr()
+    assert (code, out) == (1, "")
+    one_line(err)
+
+
+def test_a_dump_and_a_kubeconfig_do_not_go_together(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = why(capsys, "--from-file", str(SNAPSHOTS / "gpu-busy.json"), "--kubeconfig", "x")
+    assert code == 1
+    assert "--from-file and --kubeconfig" in one_line(err)
+
+
+def test_the_job_may_be_named_as_the_argument_with_a_dump(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, _ = why(capsys, "kt-gpu-busy", "--from-file", str(SNAPSHOTS / "gpu-busy.json"))
+    assert code == 0
+    assert out.startswith("Job kt-gpu-busy in namespace ")
+
+
+def test_the_text_view_reads_a_stored_diagnosis_missing_fields() -> None:
+    from datetime import UTC, datetime
+
+    from kubetrain.cli.why import render_text
+    from kubetrain.domain.diagnosis import JobFacts
+
+    facts = JobFacts(name="j", k8s_name="kt-1", namespace="ns", dispatched=True)
+    out = render_text({"reason": "INSUFFICIENT_GPU", "chain": "nonsense"}, facts, datetime.now(UTC))
+    assert "? · INSUFFICIENT_GPU" in out

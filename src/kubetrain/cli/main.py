@@ -7,7 +7,7 @@ import sys
 from collections.abc import Sequence
 
 from kubetrain import __version__
-from kubetrain.cli import datasets, jobs, serve, testbed, tokens, why
+from kubetrain.cli import datasets, jobs, nodes, serve, testbed, tokens, why
 from kubetrain.cli._client import CommandError
 
 
@@ -22,6 +22,7 @@ def parser() -> argparse.ArgumentParser:
     serve.register(commands)
     jobs.register(commands)
     why.register(commands)
+    nodes.register(commands)
     tokens.register(commands)
     datasets.register(commands)
     return root

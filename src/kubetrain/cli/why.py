@@ -1,4 +1,10 @@
-"""`kubetrain why --from-file DUMP... [--job NAME] [-o text|json]`: the diagnosis of a dump.
+"""`kubetrain why`: the diagnosis of a job, from the server, the cluster, or a dump.
+
+    kubetrain why NAME|ID [-p PROJECT] [-o text|json]        the server's latest diagnosis
+    kubetrain why NAME --kubeconfig PATH [-n NAMESPACE]      read the cluster directly
+    kubetrain why --from-file DUMP... [--job NAME] [-o json] a kubectl dump
+
+All three print the same human view (or the documented JSON object).
 
 DUMP is what `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o
 json` (or `-o yaml`) prints; several files are merged, `-` reads standard
@@ -13,14 +19,22 @@ import argparse
 import json
 import sys
 import textwrap
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import yaml
 
-from kubetrain.domain.diagnosis import ChainState, Diagnosis, JobFacts, diagnose
+from kubetrain.cli._client import (
+    ApiClient,
+    CommandError,
+    add_client_options,
+    client_settings,
+    project_of,
+)
+from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
+from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
 from kubetrain.domain.manifest import LABEL_NAME
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
@@ -47,32 +61,66 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     parser = subparsers.add_parser(
         "why",
         help="say why a training job is or is not running",
-        description="Say which link of the chain holds a job, why, since when and what to do.",
+        description="Say which link of the chain holds a job, why, since when and what to do. "
+        "Three ways: `why NAME|ID [-p PROJECT]` asks the kubetrain server; "
+        "`why NAME --kubeconfig PATH -n NAMESPACE` reads the cluster directly (NAME is the "
+        "Kubernetes Job, kt-<id>); `why --from-file DUMP` reads a kubectl dump.",
+    )
+    parser.add_argument(
+        "ref",
+        nargs="?",
+        metavar="NAME|ID",
+        help="the job: its name or id (server), or the Kubernetes Job's name (direct, dump)",
     )
     parser.add_argument(
         "--from-file",
         dest="files",
         metavar="DUMP",
         nargs="+",
-        required=True,
         help="kubectl get job,pods,events,nodes,pvc,resourcequota -o json|yaml output "
         "(several are merged; - is standard input)",
     )
     parser.add_argument("--job", help="the Kubernetes Job in the dump (needed when it has several)")
-    parser.add_argument("-n", "--namespace", help="the Job's namespace (when names repeat)")
+    parser.add_argument(
+        "-n",
+        "--namespace",
+        help="the Job's namespace: direct mode (default: the kubeconfig's), or in a dump "
+        "when names repeat",
+    )
+    add_kube_options(parser)
     parser.add_argument(
         "-o", "--output", choices=("text", "json"), default="text", help="output format"
     )
+    add_client_options(parser)
     parser.set_defaults(func=_why)
 
 
 def _why(args: argparse.Namespace) -> int:
-    try:
-        snapshot = load_dumps(args.files)
-        job = pick_job(snapshot, args.job, args.namespace)
-    except WhyError as exc:
-        print(f"kubetrain: error: {exc}", file=sys.stderr)
-        return 1
+    if args.files:
+        if args.kubeconfig:
+            raise CommandError("--from-file and --kubeconfig do not go together: choose one")
+        if args.ref and args.job and args.ref != args.job:
+            raise CommandError(f"two Jobs named: {args.ref!r} and --job {args.job!r}")
+        return _from_file(args.files, args.job or args.ref, args.namespace, args.output)
+    if not args.ref:
+        raise CommandError(
+            "name the job (`kubetrain why NAME`), or give a dump with --from-file DUMP"
+        )
+    if args.job:
+        raise CommandError("--job is for --from-file; name the job as the argument instead")
+    if args.kubeconfig or args.namespace:
+        return _direct(args.ref, args.kubeconfig, args.namespace, args.output)
+    return _through_server(args)
+
+
+def _emit(diagnosis: Mapping[str, Any], facts: JobFacts, output: str, *, title: str | None) -> None:
+    if output == "json":
+        print(json.dumps(diagnosis, indent=2, ensure_ascii=False))
+    else:
+        print(render_text(diagnosis, facts, datetime.now(UTC), title=title))
+
+
+def _diagnose_listing(snapshot: Snapshot, job: dict[str, Any], output: str) -> int:
     name, namespace = meta_name(job) or "", meta_namespace(job)
     facts = JobFacts(
         name=labels(job).get(LABEL_NAME) or name,
@@ -86,10 +134,81 @@ def _why(args: argparse.Namespace) -> int:
     except Exception as exc:  # a bug, but the user gets a line, not a traceback
         print(f"kubetrain: internal error while diagnosing {name}: {exc!r}", file=sys.stderr)
         return 70
-    if args.output == "json":
-        print(json.dumps(diagnosis.to_json(facts.name), indent=2, ensure_ascii=False))
-    else:
-        print(render_text(diagnosis, facts, now))
+    _emit(diagnosis.to_json(facts.name), facts, output, title=None)
+    return 0
+
+
+def _from_file(
+    files: Sequence[str], job_name: str | None, namespace: str | None, output: str
+) -> int:
+    try:
+        snapshot = load_dumps(files)
+        job = pick_job(snapshot, job_name, namespace)
+    except WhyError as exc:
+        print(f"kubetrain: error: {exc}", file=sys.stderr)
+        return 1
+    return _diagnose_listing(snapshot, job, output)
+
+
+def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
+    """The `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o json` view of
+    one Kubernetes Job, plus every Pod bound to a node (node usage counts them all)."""
+    job = kube.job(namespace, name)
+    if job is None:
+        raise CommandError(
+            f"no Kubernetes Job {name!r} in namespace {namespace!r} (kubetrain names its Jobs "
+            "kt-<job id>; `kubectl get jobs -n NAMESPACE` lists them)"
+        )
+    items: list[dict[str, Any]] = [job]
+    items += kube.list("pods", namespace, label_selector=f"job-name={name}")
+    items += kube.list("events", namespace)
+    items += kube.list("nodes")
+    items += kube.list("persistentvolumeclaims", namespace)
+    items += kube.list("resourcequotas", namespace)
+    items += kube.list("limitranges", namespace)
+    seen = {(i.get("metadata") or {}).get("uid") for i in items if i.get("kind") == "Pod"}
+    try:
+        bound = kube.list("pods", field_selector=BOUND_PODS)
+    except CommandError as exc:  # no cluster-wide read: the node usage is the namespace's only
+        print(f"kubetrain: note: node usage counts this namespace only: {exc}", file=sys.stderr)
+        bound = kube.list("pods", namespace, field_selector=BOUND_PODS)
+    items += [p for p in bound if (p.get("metadata") or {}).get("uid") not in seen]
+    return as_list(items)
+
+
+def _direct(name: str, kubeconfig: str | None, namespace: str | None, output: str) -> int:
+    with Kube(kubeconfig) as kube:
+        namespace = namespace or kube.namespace
+        listing = read_job_listing(kube, name, namespace)
+    try:
+        snapshot = Snapshot.from_list(listing)
+    except SnapshotError as exc:
+        raise CommandError(f"the cluster's objects cannot be read: {exc}") from None
+    job = snapshot.job(name, namespace)
+    if job is None:  # pragma: no cover - it was just read
+        raise CommandError(f"no Kubernetes Job {name!r} in namespace {namespace!r}")
+    return _diagnose_listing(snapshot, job, output)
+
+
+def _through_server(args: argparse.Namespace) -> int:
+    settings = client_settings(args)
+    project = project_of(settings)
+    with ApiClient(settings) as client:
+        found = client.find_job(project, args.ref)
+        reply = client.request("GET", client.job_path(project, found["id"]) + "/diagnosis")
+    diagnosis = reply.body
+    if not isinstance(diagnosis, dict):
+        raise CommandError("the server answered a diagnosis that is not an object")
+    k8s_name = found.get("kubernetes_job") or found.get("name") or args.ref
+    facts = JobFacts(
+        name=str(found.get("name") or args.ref),
+        k8s_name=str(k8s_name),
+        namespace=str(found.get("namespace") or "?"),
+        dispatched=True,
+    )
+    title = f"{facts.name} ({found.get('id')}, project {project}"
+    title += f", Kubernetes Job {k8s_name})" if found.get("kubernetes_job") else ")"
+    _emit(diagnosis, facts, args.output, title=title)
     return 0
 
 
@@ -197,58 +316,102 @@ def _wrap(label: str, body: str, indent: int = 10) -> list[str]:
     return lines or [f"  {label}"]
 
 
-def render_text(diagnosis: Diagnosis, job: JobFacts, now: datetime) -> str:
-    """The human view: chain, reason, explanation, action, raw, since, nodes."""
+def _parse_iso(value: object) -> datetime | None:
+    if not isinstance(value, str) or not value:
+        return None
+    try:
+        moment = datetime.fromisoformat(value.replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+def _list(data: Mapping[str, Any], key: str) -> list[Mapping[str, Any]]:
+    value = data.get(key)
+    return [v for v in value if isinstance(v, Mapping)] if isinstance(value, list) else []
+
+
+def render_text(
+    diagnosis: Mapping[str, Any], job: JobFacts, now: datetime, *, title: str | None = None
+) -> str:
+    """The human view of a diagnosis in its documented JSON form (docs/diagnosis.md):
+    chain, reason, explanation, action, raw, since, nodes. The server's stored
+    diagnosis and a local one read alike; a field missing is left out."""
     d = diagnosis
-    title = job.name if job.name == job.k8s_name else f"{job.name} (Kubernetes Job {job.k8s_name})"
-    waiting = {True: "waiting can help", False: "waiting will not help", None: None}[d.waitable]
-    head = f"{d.state} · {d.reason}" + (f" · {waiting}" if waiting else "")
+    if title is None:
+        title = (
+            job.name if job.name == job.k8s_name else f"{job.name} (Kubernetes Job {job.k8s_name})"
+        )
+    waitable = d.get("waitable")
+    waiting = {True: "waiting can help", False: "waiting will not help"}.get(waitable is True)
+    waiting = waiting if isinstance(waitable, bool) else None
+    head = f"{d.get('business_status', '?')} · {d.get('reason', '?')}"
+    head += f" · {waiting}" if waiting else ""
     out = [f"Job {title} in namespace {job.namespace}", "", f"  {head}", "", "  Chain"]
-    for mark in d.chain:
-        out.append(f"    {_MARKS[mark.state]} {mark.link:<14} {mark.state.value.replace('-', ' ')}")
+    marks = {str(state): mark for state, mark in _MARKS.items()}
+    for mark in _list(d, "chain"):
+        state = str(mark.get("state", ""))
+        link = str(mark.get("link", "?"))
+        out.append(f"    {marks.get(state, '[??]')} {link:<14} {state.replace('-', ' ')}")
     out.append("")
-    out += _wrap("Why", d.explanation)
-    out += _wrap("Do", f"{d.action} (who acts: {d.actor})" if d.actor.value != "none" else d.action)
-    if d.since is not None:
-        out += _wrap("Since", f"{d.since.strftime('%Y-%m-%dT%H:%M:%SZ')} ({_ago(d.since, now)})")
-    if d.raw_reason or d.raw_message:
-        raw = ": ".join(x for x in (d.raw_reason, d.raw_message) if x)
-        out += _wrap("Raw", raw)
-    if len(d.blockers) > 1 or (d.blockers and d.blockers[0].nodes is not None):
+    out += _wrap("Why", str(d.get("explanation") or "-"))
+    action, actor = str(d.get("action") or "-"), d.get("actor")
+    out += _wrap("Do", f"{action} (who acts: {actor})" if actor and actor != "none" else action)
+    since = _parse_iso(d.get("since"))
+    if since is not None:
+        out += _wrap("Since", f"{since.strftime('%Y-%m-%dT%H:%M:%SZ')} ({_ago(since, now)})")
+    raw_reason, raw_message = d.get("raw_reason"), d.get("raw_message")
+    if raw_reason or raw_message:
+        out += _wrap("Raw", ": ".join(str(x) for x in (raw_reason, raw_message) if x))
+    blockers = _list(d, "blockers")
+    if len(blockers) > 1 or (blockers and blockers[0].get("nodes") is not None):
         out += ["", "  Blockers"]
-        for b in d.blockers:
-            where = f"{b.nodes} node{'s' * (b.nodes != 1)}, " if b.nodes is not None else ""
-            out += _wrap("", f"{b.reason} ({where}{b.link}): {b.detail}", indent=6)
-    if d.nodes:
-        fitting = sum(1 for n in d.nodes if n.fits)
-        out += ["", f"  Nodes ({len(d.nodes)}; {fitting} could take it now)"]
+        for b in blockers:
+            count = b.get("nodes")
+            where = f"{count} node{'s' * (count != 1)}, " if isinstance(count, int) else ""
+            out += _wrap(
+                "", f"{b.get('reason')} ({where}{b.get('link')}): {b.get('detail')}", indent=6
+            )
+    nodes = _list(d, "nodes")
+    if nodes:
+        fitting = sum(1 for n in nodes if n.get("fits"))
+        out += ["", f"  Nodes ({len(nodes)}; {fitting} could take it now)"]
         rows = [("NODE", "FITS", "WHY")]
-        for node in d.nodes[:NODE_ROWS]:
-            fits = "yes" if node.fits else ("later" if node.waitable else "no")
-            rows.append((node.name, fits, "; ".join(node.why) or "-"))
+        for node in nodes[:NODE_ROWS]:
+            fits = "yes" if node.get("fits") else ("later" if node.get("waitable") else "no")
+            why = node.get("why")
+            shown = "; ".join(str(w) for w in why) if isinstance(why, list) else ""
+            rows.append((str(node.get("name", "?")), fits, shown or "-"))
         width = max(len(r[0]) for r in rows)
         for row in rows:
             out.append(f"    {row[0]:<{width}}  {row[1]:<5}  {row[2]}")
-        if len(d.nodes) > NODE_ROWS:
-            out.append(f"    … and {len(d.nodes) - NODE_ROWS} more (-o json lists all)")
-    if d.constraints:
+        if len(nodes) > NODE_ROWS:
+            out.append(f"    … and {len(nodes) - NODE_ROWS} more (-o json lists all)")
+    constraints = _list(d, "constraints")
+    if constraints:
         out += ["", "  Constraints (each alone: nodes that meet it / rule it out)"]
-        for c in d.constraints:
-            never = f", {c.never} never" if c.never else ""
-            out.append(f"    {c.matched:>5} / {c.ruled_out:<5} {c.constraint}{never}")
-    if d.attempts:
+        for c in constraints:
+            never = f", {c['never']} never" if c.get("never") else ""
+            out.append(
+                f"    {c.get('matched', '?')!s:>5} / {c.get('ruled_out', '?')!s:<5} "
+                f"{c.get('constraint', '?')}{never}"
+            )
+    attempts = _list(d, "attempts")
+    if attempts:
         out += ["", "  Attempts"]
-        for a in d.attempts:
-            state = a.phase or "gone"
-            extra = [a.container_state or "", a.raw_reason or ""]
-            if a.exit_code is not None:
-                extra.append(f"exit {a.exit_code}")
+        for a in attempts:
+            state = a.get("phase") or "gone"
+            extra = [str(a.get("container_state") or ""), str(a.get("raw_reason") or "")]
+            if a.get("exit_code") is not None:
+                extra.append(f"exit {a['exit_code']}")
             shown = " ".join(x for x in extra if x)
             out.append(
-                f"    #{a.number} {a.pod_name}  {state}  node {a.node or '-'}  {shown}".rstrip()
+                f"    #{a.get('number', '?')} {a.get('pod', '?')}  {state}  "
+                f"node {a.get('node') or '-'}  {shown}".rstrip()
             )
-    if d.notes:
+    notes = d.get("notes")
+    if isinstance(notes, list) and notes:
         out += ["", "  Notes"]
-        for note in d.notes:
-            out += _wrap("-", note, indent=6)
+        for note in notes:
+            out += _wrap("-", str(note), indent=6)
     return "\n".join(line.rstrip() for line in out)

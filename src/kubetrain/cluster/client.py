@@ -37,8 +37,15 @@ def _load(kubeconfig: str | os.PathLike[str] | None) -> SingleConfig | None:
     for path in candidates:
         try:
             return KubeConfig.from_file(path).get()
-        except (OSError, ValueError, KeyError) as exc:
-            raise ClusterConfigError(f"cannot use kubeconfig {path}: {exc}") from None
+        except Exception as exc:  # missing, not YAML, not a kubeconfig: lightkube raises many kinds
+            reason = (str(exc) or type(exc).__name__).splitlines()[0]
+            if isinstance(exc, AttributeError | TypeError):
+                reason = "the file is empty or is not a kubeconfig"
+            elif isinstance(exc, KeyError):
+                reason = f"it has no {exc.args[0]!r} entry"
+            elif type(exc).__module__.startswith("yaml"):
+                reason = f"not valid YAML ({reason})"
+            raise ClusterConfigError(f"cannot use kubeconfig {path}: {reason}") from None
     try:
         return KubeConfig.from_service_account().get()
     except Exception as exc:  # lightkube raises several kinds here
