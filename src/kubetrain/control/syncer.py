@@ -260,5 +260,3 @@ def _finished(job: Obj) -> bool:
         c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
     )
 
-
-__all__ = ["Diagnosis", "Syncer"]

@@ -253,10 +253,6 @@ class Testbed:
         self._start(component, state)
         self._wait_ready(state, time.monotonic() + timeout, only=component)
 
-    def restart_component(self, component: str, timeout: float = 60.0) -> None:
-        self.stop_component(component)
-        self.start_component(component, timeout)
-
     # -- nodes -----------------------------------------------------------------------------
 
     def create_nodes(self, pool: Pool) -> None:
