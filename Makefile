@@ -36,6 +36,7 @@ bench: testbed
 	$(BIN)/python bench/testbed_start.py
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/propagation.py
+	$(BIN)/python bench/diagnosis.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -1,0 +1,243 @@
+"""Diagnosis time per job from an in-memory snapshot of 1,000 nodes and 1k-50k Pods.
+
+The big snapshots are made only of recorded objects (tests/fixtures/snapshots):
+the 4 Nodes of insufficient-gpu.json copied under new names/uids up to
+`--nodes`; the running.json Job, its Pod and their Events copied under new
+names/uids/job labels up to N unrelated jobs, each Pod bound to a node round-
+robin. The two jobs under diagnosis are kept as recorded: the pending 16-GPU
+job of insufficient-gpu.json and the running job of running.json.
+
+Measured per N: (a) `Snapshot.from_list` + `.index` once; (b) per job,
+`diagnose(facts, snap.for_job(...), now)` median/p99 over `--reps` runs for the
+pending and the running job. Side by side in the same run: the same two
+diagnoses on their small recorded dumps (4 nodes), and a loop that touches
+each Pod once (the least any per-job scan of the Pods would cost).
+
+Prints a table and writes bench/results/diagnosis.json.
+
+    .venv/bin/python bench/diagnosis.py [--nodes 1000] [--pods 2 1000 10000 50000] [--reps 200]
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import statistics
+import time
+import uuid
+from collections.abc import Callable
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+from _common import RESULTS, percentile, table
+
+from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
+
+SNAPSHOTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "snapshots"
+# After every recording, as in tests/unit/diagnosis_helpers.py.
+NOW = datetime(2026, 12, 2, 16, 0, tzinfo=UTC)
+TARGET_MS = 5.0
+TARGET_NODES, TARGET_PODS = 1000, 10000
+
+
+def load(name: str) -> dict[str, Any]:
+    data: dict[str, Any] = json.loads((SNAPSHOTS / f"{name}.json").read_text())
+    return data
+
+
+def of_kind(data: dict[str, Any], kind: str) -> list[dict[str, Any]]:
+    return [i for i in data["items"] if isinstance(i, dict) and i.get("kind") == kind]
+
+
+def facts_of(data: dict[str, Any]) -> JobFacts:
+    (job,) = of_kind(data, "Job")
+    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    return JobFacts(name=name, k8s_name=name, namespace=namespace, dispatched=True)
+
+
+def renamed(obj: dict[str, Any], replace: dict[str, str]) -> dict[str, Any]:
+    """`obj` with every occurrence of each key replaced (names, uids, messages alike)."""
+    raw = json.dumps(obj)
+    for old, new in replace.items():
+        raw = raw.replace(old, new)
+    out: dict[str, Any] = json.loads(raw)
+    return out
+
+
+def copied_nodes(source: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """The recorded Nodes, as recorded, then copies of them under new names/uids."""
+    recorded = of_kind(source, "Node")
+    nodes = [copy.deepcopy(n) for n in recorded]
+    i = 0
+    while len(nodes) < count:
+        node = recorded[i % len(recorded)]
+        name = node["metadata"]["name"]
+        nodes.append(
+            renamed(
+                node,
+                {
+                    f'"{name}"': f'"{name}-c{i:05d}"',
+                    node["metadata"]["uid"]: str(uuid.UUID(int=i + 1)),
+                },
+            )
+        )
+        i += 1
+    return nodes
+
+
+def copied_jobs(source: dict[str, Any], count: int, node_names: list[str]) -> list[dict[str, Any]]:
+    """`count` copies of the recorded Job + Pod + Events, Pods bound to nodes round-robin."""
+    (job,) = of_kind(source, "Job")
+    (pod,) = of_kind(source, "Pod")
+    events = of_kind(source, "Event")
+    job_name, job_uid = job["metadata"]["name"], job["metadata"]["uid"]
+    pod_uid, node = pod["metadata"]["uid"], pod["spec"]["nodeName"]
+    raw_group = json.dumps([job, pod, *events])
+    out: list[dict[str, Any]] = []
+    for i in range(count):
+        raw = raw_group
+        for old, new in (
+            (job_name, f"bg-{i:06d}"),  # the Job, its Pod's name prefix, the job-name labels
+            (job_uid, str(uuid.UUID(int=(1 << 64) + i))),
+            (pod_uid, str(uuid.UUID(int=(2 << 64) + i))),
+            (f'"{node}"', f'"{node_names[i % len(node_names)]}"'),
+            (f"to {node}", f"to {node_names[i % len(node_names)]}"),
+        ):
+            raw = raw.replace(old, new)
+        out.extend(json.loads(raw))
+    return out
+
+
+def timed(call: Callable[[], object], reps: int) -> list[float]:
+    call()  # warm-up
+    samples = []
+    for _ in range(reps):
+        began = time.perf_counter()
+        call()
+        samples.append((time.perf_counter() - began) * 1000)
+    return samples
+
+
+def summary(samples: list[float]) -> dict[str, float]:
+    return {
+        "median_ms": round(statistics.median(samples), 3),
+        "p99_ms": round(percentile(samples, 99), 3),
+    }
+
+
+def per_job(snap: Snapshot, job: JobFacts, reps: int) -> dict[str, Any]:
+    result = diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW)
+    samples = timed(lambda: diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW), reps)
+    return {**summary(samples), "reason": str(result.to_json(job.name).get("reason"))}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--nodes", type=int, default=TARGET_NODES)
+    parser.add_argument("--pods", type=int, nargs="+", default=[2, 1000, TARGET_PODS, 50000])
+    parser.add_argument("--reps", type=int, default=200)
+    args = parser.parse_args()
+    pending_dump, running_dump = load("insufficient-gpu"), load("running")
+    pending, running = facts_of(pending_dump), facts_of(running_dump)
+    report: dict[str, Any] = {"nodes": args.nodes, "reps": args.reps, "target_ms": TARGET_MS}
+
+    # Baseline: the recorded dumps themselves (4 nodes, 1 Pod each).
+    report["recorded"] = {
+        "pending": per_job(Snapshot.from_list(pending_dump), pending, args.reps),
+        "running": per_job(Snapshot.from_list(running_dump), running, args.reps),
+    }
+
+    nodes = copied_nodes(pending_dump, args.nodes)
+    node_names = [n["metadata"]["name"] for n in nodes]
+    keep = [i for i in pending_dump["items"] if i.get("kind") != "Node"]
+    keep += [i for i in running_dump["items"] if i.get("kind") != "Node"]
+    report["sizes"] = {}
+    for pods in args.pods:
+        background = copied_jobs(running_dump, pods - 2, node_names)  # + the 2 kept Pods
+        data = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *keep, *background]}
+        builds = []
+        for _ in range(3):
+            began = time.perf_counter()
+            snap = Snapshot.from_list(data)
+            _ = snap.index
+            builds.append((time.perf_counter() - began) * 1000)
+        assert len(snap.pods) == pods, (len(snap.pods), pods)
+        assert len(snap.nodes) == args.nodes, len(snap.nodes)
+
+        def touch(snap: Snapshot = snap) -> None:
+            for pod in snap.pods:
+                _ = pod["metadata"]["name"]
+
+        report["sizes"][str(pods)] = {
+            "objects": len(data["items"]),
+            "build_index_ms": round(statistics.median(builds), 1),
+            "touch_each_pod": summary(timed(touch, args.reps)),
+            "pending": per_job(snap, pending, args.reps),
+            "running": per_job(snap, running, args.reps),
+        }
+        print(f"measured {pods} Pods", flush=True)
+
+    rows: list[list[object]] = []
+    rec = report["recorded"]
+    rows.append(["recorded dump: 4 nodes, 1 Pod (baseline)", "-", "-", *_cells(rec)])
+    for pods, r in report["sizes"].items():
+        rows.append(
+            [
+                f"{args.nodes} nodes, {int(pods):,} Pods",
+                r["build_index_ms"],
+                r["touch_each_pod"]["median_ms"],
+                *_cells(r),
+            ]
+        )
+    print(f"{args.reps} repetitions; ms; per job = diagnose(facts, snap.for_job(...), now)")
+    print(
+        table(
+            [
+                "snapshot",
+                "build+index",
+                "touch pods",
+                "pend p50",
+                "pend p99",
+                "run p50",
+                "run p99",
+            ],
+            rows,
+            [44, 12, 12, 10, 10, 10, 10],
+        )
+    )
+    print(
+        f"reasons: pending {rec['pending']['reason']}, running {rec['running']['reason']} "
+        "(recorded); "
+        + "; ".join(
+            f"{p}: {r['pending']['reason']}, {r['running']['reason']}"
+            for p, r in report["sizes"].items()
+        )
+    )
+    target = report["sizes"].get(str(TARGET_PODS))
+    if target is not None and args.nodes == TARGET_NODES:
+        worst = max(target["pending"]["median_ms"], target["running"]["median_ms"])
+        verdict = "met" if worst < TARGET_MS else "MISSED"
+        print(
+            f"{TARGET_NODES} nodes / {TARGET_PODS} Pods: worst median {worst:.2f} ms, "
+            f"target < {TARGET_MS} ms: {verdict}"
+        )
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    path = RESULTS / "diagnosis.json"
+    path.write_text(json.dumps(report, indent=2))
+    print(f"wrote {path}")
+
+
+def _cells(r: dict[str, Any]) -> list[object]:
+    return [
+        r["pending"]["median_ms"],
+        r["pending"]["p99_ms"],
+        r["running"]["median_ms"],
+        r["running"]["p99_ms"],
+    ]
+
+
+if __name__ == "__main__":
+    main()
