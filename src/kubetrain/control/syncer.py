@@ -259,4 +259,3 @@ def _finished(job: Obj) -> bool:
     return any(
         c.get("type") in ("Complete", "Failed") and c.get("status") == "True" for c in conditions
     )
-
