@@ -171,6 +171,12 @@ def _get_job(args: argparse.Namespace) -> int:
 def describe(job: dict[str, Any]) -> str:
     """A job in plain words: what it is doing, why, and who must act."""
     why = job["reason_detail"]
+    action = why["action"]
+    diagnosis = job.get("diagnosis") or {}
+    if diagnosis.get("reason") == job["reason"] and diagnosis.get("action"):
+        # The diagnosis knows this job's numbers ("ask for at most 8 GPUs per node;
+        # waiting will not help"), where the catalog can only speak in general.
+        action = diagnosis["action"]
     lines = [
         ("Name", job["name"]),
         ("ID", job["id"]),
@@ -178,7 +184,7 @@ def describe(job: dict[str, Any]) -> str:
         ("State", job["business_status"]),
         ("Reason", f"{job['reason']} (link: {why['link']})"),
         ("", why["explanation"]),
-        ("Next step", f"{why['action']} [{why['actor']}]"),
+        ("Next step", f"{action} [{why['actor']}]"),
     ]
     if job.get("message"):
         lines.append(("Message", job["message"]))
