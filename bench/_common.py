@@ -3,18 +3,12 @@
 from __future__ import annotations
 
 import math
-import os
-import subprocess
 import sys
-import time
 from collections.abc import Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-import httpx2 as httpx
-
-from kubetrain.testbed.processes import pick_free_ports
+from kubetrain.local_server import LocalServer
 
 CLI = [sys.executable, "-m", "kubetrain.cli.main"]
 RESULTS = Path(__file__).parent / "results"
@@ -44,75 +38,8 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], widths: Seque
     return "\n".join(lines)
 
 
-@dataclass
-class Serve:
-    """`kubetrain serve` on a free loopback port, with an admin token for all projects."""
-
-    database_url: str
-    log: Path
-    kubeconfig: Path | None = None
-    args: list[str] = field(default_factory=list)
-    url: str = ""
-    token: str = ""
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def env(self) -> dict[str, str]:
-        env = {**os.environ, "KUBETRAIN_DATABASE_URL": self.database_url}
-        if self.kubeconfig is not None:
-            env["KUBECONFIG"] = str(self.kubeconfig)
-        return env
-
-    def start(self, timeout: float = 60) -> Serve:
-        self.token = subprocess.run(
-            [*CLI, "token", "create", "--project", "*", "--role", "admin", "--name", "bench"],
-            env=self.env,
-            capture_output=True,
-            text=True,
-            check=True,
-        ).stdout.strip()
-        (port,) = pick_free_ports(1)
-        self.url = f"http://127.0.0.1:{port}"
-        log = open(self.log, "ab")  # noqa: SIM115 - lives as long as the process
-        self.proc = subprocess.Popen(
-            [*CLI, "serve", "--host", "127.0.0.1", "--port", str(port), *self.args],
-            env=self.env,
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        log.close()  # the child holds its own descriptor
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            if self.proc.poll() is not None:
-                raise RuntimeError(f"kubetrain serve exited:\n{self.log.read_text()[-3000:]}")
-            try:
-                if httpx.get(f"{self.url}/readyz", timeout=1).status_code == 200:
-                    return self
-            except httpx.HTTPError:
-                pass
-            time.sleep(0.1)
-        self.stop()
-        raise RuntimeError(f"kubetrain serve not ready:\n{self.log.read_text()[-3000:]}")
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(20)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait()
-
-    def client(self) -> httpx.Client:
-        return httpx.Client(
-            base_url=self.url, timeout=60, headers={"Authorization": f"Bearer {self.token}"}
-        )
-
-    def __enter__(self) -> Serve:
-        return self
-
-    def __exit__(self, *_: object) -> None:
-        self.stop()
+# The benchmarks' server is the one the demo and the end-to-end tests use.
+Serve = LocalServer
 
 
 def training_job(

@@ -7,7 +7,6 @@ Kubernetes to decide each, and prints what kubetrain says about them.
 
 from __future__ import annotations
 
-import os
 import shlex
 import subprocess
 import sys
@@ -17,10 +16,9 @@ from typing import Any
 import httpx2 as httpx
 
 from kubetrain.cli.testbed import node_table
+from kubetrain.local_server import CLI, LocalServer
 from kubetrain.testbed.cluster import Testbed, TestbedError, state_root
-from kubetrain.testbed.processes import pick_free_ports
 
-CLI = [sys.executable, "-m", "kubetrain.cli.main"]
 FATE = "testbed.kubetrain.io"
 # (project, name, resources, annotations, the state and reason Kubernetes will lead to)
 JOBS: list[tuple[str, str, dict[str, Any], dict[str, str], tuple[str, str]]] = [
@@ -59,32 +57,14 @@ def main() -> int:
     database = home / "kubetrain.db"
     for leftover in home.glob("kubetrain.db*"):
         leftover.unlink()
-    env = {
-        **os.environ,
-        "KUBECONFIG": str(testbed.kubeconfig),
-        "KUBETRAIN_DATABASE_URL": f"sqlite:///{database}",
-    }
-    token = subprocess.run(
-        [*CLI, "token", "create", "--project", "*", "--role", "admin", "--name", "demo-admin"],
-        env=env,
-        capture_output=True,
-        text=True,
-        check=True,
-    ).stdout.strip()
-    (port,) = pick_free_ports(1)
-    url = f"http://127.0.0.1:{port}"
-    env.update(KUBETRAIN_URL=url, KUBETRAIN_TOKEN=token)
+    server = LocalServer(f"sqlite:///{database}", home / "serve.log", kubeconfig=testbed.kubeconfig)
     _quota(testbed)
-    log = open(home / "serve.log", "wb")  # noqa: SIM115 - closed with the server
-    server = subprocess.Popen(
-        [*CLI, "serve", "--port", str(port)], env=env, stdout=log, stderr=subprocess.STDOUT
-    )
     try:
-        _wait_ready(url, server)
-        print(f"kubetrain serve is up at {url} (log: {home / 'serve.log'})")
-        with httpx.Client(
-            base_url=url, timeout=30, headers={"Authorization": f"Bearer {token}"}
-        ) as http:
+        server.start()
+        url = server.url
+        env = {**server.env, "KUBETRAIN_URL": url, "KUBETRAIN_TOKEN": server.token}
+        print(f"kubetrain serve is up at {url} (log: {server.log})")
+        with server.client() as http:
             ids = {}
             for project, name, resources, annotations, _ in JOBS:
                 body = {
@@ -114,13 +94,11 @@ def main() -> int:
             [*CLI, "get", "job", "llm-pretrain-16gpu", "-p", "demo"], env=env, check=False
         )
     finally:
-        server.terminate()
-        server.wait(20)
-        log.close()
+        server.stop()
     print("\nThe testbed keeps running. To explore:")
     print(f"  export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
     print(f"  export KUBETRAIN_DATABASE_URL=sqlite:///{database}")
-    print(f"  .venv/bin/kubetrain serve --port {port} &")
+    print(f"  .venv/bin/kubetrain serve --port {server.port} &")
     print(
         f"  export KUBETRAIN_URL={url} KUBETRAIN_TOKEN=<a token from "
         "`kubetrain token create --project '*' --role admin`>"
@@ -162,20 +140,6 @@ def _quota(testbed: Testbed) -> None:
         except ApiError as exc:
             if exc.status.code != 409:
                 raise
-
-
-def _wait_ready(url: str, server: subprocess.Popen[bytes], timeout: float = 60) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if server.poll() is not None:
-            raise SystemExit("kubetrain serve exited; see its log")
-        try:
-            if httpx.get(f"{url}/readyz", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            pass
-        time.sleep(0.2)
-    raise SystemExit("kubetrain serve did not become ready")
 
 
 def _wait_decided(
