@@ -25,7 +25,7 @@ from tests.store.builders import T0, new_job
 
 pytestmark = pytest.mark.db
 
-TABLES = {"jobs", "attempts", "transitions", "tokens", "datasets"}
+TABLES = {"jobs", "attempts", "transitions", "tokens", "datasets", "reports", "progress"}
 
 
 def test_upgrade_from_empty_to_head(database_url: str) -> None:

@@ -20,7 +20,7 @@ from lightkube.resources.scheduling_v1 import PriorityClass
 
 from kubetrain.domain.datasets import parse_dataset_version, resolve_dataset
 from kubetrain.domain.manifest import RenderOptions, job_name, render_job
-from kubetrain.domain.spec import SecretKeyRef, parse_training_job
+from kubetrain.domain.spec import parse_training_job
 from tests.kube import eventually
 
 pytestmark = pytest.mark.testbed
@@ -77,10 +77,7 @@ REGISTERED = parse_dataset_version(
         "checksumsSha256": "ab" * 32,
     }
 )
-STATUS = RenderOptions(
-    status_url="http://kubetrain.kubetrain.svc:8080/api/v1",
-    status_token_secret=SecretKeyRef.model_validate({"name": "kubetrain-status", "key": "token"}),
-)
+STATUS = RenderOptions(status_url="http://kubetrain.kubetrain.svc:8080")
 LONG = training_job(dataset={"name": "d" * 63, "version": "v" * 63, "claim": "c" * 253})
 LONG["metadata"].update(name="n" * 60, labels={"example.com/" + "k" * 63: "v" * 63})
 

@@ -9,6 +9,7 @@ code paths KWOK and the testbed cannot reach, not fixtures.
 from __future__ import annotations
 
 import copy
+from datetime import UTC, datetime
 from typing import Any
 
 import pytest
@@ -392,3 +393,15 @@ def test_a_succeeded_pod_before_the_job_says_complete_is_still_running():
     }
     diagnosis = run(data)
     assert (diagnosis.state, diagnosis.reason) == (S.RUNNING, R.TRAINING)
+
+
+def test_a_running_pod_that_reports_preflight_is_in_preflight_not_training() -> None:
+    data = dump("running")
+    pod = items(data, "Pod")[-1]["metadata"]["name"]
+    since = datetime(2026, 12, 2, 15, 59, tzinfo=UTC)
+    d = run(data, reported_phase=(pod, "PREFLIGHT", since))
+    assert (d.state, d.reason, d.link, d.since) == (S.RUNNING, R.PREFLIGHT, Link.PREFLIGHT, since)
+    # TRAINING reported, or PREFLIGHT from an earlier Pod of the job: training.
+    assert run(data, reported_phase=(pod, "TRAINING", since)).reason == R.TRAINING
+    assert run(data, reported_phase=("kt-old-pod", "PREFLIGHT", since)).reason == R.TRAINING
+    assert run(data).reason == R.TRAINING

@@ -11,7 +11,7 @@ import pytest
 from kubetrain.domain import manifest as m
 from kubetrain.domain.datasets import DatasetVersion, parse_dataset_version, resolve_dataset
 from kubetrain.domain.names import dns1123_label_problem
-from kubetrain.domain.spec import SecretKeyRef, TrainingJob, parse_training_job, spec_digest
+from kubetrain.domain.spec import TrainingJob, parse_training_job, spec_digest
 
 pytestmark = pytest.mark.unit
 
@@ -407,6 +407,7 @@ def test_a_bare_job_gets_only_the_variables_that_apply():
     variables = env(render(base()))
     assert variables == {
         "KUBETRAIN_JOB_ID": JOB_ID,
+        "KUBETRAIN_POD_NAME": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
         "KUBETRAIN_EXPECTED_GPUS": "0",
         "KUBETRAIN_TERMINATION_LOG": "/dev/termination-log",
     }
@@ -432,30 +433,37 @@ def test_an_empty_value_is_rendered_as_the_api_server_stores_it():
     assert container(render(data))["env"][-1] == {"name": "EMPTY"}
 
 
-def test_the_status_token_is_a_secret_reference():
-    options = m.RenderOptions(
-        status_url="http://kubetrain.kubetrain.svc:8080",
-        status_token_secret=SecretKeyRef.model_validate({"name": "kubetrain-status", "key": "t"}),
-    )
-    entries = {e["name"]: e for e in container(render(base(), options))["env"]}
+def test_the_status_token_comes_from_the_jobs_own_secret():
+    options = m.RenderOptions(status_url="http://kubetrain.kubetrain.svc:8080")
+    job = render(base(), options)
+    entries = {e["name"]: e for e in container(job)["env"]}
+    job_id = job["metadata"]["labels"][m.LABEL_JOB_ID]
     assert entries["KUBETRAIN_STATUS_TOKEN"] == {
         "name": "KUBETRAIN_STATUS_TOKEN",
-        "valueFrom": {"secretKeyRef": {"name": "kubetrain-status", "key": "t"}},
+        "valueFrom": {"secretKeyRef": {"name": f"kt-{job_id.lower()}-status", "key": "token"}},
     }
+    assert entries["KUBETRAIN_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
+    secret = m.render_status_secret(job_id, "ai-training", "kt_s3cret")
+    name = m.status_secret_name(job_id)
+    assert secret["metadata"]["name"] == name == f"kt-{job_id.lower()}-status"
+    assert secret["stringData"] == {"token": "kt_s3cret"}
+    assert secret["metadata"]["labels"][m.LABEL_JOB_ID] == job_id
+
+
+def test_without_a_status_url_nothing_reports_and_no_secret_is_referenced():
+    entries = {e["name"] for e in container(render(base()))["env"]}
+    assert not {"KUBETRAIN_STATUS_URL", "KUBETRAIN_STATUS_TOKEN"} & entries
 
 
 def test_no_plain_value_carries_a_credential():
-    options = m.RenderOptions(
-        status_url="https://kubetrain.example",
-        status_token_secret=SecretKeyRef.model_validate({"name": "s", "key": "k"}),
-    )
+    options = m.RenderOptions(status_url="https://kubetrain.example")
     for entry in container(render(full(), options))["env"]:
         if "value" in entry:
             assert entry["name"] in {"EPOCHS"} or entry["name"].startswith("KUBETRAIN_")
             assert entry["name"] != "KUBETRAIN_STATUS_TOKEN"
             assert "@" not in entry["value"]
         else:
-            assert set(entry["valueFrom"]) == {"secretKeyRef"}
+            assert set(entry["valueFrom"]) <= {"secretKeyRef", "fieldRef"}
 
 
 # -- options ----------------------------------------------------------------------------------

@@ -19,6 +19,16 @@ class ApiContext:
     settings: ServerSettings
     db: Database
     on_change: Callable[[], None] | None = None
+    on_report: Callable[[str], None] | None = None
+
+    def reported(self, job_id: str) -> None:
+        """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""
+        if self.on_report is None:
+            return
+        try:
+            self.on_report(job_id)
+        except Exception:
+            log.exception("the on_report hook failed; the next resync will see the report")
 
     def changed(self) -> None:
         """Wake the dispatcher after a commit it should act on (a submit, a cancel).

@@ -46,7 +46,10 @@ from kubetrain.api.schemas import (
     JobDetail,
     JobPage,
     JobStatus,
+    ProgressSeries,
+    ProgressView,
     RuntimeState,
+    StepPoint,
 )
 from kubetrain.domain.manifest import render_job
 from kubetrain.domain.spec import FieldProblem, SpecError, TrainingJob, parse_training_job
@@ -54,6 +57,7 @@ from kubetrain.domain.spec import spec_digest as training_job_digest
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import (
     MAX_PAGE_SIZE,
+    MAX_STEP_REPORTS,
     IdempotencyConflict,
     InvalidCursor,
     Job,
@@ -62,11 +66,14 @@ from kubetrain.store import (
     current_attempts,
     get_attempt,
     get_job,
+    get_progress,
     job_history,
     list_attempts,
     list_jobs,
     request_cancel,
     resolve_job_dataset,
+    resume_lineage,
+    step_series,
     submit_job,
 )
 
@@ -264,7 +271,34 @@ def get_one_job(
     with context.db.read_only() as session:
         job = _job(session, project, job_id)
         attempt = get_attempt(session, job.id, job.current_attempt) if job.current_attempt else None
-        return JobDetail.of(job, attempt)
+        return JobDetail.of(job, attempt, _progress(session, job.id))
+
+
+def _progress(session: Any, job_id: str) -> ProgressView | None:
+    progress = get_progress(session, job_id)
+    return ProgressView.of(progress, resume_lineage(session, job_id)) if progress else None
+
+
+@router.get(
+    "/{job_id}/progress",
+    summary="What the job's runtime reported: phase, last step, checkpoints, resumes, steps",
+    response_model=ProgressSeries,
+    responses=problem_responses(404),
+)
+def get_job_progress(
+    project: ProjectName,
+    job_id: JobId,
+    caller: Annotated[Principal, Depends(_may_read)],
+    context: Context,
+    limit: Annotated[int, Query(ge=1, le=MAX_STEP_REPORTS)] = 500,
+) -> ProgressSeries:
+    with context.db.read_only() as session:
+        job = _job(session, project, job_id)
+        steps = [
+            StepPoint(step=r.data["step"], at=r.reported_at, metrics=r.data.get("metrics") or {})
+            for r in step_series(session, job.id, limit)
+        ]
+        return ProgressSeries(job_id=job.id, progress=_progress(session, job.id), steps=steps)
 
 
 @router.get(

@@ -7,6 +7,7 @@ DatasetVersion) keep their own camelCase inside them (`spec`, `dataset`).
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
@@ -19,6 +20,8 @@ from kubetrain.store import (
     Attempt,
     Dataset,
     Job,
+    Progress,
+    Resume,
     Source,
     Transition,
     TransitionKind,
@@ -143,17 +146,83 @@ class JobStatus(BaseModel):
         return cls(**cls.fields_of(job, attempt))
 
 
+class ResumeView(BaseModel):
+    """A Pod that resumed from a checkpoint another Pod (or an earlier run of itself) wrote."""
+
+    pod: str
+    attempt: int | None = Field(description="the resuming Pod's attempt, once the syncer saw it")
+    from_step: int
+    from_pod: str | None
+    from_attempt: int | None
+    at: datetime
+
+
+class ProgressView(BaseModel):
+    """What the runtime inside the job's Pods last reported."""
+
+    pod: str = Field(description="the Pod that reported last")
+    phase: str | None = Field(description="PREFLIGHT or TRAINING: the RUNNING sub-phase")
+    phase_since: datetime | None
+    step: int | None
+    step_at: datetime | None
+    metrics: dict[str, float] = Field(description="the scalars reported with the last step")
+    checkpoint: dict[str, Any] | None = Field(
+        description="the last checkpoint saved: step, sizeBytes, durationSeconds, at"
+    )
+    dropped: int = Field(description="events the reporter dropped rather than block training")
+    resumes: list[ResumeView] = Field(description="the resume lineage across attempts")
+
+    @classmethod
+    def of(cls, progress: Progress, resumes: Sequence[Resume]) -> ProgressView:
+        return cls(
+            pod=progress.pod,
+            phase=progress.phase,
+            phase_since=progress.phase_since,
+            step=progress.step,
+            step_at=progress.step_at,
+            metrics=progress.metrics or {},
+            checkpoint=progress.checkpoint,
+            dropped=progress.dropped,
+            resumes=[ResumeView(**r.to_json()) for r in resumes],
+        )
+
+
 class JobDetail(JobStatus):
-    """One job in full: its status, the TrainingJob as stored, and the latest diagnosis."""
+    """One job in full: its status, the TrainingJob as stored, the latest diagnosis and
+    what its runtime reported."""
 
     spec: dict[str, Any] = Field(description="the TrainingJob document as submitted")
     diagnosis: dict[str, Any] | None = Field(
         description="the syncer's latest diagnosis; null until it has made one"
     )
+    progress: ProgressView | None = Field(
+        description="null until a Pod of the job reports (without kubetrain's runtime, never)"
+    )
 
     @classmethod
-    def of(cls, job: Job, attempt: Attempt | None) -> JobDetail:
-        return cls(**cls.fields_of(job, attempt), spec=job.spec, diagnosis=job.diagnosis)
+    def of(
+        cls, job: Job, attempt: Attempt | None, progress: ProgressView | None = None
+    ) -> JobDetail:
+        return cls(
+            **cls.fields_of(job, attempt),
+            spec=job.spec,
+            diagnosis=job.diagnosis,
+            progress=progress,
+        )
+
+
+class StepPoint(BaseModel):
+    step: int
+    at: datetime
+    metrics: dict[str, float]
+
+
+class ProgressSeries(BaseModel):
+    """The job's reported steps, oldest first (the newest ones, when there are many)."""
+
+    job_id: str
+    progress: ProgressView | None
+    steps: list[StepPoint]
 
 
 class JobPage(BaseModel):

@@ -1,4 +1,4 @@
-"""Create and delete kubetrain's Kubernetes Jobs idempotently."""
+"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets) idempotently."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Any, cast
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace
-from lightkube.types import CascadeType
+from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.types import CascadeType, PatchType
 
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 
@@ -31,8 +31,8 @@ async def ensure_namespace(client: AsyncClient, name: str) -> None:
                 raise
 
 
-async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> bool:
-    """Create the Job; True if created now, False if it already existed as ours.
+async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> str | None:
+    """Create the Job, or find it already there as ours; returns its uid.
 
     The name is derived from our job id, so a retry after a lost response (or a
     dispatcher restarted mid-create) finds its own Job and calls it success.
@@ -40,8 +40,8 @@ async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> bool:
     obj = cast(Job, Job.from_dict(manifest))
     namespace: str = manifest["metadata"]["namespace"]
     try:
-        await client.create(obj)  # the namespace is in the manifest
-        return True
+        created = await client.create(obj)  # the namespace is in the manifest
+        return _uid(created)
     except ApiError as exc:
         if exc.status.code != 409:
             raise
@@ -52,7 +52,59 @@ async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> bool:
             f"a Job named {manifest['metadata']['name']} exists in {namespace} "
             "and is not this kubetrain job's"
         )
-    return False
+    return _uid(existing)
+
+
+def _uid(job: Job) -> str | None:
+    return job.metadata.uid if job.metadata else None
+
+
+async def put_status_secret(client: AsyncClient, manifest: dict[str, Any]) -> None:
+    """Create the job's status-token Secret, or replace the token of the one there (ours,
+    from an attempt whose token was lost with the process that made it)."""
+    obj = cast(Secret, Secret.from_dict(manifest))
+    try:
+        await client.create(obj)
+        return
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+    meta = manifest["metadata"]
+    existing = await client.get(Secret, meta["name"], namespace=meta["namespace"])
+    labels = (existing.metadata.labels if existing.metadata else None) or {}
+    if labels.get(LABEL_JOB_ID) != meta["labels"][LABEL_JOB_ID]:
+        raise JobConflictError(
+            f"a Secret named {meta['name']} exists in {meta['namespace']} "
+            "and is not this kubetrain job's"
+        )
+    await client.patch(
+        Secret,
+        meta["name"],
+        {"stringData": manifest["stringData"]},
+        namespace=meta["namespace"],
+        patch_type=PatchType.MERGE,
+    )
+
+
+async def own_secret(
+    client: AsyncClient, namespace: str, secret: str, job: str, job_uid: str
+) -> None:
+    """Make the Job the Secret's owner, so deleting the Job (by us, a TTL or a person)
+    removes the token with it."""
+    owner = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "name": job,
+        "uid": job_uid,
+        "blockOwnerDeletion": False,
+    }
+    await client.patch(
+        Secret,
+        secret,
+        {"metadata": {"ownerReferences": [owner]}},
+        namespace=namespace,
+        patch_type=PatchType.MERGE,
+    )
 
 
 async def delete_job(client: AsyncClient, namespace: str, name: str) -> bool:

@@ -50,6 +50,12 @@ class ControlLoops:
         if loop is not None and dispatcher is not None and not loop.is_closed():
             loop.call_soon_threadsafe(dispatcher.notify)
 
+    def reported(self, job_id: str) -> None:
+        """Have the syncer look at a job whose Pod reported; safe from any thread."""
+        loop, syncer = self._loop, self.syncer
+        if loop is not None and syncer is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(syncer.mark, job_id)
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         http = http_client(self.config)

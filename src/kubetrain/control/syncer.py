@@ -28,11 +28,13 @@ from kubetrain.store import (
     Database,
     IllegalTransition,
     PodObservation,
+    Progress,
     Source,
     apply_business_change,
     apply_runtime_change,
     get_job_any_project,
     list_unfinished_jobs,
+    progress_by_job,
     record_diagnosis,
 )
 
@@ -160,6 +162,7 @@ class Syncer:
     def _load(self, job_ids: list[str]) -> list[_Facts]:
         out = []
         with self.db.read_only() as session:
+            progress = progress_by_job(session, job_ids)
             for job_id in job_ids:
                 job = get_job_any_project(session, job_id)
                 if job is None or job.business_state.terminal:
@@ -177,6 +180,7 @@ class Syncer:
                         dispatched=job.k8s_job_name is not None or present,
                         cancel_requested=job.cancel_requested,
                         dispatch_error=job.last_dispatch_error,
+                        reported_phase=_reported_phase(progress.get(job.id)),
                     )
                 )
         return out
@@ -236,6 +240,12 @@ class _Facts(JobFacts):
     """The diagnosis' facts plus our record's id."""
 
     job_id: str = ""
+
+
+def _reported_phase(progress: Progress | None) -> tuple[str, str, datetime | None] | None:
+    if progress is None or progress.phase is None:
+        return None
+    return (progress.pod, progress.phase, progress.phase_since)
 
 
 def _observation(attempt: Any) -> PodObservation:

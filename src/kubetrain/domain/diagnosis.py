@@ -98,6 +98,10 @@ class JobFacts:
     cancel_requested: bool = False
     dispatch_error: str | None = None  # last raw error from creating the Job
     gpus: int | None = None  # hints when no Pod exists yet; else read from the Pod/Job template
+    # What the runtime in a Pod last reported: (pod name, PREFLIGHT | TRAINING, since).
+    # A running container is only known to train once it says so; before any report
+    # it counts as training, since images without kubetrain's runtime never report.
+    reported_phase: tuple[str, str, datetime | None] | None = None
 
 
 @dataclass(frozen=True)
@@ -1324,10 +1328,16 @@ def _active(reader: _Reader) -> _Outcome:
         pod = running[-1]
         _, detail = _state(_main_status(pod))
         since = timestamp(detail, "startedAt") or timestamp(pod, "status", "startTime")
+        node = text(pod, "spec", "nodeName")
+        reported = reader.job.reported_phase
+        if reported and reported[0] == text(pod, "metadata", "name") and reported[1] == "PREFLIGHT":
+            return _Outcome(
+                S.RUNNING,
+                [_Finding(R.PREFLIGHT, f"preflight checks on node {node}", since=reported[2])],
+                Link.PREFLIGHT,
+            )
         return _Outcome(
-            S.RUNNING,
-            [_Finding(R.TRAINING, f"on node {text(pod, 'spec', 'nodeName')}", since=since)],
-            Link.TRAINING,
+            S.RUNNING, [_Finding(R.TRAINING, f"on node {node}", since=since)], Link.TRAINING
         )
     live = [p for p in pods if not _gone(p)]
     if not live and pods and text(pods[-1], "status", "phase") == "Succeeded":

@@ -73,10 +73,13 @@ __all__ = [
     "MAX_JOB_ID_LENGTH",
     "OUTPUT_DIR",
     "PREFLIGHT_EXIT_CODE",
+    "STATUS_TOKEN_KEY",
     "TERMINATION_LOG",
     "RenderOptions",
     "job_name",
     "render_job",
+    "render_status_secret",
+    "status_secret_name",
 ]
 
 # The exit code our preflight ends with when the container cannot train (no
@@ -124,6 +127,30 @@ def job_name(job_id: str) -> str:
     return names.JOB_NAME_PREFIX + job_id.lower()
 
 
+STATUS_TOKEN_KEY = "token"  # noqa: S105 - the key's name in the Secret, not a secret
+
+
+def status_secret_name(job_id: str) -> str:
+    """The Secret holding the job's status token: next to its Job, named after it."""
+    return job_name(job_id) + "-status"
+
+
+def render_status_secret(job_id: str, namespace: str, token: str) -> dict[str, Any]:
+    """The job's status-token Secret. The dispatcher makes the Job its owner once the Job
+    exists, so the garbage collector removes both together."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "metadata": {
+            "name": status_secret_name(job_id),
+            "namespace": namespace,
+            "labels": {LABEL_JOB_ID: job_id, LABEL_MANAGED_BY: MANAGED_BY},
+        },
+        "type": "Opaque",
+        "stringData": {STATUS_TOKEN_KEY: token},
+    }
+
+
 @dataclass(frozen=True, kw_only=True)
 class RenderOptions:
     """What the platform decides for every Job; checked when made."""
@@ -133,10 +160,10 @@ class RenderOptions:
     gpu_resource: str = "nvidia.com/gpu"
     # The node label whose value is a GPU type (spec.resources.gpuType).
     accelerator_label: str = "accelerator"
-    # Where the in-container reporter sends progress; no credential in it.
+    # Where the in-container reporter sends progress (kubetrain's base URL); no
+    # credential in it. When set, every Job reads its own token from its own
+    # Secret (status_secret_name) as KUBETRAIN_STATUS_TOKEN.
     status_url: str | None = None
-    # The Secret key holding the reporter's token, passed as KUBETRAIN_STATUS_TOKEN.
-    status_token_secret: SecretKeyRef | None = None
     # Added to the cache size for ephemeral-storage: logs and the writable layer.
     ephemeral_headroom: str = "2Gi"
 
@@ -169,7 +196,7 @@ def _check_status_url(url: str) -> None:
         raise ValueError(f"status_url {url!r} must be an http or https URL with a host")
     if "@" in parts.netloc:
         # It would be a plain env value in the Pod spec, readable by anyone who can read Jobs.
-        raise ValueError("status_url must not carry a user or password; use status_token_secret")
+        raise ValueError("status_url must not carry a user or password; Jobs get a token Secret")
 
 
 def _plain(name: str, value: str) -> dict[str, Any]:
@@ -245,6 +272,11 @@ def render_job(
 
     env: list[dict[str, Any]] = [
         _plain("KUBETRAIN_JOB_ID", job_id),
+        # The reporter names its Pod, which the control plane maps to an attempt.
+        {
+            "name": "KUBETRAIN_POD_NAME",
+            "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
+        },
         _plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)),
     ]
     volumes: list[dict[str, Any]] = []
@@ -285,8 +317,14 @@ def render_job(
         mounts.append({"name": "cache", "mountPath": CACHE_DIR})
     if options.status_url is not None:
         env.append(_plain("KUBETRAIN_STATUS_URL", options.status_url))
-    if options.status_token_secret is not None:
-        env.append(_secret("KUBETRAIN_STATUS_TOKEN", options.status_token_secret))
+        env.append(
+            {
+                "name": "KUBETRAIN_STATUS_TOKEN",
+                "valueFrom": {
+                    "secretKeyRef": {"name": status_secret_name(job_id), "key": STATUS_TOKEN_KEY}
+                },
+            }
+        )
     env.append(_plain("KUBETRAIN_TERMINATION_LOG", TERMINATION_LOG))
     for entry in spec.env:
         if entry.secret_ref is not None:

@@ -1,4 +1,5 @@
-"""The tables: jobs, their attempts, the append-only transition history, API tokens, datasets.
+"""The tables: jobs, their attempts, the append-only transition history, API tokens, datasets,
+and what the in-container runtime reports (progress).
 
 SQLAlchemy 2 typed declarative models. The business state lives on `jobs`, the
 runtime state of each Pod on `attempts`, and every change of either appends a
@@ -175,6 +176,8 @@ class Job(Base):
     last_dispatch_error: Mapped[str | None] = mapped_column(Text)
 
     diagnosis: Mapped[dict[str, Any] | None]  # the syncer's latest, so any replica can answer
+    # sha256 of the token the job's Pods report progress with (it lives in a Secret).
+    status_token_hash: Mapped[str | None] = mapped_column(String(64))
 
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
@@ -293,3 +296,45 @@ class Dataset(Base):
 
     def __repr__(self) -> str:
         return f"<Dataset {self.name}@{self.version} {self.claim}:{self.sub_path or ''}>"
+
+
+class Report(Base):
+    """One event the runtime inside a Pod reported (phase, step, checkpoint, resume).
+
+    (job, pod, seq) is unique, so a batch the reporter retries after a lost
+    response is stored once.
+    """
+
+    __tablename__ = "reports"
+    __table_args__ = (
+        UniqueConstraint("job_id", "pod", "seq"),
+        Index(None, "job_id", "kind", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"), primary_key=True, autoincrement=True
+    )
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
+    pod: Mapped[str] = mapped_column(String(NAME_LENGTH))
+    seq: Mapped[int] = mapped_column(BigInteger)
+    kind: Mapped[str] = mapped_column(String(ENUM_LENGTH))
+    data: Mapped[dict[str, Any]]
+    reported_at: Mapped[datetime]  # the Pod's clock
+    received_at: Mapped[datetime]  # ours
+
+
+class Progress(Base):
+    """The latest of what a job's runtime reported, one row per job (the read model)."""
+
+    __tablename__ = "progress"
+
+    job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"), primary_key=True)
+    pod: Mapped[str] = mapped_column(String(NAME_LENGTH))  # the Pod that reported last
+    phase: Mapped[str | None] = mapped_column(String(ENUM_LENGTH))
+    phase_since: Mapped[datetime | None]
+    step: Mapped[int | None] = mapped_column(BigInteger)
+    step_at: Mapped[datetime | None]
+    metrics: Mapped[dict[str, Any] | None]
+    checkpoint: Mapped[dict[str, Any] | None]  # {step, sizeBytes, durationSeconds, at}
+    dropped: Mapped[int] = mapped_column(BigInteger, default=0)  # events the reporter dropped
+    updated_at: Mapped[datetime]

@@ -1,0 +1,185 @@
+"""`POST /api/v1/jobs/{job_id}/reports`: what the runtime inside a job's Pods reports.
+
+Not a user endpoint: the caller is a Pod, and its credential is the job's own
+status token (from the Secret the dispatcher made for the job), good for this
+one job only and for nothing else in the API. The Pod knows its job id but not
+its project, hence the path outside `/projects`.
+
+A batch is stored whole or not at all, and events already stored (the same
+pod and seq, from a retry) are skipped, so retries are safe.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from datetime import datetime
+from typing import Annotated, Any, Literal
+
+from fastapi import APIRouter, Depends, Path, Response
+from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from pydantic import (
+    AfterValidator,
+    AwareDatetime,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+)
+
+from kubetrain.api.body import json_body
+from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.problems import ProblemError, problem_responses, validation_error
+from kubetrain.domain import names
+from kubetrain.domain.manifest import job_name
+from kubetrain.domain.spec import FieldProblem
+from kubetrain.store import (
+    ReportEvent,
+    get_job_any_project,
+    record_reports,
+    status_token_matches,
+)
+
+MAX_EVENTS = 100
+MAX_METRICS = 16
+_METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$")
+
+router = APIRouter(
+    prefix="/api/v1/jobs/{job_id}",
+    tags=["runtime"],
+    responses=problem_responses(401, 413, 422, 500, 503),
+)
+
+_bearer = HTTPBearer(auto_error=False, description="The job's status token (from its Secret).")
+
+
+def _metrics(value: dict[str, float]) -> dict[str, float]:
+    if len(value) > MAX_METRICS:
+        raise ValueError(f"at most {MAX_METRICS} metrics per step")
+    for key, number in value.items():
+        if not _METRIC_NAME.match(key):
+            raise ValueError(
+                f"metric name {key[:70]!r} must be 1-64 letters, digits, '_', '.', '/' or '-', "
+                "starting with a letter or '_'"
+            )
+        if not math.isfinite(number):
+            raise ValueError(f"metric {key} must be a finite number")
+    return value
+
+
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    seq: int = Field(ge=0, le=2**62)
+    time: AwareDatetime
+
+
+class PhaseEvent(_Event):
+    type: Literal["phase"]
+    phase: Literal["PREFLIGHT", "TRAINING"]
+
+
+class StepEvent(_Event):
+    type: Literal["step"]
+    step: int = Field(ge=0, le=2**62)
+    metrics: Annotated[dict[str, float], AfterValidator(_metrics)] = Field(default_factory=dict)
+
+
+class CheckpointEvent(_Event):
+    type: Literal["checkpoint"]
+    step: int = Field(ge=0, le=2**62)
+    size_bytes: int = Field(alias="sizeBytes", ge=0, le=2**62)
+    duration_seconds: float = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
+
+
+class ResumedEvent(_Event):
+    type: Literal["resumed"]
+    from_step: int = Field(alias="fromStep", ge=0, le=2**62)
+    from_pod: str | None = Field(alias="fromPod", default=None, max_length=253)
+
+
+AnyEvent = Annotated[
+    PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent, Field(discriminator="type")
+]
+
+
+class ReportBatch(BaseModel):
+    """Up to 100 events from one Pod, oldest first."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    pod: str = Field(min_length=1, max_length=253)
+    dropped: int = Field(default=0, ge=0, le=2**62, description="events dropped since last batch")
+    events: list[AnyEvent] = Field(max_length=MAX_EVENTS)
+
+
+class ReportAccepted(BaseModel):
+    job_id: str
+    stored: int = Field(description="new events; a retried batch stores 0")
+
+
+def _unauthorized() -> ProblemError:
+    return ProblemError(
+        401,
+        "a job's reports need that job's status token (KUBETRAIN_STATUS_TOKEN)",
+        headers={"WWW-Authenticate": 'Bearer realm="kubetrain", error="invalid_token"'},
+    )
+
+
+def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> ReportEvent:
+    data: dict[str, Any] = event.model_dump(mode="json", by_alias=True, exclude={"seq", "time"})
+    at: datetime = event.time
+    return ReportEvent(seq=event.seq, at=at, kind=event.type, data=data)
+
+
+@router.post(
+    "/reports",
+    status_code=202,
+    summary="Progress from inside a Pod of the job (the runtime's reporter)",
+    response_model=ReportAccepted,
+    responses=problem_responses(404),
+    openapi_extra={
+        "requestBody": {
+            "required": True,
+            "content": {
+                "application/json": {"schema": {"$ref": "#/components/schemas/ReportBatch"}}
+            },
+        }
+    },
+)
+def post_reports(
+    job_id: Annotated[str, Path(max_length=64)],
+    context: Annotated[ApiContext, Depends(get_context)],
+    body: Annotated[Any, Depends(json_body)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    response: Response,
+) -> ReportAccepted:
+    # The token first: a caller without it learns nothing, not even whether the job exists.
+    if credentials is None:
+        raise _unauthorized()
+    with context.db.read_only() as session:
+        job = get_job_any_project(session, job_id)
+        if job is None or not status_token_matches(job, credentials.credentials):
+            raise _unauthorized()
+    try:
+        batch = ReportBatch.model_validate(body)
+    except ValidationError as exc:
+        problems = [
+            FieldProblem(".".join(str(p) for p in error["loc"]) or "body", error["msg"])
+            for error in exc.errors(include_url=False, include_input=False)
+        ]
+        raise validation_error(problems, "the report batch is refused") from None
+    # Only the job's own Pods (the Job controller names them <job>-<suffix>).
+    ours = batch.pod.startswith(job_name(job_id) + "-")
+    if not ours or names.dns1123_subdomain_problem(batch.pod):
+        raise validation_error(
+            [FieldProblem("pod", f"must be the name of a Pod of Job {job_name(job_id)}")],
+            "the report batch is refused",
+        )
+    with context.db.transaction() as session:
+        stored = record_reports(
+            session, job_id, batch.pod, [_event(e) for e in batch.events], dropped=batch.dropped
+        )
+    if stored and any(e.type == "phase" for e in batch.events):
+        context.reported(job_id)
+    return ReportAccepted(job_id=job_id, stored=stored)

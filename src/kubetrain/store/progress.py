@@ -1,0 +1,204 @@
+"""What the runtime inside a job's Pods reports: phase, steps, checkpoints, resumes.
+
+Each Pod authenticates with the job's status token, whose plaintext lives only
+in a Kubernetes Secret mounted into the Pod; we keep its SHA-256 (the same
+reasoning as API tokens: 256 random bits, so a fast hash loses nothing).
+
+Reports are stored once per (job, pod, seq), so a batch retried after a lost
+response changes nothing, and folded into one `progress` row per job: the read
+model the API, the CLI and the syncer use. Step events are kept for the
+dashboard's chart up to `MAX_STEP_REPORTS` per job, oldest dropped first.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from sqlalchemy import delete, select
+from sqlalchemy.orm import Session
+
+from kubetrain.store.errors import JobNotFound
+from kubetrain.store.models import Attempt, Job, Progress, Report
+from kubetrain.store.tokens import hash_token
+
+MAX_STEP_REPORTS = 2000
+
+
+@dataclass(frozen=True)
+class ReportEvent:
+    """One validated event of a batch (the API checks shapes and sizes)."""
+
+    seq: int
+    at: datetime
+    kind: str  # "phase" | "step" | "checkpoint" | "resumed"
+    data: Mapping[str, Any]
+
+
+@dataclass(frozen=True)
+class Resume:
+    """One "resumed from step N" in the job's lineage, attempts resolved from Pod names."""
+
+    pod: str
+    attempt: int | None
+    from_step: int
+    from_pod: str | None
+    from_attempt: int | None
+    at: datetime
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "pod": self.pod,
+            "attempt": self.attempt,
+            "from_step": self.from_step,
+            "from_pod": self.from_pod,
+            "from_attempt": self.from_attempt,
+            "at": self.at,
+        }
+
+
+def set_status_token(session: Session, job_id: str, token: str) -> None:
+    job = session.get(Job, job_id)
+    if job is None:
+        raise JobNotFound(job_id)
+    job.status_token_hash = hash_token(token)
+
+
+def status_token_matches(job: Job, token: str) -> bool:
+    if not job.status_token_hash:
+        return False
+    return hmac.compare_digest(job.status_token_hash, hash_token(token))
+
+
+def record_reports(
+    session: Session,
+    job_id: str,
+    pod: str,
+    events: Sequence[ReportEvent],
+    *,
+    dropped: int = 0,
+    now: datetime | None = None,
+) -> int:
+    """Store a batch from `pod`; returns how many events were new."""
+    now = now if now is not None else datetime.now(UTC)
+    seen = set(
+        session.scalars(
+            select(Report.seq).where(
+                Report.job_id == job_id, Report.pod == pod, Report.seq.in_([e.seq for e in events])
+            )
+        )
+    )
+    fresh = sorted((e for e in events if e.seq not in seen), key=lambda e: e.seq)
+    if not fresh and not dropped:
+        return 0
+    progress = session.get(Progress, job_id)
+    if progress is None:
+        progress = Progress(job_id=job_id, pod=pod, dropped=0, updated_at=now)
+        session.add(progress)
+    for event in fresh:
+        session.add(
+            Report(
+                job_id=job_id,
+                pod=pod,
+                seq=event.seq,
+                kind=event.kind,
+                data=dict(event.data),
+                reported_at=event.at,
+                received_at=now,
+            )
+        )
+        _fold(progress, pod, event)
+    progress.dropped += dropped
+    progress.updated_at = now
+    if any(e.kind == "step" for e in fresh):
+        _prune_steps(session, job_id)
+    return len(fresh)
+
+
+def _fold(progress: Progress, pod: str, event: ReportEvent) -> None:
+    """Apply one event to the latest view. A new Pod (the next attempt) starts its
+    own phase; its step and checkpoint carry on from the previous Pod's."""
+    if progress.pod != pod:
+        progress.pod = pod
+        progress.phase = None
+        progress.phase_since = None
+    if event.kind == "phase":
+        progress.phase = str(event.data["phase"])
+        progress.phase_since = event.at
+    elif event.kind == "step":
+        progress.step = int(event.data["step"])
+        progress.step_at = event.at
+        progress.metrics = dict(event.data.get("metrics") or {})
+    elif event.kind == "checkpoint":
+        progress.checkpoint = {**event.data, "at": event.at.isoformat()}
+    elif event.kind == "resumed":
+        progress.step = int(event.data["fromStep"])
+        progress.step_at = event.at
+
+
+def _prune_steps(session: Session, job_id: str) -> None:
+    cutoff = session.scalar(
+        select(Report.id)
+        .where(Report.job_id == job_id, Report.kind == "step")
+        .order_by(Report.id.desc())
+        .offset(MAX_STEP_REPORTS)
+        .limit(1)
+    )
+    if cutoff is not None:
+        session.execute(
+            delete(Report).where(
+                Report.job_id == job_id, Report.kind == "step", Report.id <= cutoff
+            )
+        )
+
+
+def get_progress(session: Session, job_id: str) -> Progress | None:
+    return session.get(Progress, job_id)
+
+
+def progress_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, Progress]:
+    if not job_ids:
+        return {}
+    rows = session.scalars(select(Progress).where(Progress.job_id.in_(job_ids)))
+    return {row.job_id: row for row in rows}
+
+
+def resume_lineage(session: Session, job_id: str) -> list[Resume]:
+    """Every resume the job's Pods reported, oldest first."""
+    reports = session.scalars(
+        select(Report).where(Report.job_id == job_id, Report.kind == "resumed").order_by(Report.id)
+    ).all()
+    if not reports:
+        return []
+    attempts = {
+        a.pod_name: a.number
+        for a in session.scalars(select(Attempt).where(Attempt.job_id == job_id))
+    }
+    lineage = []
+    for report in reports:
+        from_pod = report.data.get("fromPod")
+        lineage.append(
+            Resume(
+                pod=report.pod,
+                attempt=attempts.get(report.pod),
+                from_step=int(report.data["fromStep"]),
+                from_pod=from_pod,
+                from_attempt=attempts.get(from_pod) if from_pod else None,
+                at=report.reported_at,
+            )
+        )
+    return lineage
+
+
+def step_series(session: Session, job_id: str, limit: int = MAX_STEP_REPORTS) -> list[Report]:
+    """The newest `limit` step reports, oldest first (the dashboard's chart)."""
+    rows = session.scalars(
+        select(Report)
+        .where(Report.job_id == job_id, Report.kind == "step")
+        .order_by(Report.id.desc())
+        .limit(limit)
+    ).all()
+    return list(reversed(rows))
