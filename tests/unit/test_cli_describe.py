@@ -48,3 +48,40 @@ def test_a_request_no_node_can_hold_says_waiting_will_not_help():
 def test_without_a_diagnosis_the_catalog_speaks():
     text = describe(job_view(None, "INSUFFICIENT_GPU"))
     assert CATALOG["INSUFFICIENT_GPU"].action in text
+
+
+def test_progress_shows_sub_phase_step_checkpoint_and_resume_lineage():
+    job = job_view(None, "TRAINING")
+    job["progress"] = {
+        "pod": "kt-1-bbbbb",
+        "phase": "TRAINING",
+        "phase_since": "2026-12-02T10:01:00Z",
+        "step": 1200,
+        "step_at": "2026-12-02T10:05:00Z",
+        "metrics": {"loss": 0.125, "lr": 0.0003},
+        "checkpoint": {"step": 1000, "sizeBytes": 3 * 2**20, "durationSeconds": 0.5},
+        "dropped": 2,
+        "resumes": [
+            {
+                "pod": "kt-1-bbbbb",
+                "attempt": 2,
+                "from_step": 800,
+                "from_pod": "kt-1-aaaaa",
+                "from_attempt": 1,
+                "at": "2026-12-02T10:01:00Z",
+            }
+        ],
+    }
+    text = describe(job)
+    assert "Phase:" in text
+    assert "TRAINING" in text
+    assert "1200 (loss 0.125, lr 0.0003)" in text
+    assert "step 1000, 3.0 MiB in 0.50 s" in text
+    assert "attempt 2 from step 800 of attempt 1" in text
+    assert "2 dropped by the reporter" in text
+
+
+def test_no_progress_no_progress_lines():
+    text = describe({**job_view(None, "TRAINING"), "progress": None})
+    assert "Step:" not in text
+    assert "Phase:" not in text

@@ -203,6 +203,7 @@ def describe(job: dict[str, Any]) -> str:
             lines.append(("Termination", runtime["termination_message"]))
     else:
         lines.append(("Attempt", "none yet"))
+    lines += _progress_lines(job.get("progress"))
     if job.get("cancel_requested"):
         lines.append(("Cancel", "requested"))
     lines.append(("Created", f"{job['created_at']} ({age(job['created_at'])} ago)"))
@@ -210,6 +211,43 @@ def describe(job: dict[str, Any]) -> str:
         lines.append(("Finished", job["finished_at"]))
     width = max(len(label) for label, _ in lines) + 2
     return "\n".join((f"{label}:" if label else "").ljust(width) + value for label, value in lines)
+
+
+def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
+    """What the job's runtime reported: the RUNNING sub-phase, step, checkpoint, resumes."""
+    if not progress:
+        return []
+    lines = []
+    if progress.get("phase"):
+        since = progress.get("phase_since")
+        lines.append(("Phase", f"{progress['phase']}" + (f" ({age(since)})" if since else "")))
+    if progress.get("step") is not None:
+        metrics = ", ".join(
+            f"{k} {v:g}" for k, v in sorted((progress.get("metrics") or {}).items())
+        )
+        ago = f", {age(progress['step_at'])} ago" if progress.get("step_at") else ""
+        lines.append(("Step", f"{progress['step']}" + (f" ({metrics})" if metrics else "") + ago))
+    checkpoint = progress.get("checkpoint")
+    if checkpoint:
+        size = checkpoint.get("sizeBytes", 0) / 2**20
+        lines.append(
+            (
+                "Checkpoint",
+                f"step {checkpoint.get('step')}, {size:.1f} MiB in "
+                f"{checkpoint.get('durationSeconds', 0):.2f} s",
+            )
+        )
+    for resume in progress.get("resumes") or []:
+        here = f"attempt {resume['attempt']}" if resume.get("attempt") else resume["pod"]
+        origin = (
+            f"attempt {resume['from_attempt']}"
+            if resume.get("from_attempt")
+            else (resume.get("from_pod") or "an earlier run")
+        )
+        lines.append(("Resumed", f"{here} from step {resume['from_step']} of {origin}"))
+    if progress.get("dropped"):
+        lines.append(("Reports", f"{progress['dropped']} dropped by the reporter"))
+    return lines
 
 
 # -- history, cancel -----------------------------------------------------------

@@ -1,0 +1,271 @@
+"""Reports from inside a Pod: the job's own token only, stored once per seq, folded into
+the job's progress (phase, step, checkpoint, resume lineage), refused whole when bad."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+from sqlalchemy import func, select
+
+from kubetrain.api import create_app
+from kubetrain.domain.manifest import job_name
+from kubetrain.settings import ServerSettings
+from kubetrain.store import (
+    MAX_STEP_REPORTS,
+    Database,
+    PodObservation,
+    Report,
+    apply_runtime_change,
+    set_status_token,
+)
+from tests.api.builders import JOBS, Tokens, submitted
+
+pytestmark = pytest.mark.db
+
+TOKEN = "kts_the-jobs-own-token"
+T = "2026-12-02T16:00:0{}Z"
+
+
+@pytest.fixture
+def job_id(client: TestClient, tokens: Tokens, db: Database) -> str:
+    job_id = submitted(client, tokens)
+    with db.transaction() as session:
+        set_status_token(session, job_id, TOKEN)
+    return job_id
+
+
+def pod(job_id: str, suffix: str = "abcde") -> str:
+    return f"{job_name(job_id)}-{suffix}"
+
+
+def post(client: TestClient, job_id: str, body: Any, token: str | None = TOKEN) -> Any:
+    headers = {"Authorization": f"Bearer {token}"} if token else {}
+    return client.post(f"/api/v1/jobs/{job_id}/reports", json=body, headers=headers)
+
+
+def batch(job_id: str, *events: dict[str, Any], suffix: str = "abcde", **extra: Any) -> Any:
+    return {"pod": pod(job_id, suffix), "events": list(events), **extra}
+
+
+def reports(db: Database, job_id: str) -> int:
+    with db.read_only() as session:
+        return session.scalar(select(func.count()).where(Report.job_id == job_id)) or 0
+
+
+def detail(client: TestClient, tokens: Tokens, job_id: str) -> Any:
+    response = client.get(f"{JOBS}/{job_id}", headers=tokens("viewer"))
+    assert response.status_code == 200
+    return response.json()
+
+
+def test_phase_steps_and_checkpoints_become_the_jobs_progress(
+    client: TestClient, tokens: Tokens, job_id: str
+) -> None:
+    answer = post(
+        client,
+        job_id,
+        batch(
+            job_id,
+            {"seq": 0, "time": T.format(0), "type": "phase", "phase": "PREFLIGHT"},
+            {"seq": 1, "time": T.format(1), "type": "phase", "phase": "TRAINING"},
+            {"seq": 2, "time": T.format(2), "type": "step", "step": 10, "metrics": {"loss": 0.5}},
+            {
+                "seq": 3,
+                "time": T.format(3),
+                "type": "checkpoint",
+                "step": 10,
+                "sizeBytes": 1024,
+                "durationSeconds": 0.25,
+            },
+            {"seq": 4, "time": T.format(4), "type": "step", "step": 20, "metrics": {"loss": 0.25}},
+        ),
+    )
+    assert answer.status_code == 202, answer.text
+    assert answer.json() == {"job_id": job_id, "stored": 5}
+    progress = detail(client, tokens, job_id)["progress"]
+    assert progress["phase"] == "TRAINING"
+    assert progress["phase_since"].startswith("2026-12-02T16:00:01")
+    assert (progress["step"], progress["metrics"]) == (20, {"loss": 0.25})
+    assert progress["checkpoint"]["step"] == 10
+    assert progress["checkpoint"]["sizeBytes"] == 1024
+    assert progress["pod"] == pod(job_id)
+    assert progress["dropped"] == 0
+    series = client.get(f"{JOBS}/{job_id}/progress", headers=tokens("viewer")).json()
+    assert [(p["step"], p["metrics"]["loss"]) for p in series["steps"]] == [(10, 0.5), (20, 0.25)]
+
+
+def test_a_new_phase_wakes_the_syncer_and_a_step_does_not(
+    settings: ServerSettings, db: Database, tokens: Tokens
+) -> None:
+    woken: list[str] = []
+    with TestClient(create_app(settings, db, on_report=woken.append)) as client:
+        job_id = submitted(client, tokens)
+        with db.transaction() as session:
+            set_status_token(session, job_id, TOKEN)
+        post(
+            client,
+            job_id,
+            batch(job_id, {"seq": 0, "time": T.format(0), "type": "step", "step": 1}),
+        )
+        assert woken == []
+        post(
+            client,
+            job_id,
+            batch(job_id, {"seq": 1, "time": T.format(0), "type": "phase", "phase": "TRAINING"}),
+        )
+        assert woken == [job_id]
+
+
+def test_a_retried_batch_is_stored_once(
+    client: TestClient, tokens: Tokens, job_id: str, db: Database
+) -> None:
+    body = batch(job_id, {"seq": 7, "time": T.format(0), "type": "step", "step": 1})
+    assert post(client, job_id, body).json()["stored"] == 1
+    assert post(client, job_id, body).json()["stored"] == 0
+    assert reports(db, job_id) == 1
+    # Drops still count when every event was seen.
+    assert post(client, job_id, {**body, "dropped": 3}).status_code == 202
+    assert detail(client, tokens, job_id)["progress"]["dropped"] == 3
+
+
+def test_only_the_jobs_own_token_is_accepted(
+    client: TestClient, tokens: Tokens, job_id: str, db: Database
+) -> None:
+    body = batch(job_id, {"seq": 0, "time": T.format(0), "type": "phase", "phase": "TRAINING"})
+    other = submitted(client, tokens, name="other")
+    with db.transaction() as session:
+        set_status_token(session, other, "kts_another-jobs-token")
+    for token in (
+        None,
+        "kts_wrong",
+        "kts_another-jobs-token",
+        tokens("admin")["Authorization"][7:],
+    ):
+        answer = post(client, job_id, body, token=token)
+        assert answer.status_code == 401, token
+        assert answer.headers["WWW-Authenticate"].startswith("Bearer")
+    # An unknown job answers exactly as a wrong token does.
+    assert post(client, "no-such-job", body).status_code == 401
+    assert reports(db, job_id) == 0
+
+
+def test_a_job_without_a_token_takes_no_reports(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    job_id = submitted(client, tokens, name="untokened")
+    body = batch(job_id, {"seq": 0, "time": T.format(0), "type": "step", "step": 1})
+    assert post(client, job_id, body, token="").status_code == 401
+    assert post(client, job_id, body, token="anything").status_code == 401
+
+
+@pytest.mark.parametrize(
+    ("change", "field"),
+    [
+        ({"pod": "kt-someone-elses-pod"}, "pod"),
+        ({"events": [{"seq": 0, "time": T.format(0), "type": "phase", "phase": "DONE"}]}, "phase"),
+        (
+            {"events": [{"seq": 0, "time": "2026-12-02T16:00:00", "type": "step", "step": 1}]},
+            "time",
+        ),
+        ({"events": [{"seq": -1, "time": T.format(0), "type": "step", "step": 1}]}, "seq"),
+        (
+            {
+                "events": [
+                    {
+                        "seq": 0,
+                        "time": T.format(0),
+                        "type": "step",
+                        "step": 1,
+                        "metrics": {"bad name!": 1.0},
+                    }
+                ]
+            },
+            "metrics",
+        ),
+        (
+            {
+                "events": [
+                    {
+                        "seq": 0,
+                        "time": T.format(0),
+                        "type": "step",
+                        "step": 1,
+                        "metrics": {f"m{i}": 1.0 for i in range(17)},
+                    }
+                ]
+            },
+            "metrics",
+        ),
+        (
+            {
+                "events": [
+                    {"seq": i, "time": T.format(0), "type": "step", "step": i} for i in range(101)
+                ]
+            },
+            "events",
+        ),
+        (
+            {"events": [{"seq": 0, "time": T.format(0), "type": "step", "step": 1, "extra": 1}]},
+            "extra",
+        ),
+        ({"events": [{"seq": 0, "time": T.format(0), "type": "teleport"}]}, "events"),
+    ],
+)
+def test_a_bad_batch_is_refused_whole_naming_the_field(
+    client: TestClient, job_id: str, db: Database, change: dict[str, Any], field: str
+) -> None:
+    good = {"seq": 50, "time": T.format(0), "type": "step", "step": 1}
+    body = {**batch(job_id, good), **change}
+    if "events" in change:
+        body["events"] = [good, *change["events"]]
+    answer = post(client, job_id, body)
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert any(field in error["field"] or field in error["message"] for error in problem["errors"])
+    assert reports(db, job_id) == 0
+
+
+def test_the_resume_lineage_names_attempts(
+    client: TestClient, tokens: Tokens, job_id: str, db: Database
+) -> None:
+    first, second = pod(job_id, "aaaaa"), pod(job_id, "bbbbb")
+    with db.transaction() as session:
+        for name in (first, second):
+            apply_runtime_change(
+                session, job_id, PodObservation(pod_name=name, pod_uid=f"uid-{name}")
+            )
+    post(
+        client,
+        job_id,
+        batch(job_id, {"seq": 0, "time": T.format(0), "type": "step", "step": 40}, suffix="aaaaa"),
+    )
+    post(
+        client,
+        job_id,
+        batch(
+            job_id,
+            {"seq": 0, "time": T.format(5), "type": "phase", "phase": "PREFLIGHT"},
+            {"seq": 1, "time": T.format(6), "type": "resumed", "fromStep": 40, "fromPod": first},
+            suffix="bbbbb",
+        ),
+    )
+    progress = detail(client, tokens, job_id)["progress"]
+    # The new Pod starts its own phase; the step carries on from the checkpoint.
+    assert (progress["pod"], progress["phase"], progress["step"]) == (second, "PREFLIGHT", 40)
+    assert [
+        (r["attempt"], r["from_step"], r["from_attempt"], r["from_pod"])
+        for r in progress["resumes"]
+    ] == [(2, 40, 1, first)]
+
+
+def test_step_history_is_capped(client: TestClient, job_id: str, db: Database) -> None:
+    total = MAX_STEP_REPORTS + 150
+    for start in range(0, total, 100):
+        events = [
+            {"seq": i, "time": T.format(0), "type": "step", "step": i}
+            for i in range(start, min(start + 100, total))
+        ]
+        assert post(client, job_id, batch(job_id, *events)).status_code == 202
+    assert reports(db, job_id) == MAX_STEP_REPORTS
