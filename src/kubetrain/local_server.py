@@ -24,6 +24,7 @@ class LocalServer:
     log: Path
     kubeconfig: Path | None = None
     args: list[str] = field(default_factory=list)
+    extra_env: dict[str, str] = field(default_factory=dict)
     token: str = ""
     port: int = field(default_factory=lambda: pick_free_ports(1)[0])
     proc: subprocess.Popen[bytes] | None = None
@@ -34,7 +35,7 @@ class LocalServer:
 
     @property
     def env(self) -> dict[str, str]:
-        env = {**os.environ, "KUBETRAIN_DATABASE_URL": self.database_url}
+        env = {**os.environ, **self.extra_env, "KUBETRAIN_DATABASE_URL": self.database_url}
         if self.kubeconfig is not None:
             env["KUBECONFIG"] = str(self.kubeconfig)
         return env

@@ -44,6 +44,8 @@ def server(
         pg = request.getfixturevalue("postgres_server")
         database_url = pg.create_database(f"e2e_{uuid.uuid4().hex[:8]}")
     srv = Server(database_url=database_url, log=tmp / "serve.log", kubeconfig=testbed.kubeconfig)
+    # Pods report to this server; each Job gets its own status-token Secret.
+    srv.extra_env["KUBETRAIN_STATUS_URL"] = srv.url
     srv.start()
     try:
         yield srv
