@@ -58,6 +58,7 @@ def main() -> int:
     for leftover in home.glob("kubetrain.db*"):
         leftover.unlink()
     server = LocalServer(f"sqlite:///{database}", home / "serve.log", kubeconfig=testbed.kubeconfig)
+    server.extra_env["KUBETRAIN_STATUS_URL"] = server.url  # each Job gets a status-token Secret
     _quota(testbed)
     try:
         server.start()

@@ -1,0 +1,50 @@
+"""Every recorded scenario happens again on the live testbed and diagnoses as its
+recorded fixture does: each catalog code the fixtures cover is reproduced by the
+real scheduler, quota admission, Job controller and KWOK stages, not only read
+from an old dump."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+
+import pytest
+from lightkube import Client
+from lightkube.config.kubeconfig import KubeConfig
+
+from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
+from kubetrain.testbed.cluster import Testbed
+from tests.fixtures.record import SCENARIOS, Scenario, clean_up, reproduce
+from tests.unit.test_diagnosis import CASES
+
+pytestmark = pytest.mark.testbed
+
+
+@pytest.fixture(scope="module")
+def no_gpu_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
+    bed = Testbed.up(Path(tmp_path_factory.mktemp("no-gpu")) / "bed", "no-gpu")
+    try:
+        yield Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="scenarios")
+    finally:
+        bed.down()
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_the_scenario_reproduces_live_with_its_recorded_diagnosis(
+    scenario: Scenario, request: pytest.FixtureRequest
+) -> None:
+    pool_kube = {"default": "kube", "no-gpu": "no_gpu_kube"}[scenario.pool]
+    kube: Client = request.getfixturevalue(pool_kube)
+    ns, dump = reproduce(kube, scenario)
+    try:
+        name = f"kt-{scenario.name}"
+        facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
+        d = diagnose(facts, Snapshot.from_list(dump).for_job(name, ns), datetime.now(UTC))
+    finally:
+        clean_up(kube, ns, scenario)
+    expected = CASES[scenario.name]
+    assert (d.state, d.reason, d.waitable) == (expected.state, expected.reason, expected.waitable)
+    assert [(b.reason, b.nodes) for b in d.blockers] == list(expected.blockers)
+    assert d.raw_reason == expected.raw_reason
