@@ -189,6 +189,36 @@ CASES: dict[str, Expected] = {
         explanation="Needs 200 cpu on one node",
         numbers={"resource": "cpu", "requested": "200", "allocatable": "32"},
     ),
+    "insufficient-memory": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_MEMORY,
+        False,
+        ((R.INSUFFICIENT_MEMORY, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "2 Insufficient memory",
+        nodes={"cpu-0": (False, "memory: has 128Gi, needs 4Ti"), "gpu-h100-0": (False, TAINT)},
+        explanation="Needs 4Ti memory on one node; the largest node the job may use has 128Gi",
+        numbers={"resource": "memory", "requested": "4Ti", "allocatable": "128Gi"},
+    ),
+    "insufficient-resource": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_RESOURCE,
+        False,
+        ((R.INSUFFICIENT_RESOURCE, 2), (R.UNTOLERATED_TAINT, 2)),
+        "Unschedulable",
+        "2 Insufficient example.com/fpga",
+        nodes={"cpu-0": (False, "no example.com/fpga"), "gpu-h100-0": (False, TAINT)},
+        explanation="no node advertises example.com/fpga",
+        numbers={"resource": "example.com/fpga", "requested": "1", "allocatable": "0"},
+    ),
+    "scheduling": Expected(
+        S.QUEUED,
+        R.SCHEDULING,
+        True,
+        ((R.SCHEDULING, None),),
+        None,
+        chain={Link.QUOTA: ChainState.PASSED, Link.SCHEDULER: ChainState.ACTIVE},
+    ),
     "cordoned": Expected(
         S.QUEUED,
         R.NODE_NOT_READY,
@@ -340,7 +370,8 @@ def test_chain_marks(case: tuple[str, Diagnosis, Expected]) -> None:
     marks = {m.link: m.state for m in d.chain}
     assert [m.link for m in d.chain] == list(Link)
     assert {link: marks[link] for link in want.chain} == want.chain
-    if d.state is S.QUEUED:
+    if d.state is S.QUEUED and d.reason not in (R.SCHEDULING, R.CONTAINER_CREATING):
+        # Those two are progress without a verdict yet: their link is active, not blocking.
         assert ChainState.BLOCKING in marks.values()
         assert marks[Link.CONTROL_PLANE] is ChainState.PASSED
 

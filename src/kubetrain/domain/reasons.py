@@ -101,8 +101,9 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.INSUFFICIENT_RESOURCE,
             L.SCHEDULER,
-            "Suitable nodes lack another resource the Pod needs (pods per node, "
-            "ephemeral storage, hugepages or host ports).",
+            "Suitable nodes lack another resource the Pod needs (an extended resource such "
+            "as an FPGA or RDMA device, pods per node, ephemeral storage, hugepages or host "
+            "ports).",
             "Wait, or request less of that resource.",
             U,
         ),
