@@ -74,6 +74,16 @@ CASES: dict[str, Expected] = {
             Link.TRAINING: ChainState.NOT_REACHED,
         },
     ),
+    "evicted": Expected(
+        S.FAILED,
+        R.EVICTED,
+        None,
+        ((R.EVICTED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Evicted",
+        "The node was low on resource: memory.",
+        chain={Link.GPU_NODE: ChainState.FAILED, Link.JOB: ChainState.FAILED},
+        explanation="Container trainer was using 9Gi, request is 8Gi",
+    ),
     "oom-killed": Expected(
         S.FAILED,
         R.OOM_KILLED,

@@ -522,7 +522,8 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
     raw_reason = text(pod, "status", "reason") or text(detail, "reason")
     raw_message = text(pod, "status", "message") or text(detail, "message")
     disruption = _true(_conditions(pod), "DisruptionTarget")
-    if disruption is not None:
+    # An eviction's own words (reason Evicted) say more than its condition's.
+    if disruption is not None and text(pod, "status", "reason") != "Evicted":
         raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
     if state is None:
         scheduled = _conditions(pod).get("PodScheduled")
@@ -575,9 +576,18 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
                 raw_message=message,
                 since=timestamp(disruption, "lastTransitionTime"),
             )
-        code = R.EVICTED if pod_reason == "Evicted" else R.NODE_LOST
+        if pod_reason == "Evicted":
+            # The Pod's own reason is what `kubectl get pods` shows; the condition
+            # (TerminationByKubelet) says the same with less.
+            return _Finding(
+                R.EVICTED,
+                pod_message or message or "",
+                raw_reason=pod_reason,
+                raw_message=pod_message or message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
         return _Finding(
-            code,
+            R.NODE_LOST,
             message or "",
             raw_reason=reason,
             raw_message=message,
