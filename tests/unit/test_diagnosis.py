@@ -92,6 +92,23 @@ CASES: dict[str, Expected] = {
         "OOMKilled",
         chain={Link.TRAINING: ChainState.FAILED},
     ),
+    # The real scheduler took the Job's GPUs for a higher-priority Pod; the
+    # replacement waits for GPUs, and the preemption says why it is back in line.
+    "preempted": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        True,
+        ((R.INSUFFICIENT_GPU, 4), (R.PREEMPTED, None)),
+        "Unschedulable",
+        "4 Insufficient nvidia.com/gpu",
+        chain=SCHEDULER_BLOCKING,
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 8"),
+            "cpu-0": (False, "no nvidia.com/gpu"),
+        },
+        attempts=2,
+        explanation="Needs 8 GPUs; the most free on a node the job may use is 0 of 8",
+    ),
     "backoff-limit": Expected(
         S.FAILED,
         R.EXIT_NONZERO,

@@ -391,8 +391,13 @@ class _Reader:
         ]
         for name in dict.fromkeys(gone):
             events = self.events("Pod", name)
-            warnings = [e for e in events if text(e, "type") == "Warning"]
-            last = warnings[-1] if warnings else None
+            # Warnings, and what says why it went (the scheduler's Preempted is Normal).
+            telling = [
+                e
+                for e in events
+                if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
+            ]
+            last = telling[-1] if telling else None
             uid = next(
                 (
                     text(e, "involvedObject", "uid")
