@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain import __version__
-from kubetrain.api import datasets, jobs
+from kubetrain.api import datasets, jobs, web
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.problems import (
@@ -56,10 +56,15 @@ Errors are RFC 9457 problem details (`application/problem+json`).
 
 
 def create_app(
-    settings: ServerSettings, db: Database, *, on_change: Callable[[], None] | None = None
+    settings: ServerSettings,
+    db: Database,
+    *,
+    on_change: Callable[[], None] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
-    on (a new job, a cancel), so it can wake at once instead of at its next poll."""
+    on (a new job, a cancel), so it can wake at once instead of at its next poll;
+    `cluster` gives the web pages the control loops' cluster view (ApiContext)."""
     app = FastAPI(
         title="kubetrain",
         version=__version__,
@@ -69,9 +74,10 @@ def create_app(
         docs_url=None,
         redoc_url=None,
     )
-    app.state.kubetrain = ApiContext(settings=settings, db=db, on_change=on_change)
+    app.state.kubetrain = ApiContext(settings=settings, db=db, on_change=on_change, cluster=cluster)
     app.include_router(jobs.router)
     app.include_router(datasets.router)
+    web.install(app)
     _add_health(app)
     _add_error_handlers(app)
     # Added last, so outermost: it also answers errors raised by the body limit.

@@ -1,10 +1,12 @@
-"""What every request handler shares: the settings, the database and the change hook."""
+"""What every request handler shares: the settings, the database, the change hook and
+the cluster view of the control loops running in the same process."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 
@@ -19,6 +21,10 @@ class ApiContext:
     settings: ServerSettings
     db: Database
     on_change: Callable[[], None] | None = None
+    # The watch caches' objects as one `List` (ClusterCache.listing), or None while
+    # they are not synced; absent where this process runs no control loops.
+    # Called on the event loop's thread only: the caches change there.
+    cluster: Callable[[], dict[str, Any] | None] | None = None
 
     def changed(self) -> None:
         """Wake the dispatcher after a commit it should act on (a submit, a cancel).

@@ -112,7 +112,12 @@ async def _run(
 
             from kubetrain.api import create_app
 
-            app = create_app(settings, db, on_change=control.notify if control else None)
+            app = create_app(
+                settings,
+                db,
+                on_change=control.notify if control else None,
+                cluster=control.cluster_listing if control else None,
+            )
             server = uvicorn.Server(
                 uvicorn.Config(
                     app,
