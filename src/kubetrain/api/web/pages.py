@@ -165,10 +165,10 @@ def _allowed(check: Callable[[], None]) -> None:
 
 async def form(request: Request) -> dict[str, str]:
     """A urlencoded form body (the pages' forms send nothing else)."""
-    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if media != FORM_TYPE:
-        raise PageRefusal(415, f"the form must be sent as {FORM_TYPE}")
     body = (await request.body()).decode("utf-8", errors="replace")
+    media = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if body and media != FORM_TYPE:
+        raise PageRefusal(415, f"the form must be sent as {FORM_TYPE}")
     return dict(parse_qsl(body, keep_blank_values=True))
 
 
