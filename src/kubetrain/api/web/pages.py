@@ -22,6 +22,7 @@ import yaml
 from fastapi import APIRouter, Depends, Request
 from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
+from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.auth import Action, Principal, require_job_access, require_project
 from kubetrain.api.context import ApiContext, get_context
@@ -469,6 +470,7 @@ async def nodes_page(
         request,
         "nodes.html",
         viewer=signed,
+        projects=await run_in_threadpool(_covered_projects, context, signed.principal),
         watching=listing is not None,
         no_cluster=NO_CLUSTER,
         groups=groups,
@@ -489,6 +491,7 @@ async def quotas_page(request: Request, signed: Signed, context: Context) -> Res
         request,
         "quotas.html",
         viewer=signed,
+        projects=await run_in_threadpool(_covered_projects, context, signed.principal),
         watching=listing is not None,
         no_cluster=NO_CLUSTER,
         quotas=quotas,

@@ -132,6 +132,14 @@ class Timeline:
     rows: list[TimelineRow]
 
 
+def _change(field: str, value: Any) -> str:
+    """A runtime row's detail holds [old, new] per changed field."""
+    if isinstance(value, list) and len(value) == 2:
+        old, new = value
+        return f"{field}: {'-' if old is None else old} → {'-' if new is None else new}"
+    return f"{field}: {value}"
+
+
 def timeline(entries: Sequence[Any]) -> Timeline:
     """History entries (HistoryEntry) as rows in lanes: the job's own, then one per attempt."""
     attempts = sorted({e.attempt for e in entries if e.kind == "runtime" and e.attempt})
@@ -146,7 +154,7 @@ def timeline(entries: Sequence[Any]) -> Timeline:
                 TimelineRow(entry.at, 0, title, entry.raw_message or entry.raw_reason, "business")
             )
             continue
-        changed = ", ".join(f"{k}: {v}" for k, v in sorted((entry.detail or {}).items()))
+        changed = "; ".join(_change(k, v) for k, v in sorted((entry.detail or {}).items()))
         title = entry.to_state or "changed"
         if entry.raw_reason:
             title += f" ({entry.raw_reason})"
