@@ -82,7 +82,7 @@ def test_bars_clamp_and_colour_by_how_full() -> None:
     half = views.Bar("gpu", Decimal(4), Decimal(8))
     assert (half.percent, half.level, half.text()) == (50.0, "ok", "4 of 8 used, 4 free")
     over = views.Bar("gpu", Decimal(9), Decimal(8))
-    assert (over.percent, over.level, over.free) == (100.0, "full", 0)
+    assert (over.percent, over.level, over.free) == (100.0, "full", Decimal(0))
     assert views.Bar("gpu", Decimal(0), Decimal(0)).percent == 0.0
 
 
