@@ -64,7 +64,13 @@ def test_the_timeline_puts_each_attempt_in_its_own_lane() -> None:
         [
             _entry("business", to_state="CREATED", to_reason="JOB_NOT_CREATED"),
             _entry("runtime", 1, to_state="Pending", detail={"pod_phase": [None, "Pending"]}),
-            _entry("runtime", 2, to_state="Running", raw_reason="Started"),
+            _entry(
+                "runtime",
+                2,
+                to_state="Running",
+                raw_reason="Started",
+                detail={"changed": {"node": [None, "gpu-0"]}, "pod_name": "p", "pod_uid": "u"},
+            ),
             _entry("business", from_state="QUEUED", to_state="RUNNING", to_reason="TRAINING"),
         ]
     )
@@ -76,6 +82,7 @@ def test_the_timeline_puts_each_attempt_in_its_own_lane() -> None:
         (0, "QUEUED → RUNNING (TRAINING)"),
     ]
     assert found.rows[1].text == "pod_phase: - → Pending"
+    assert found.rows[2].text == "node: - → gpu-0"
 
 
 def test_bars_clamp_and_colour_by_how_full() -> None:

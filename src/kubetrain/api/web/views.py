@@ -154,7 +154,13 @@ def timeline(entries: Sequence[Any]) -> Timeline:
                 TimelineRow(entry.at, 0, title, entry.raw_message or entry.raw_reason, "business")
             )
             continue
-        changed = "; ".join(_change(k, v) for k, v in sorted((entry.detail or {}).items()))
+        detail = entry.detail or {}
+        # The syncer writes {"changed": {field: [old, new]}, "pod_name": ..., "pod_uid": ...};
+        # the lane already names the attempt.
+        fields = detail.get("changed")
+        if not isinstance(fields, dict):
+            fields = {k: v for k, v in detail.items() if k not in ("pod_name", "pod_uid")}
+        changed = "; ".join(_change(k, v) for k, v in sorted(fields.items()))
         title = entry.to_state or "changed"
         if entry.raw_reason:
             title += f" ({entry.raw_reason})"
