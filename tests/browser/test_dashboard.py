@@ -4,13 +4,14 @@ page, the nodes' bars, and hostile text that shows as text and never runs."""
 
 from __future__ import annotations
 
+import re
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import Page, expect
+from playwright.sync_api import Dialog, Page, expect
 
 from kubetrain.local_server import LocalServer
 
@@ -110,10 +111,19 @@ def test_a_waiting_job_its_blocking_link_and_cancel(
     expect(page.locator("#blockers")).to_contain_text("INSUFFICIENT_GPU")
     _shot(page, artifacts, "job-waiting")
 
-    page.on("dialog", lambda dialog: dialog.accept())
+    # After a live refresh has replaced the form, the confirmation still guards it.
+    expect(page.locator("[data-live]")).to_have_attribute("data-refreshed", re.compile(r"\d+"))
+    asked: list[str] = []
+
+    def confirm(dialog: Dialog) -> None:
+        asked.append(dialog.message)
+        dialog.accept()
+
+    page.on("dialog", confirm)
     page.click("#cancel")
     expect(page.locator("#state")).to_have_text("CANCELLED")
     expect(page.locator("#cancel")).to_have_count(0)
+    assert asked == ["Cancel job llm-pretrain-16gpu?"]
     assert _job(server, project, job_id)["business_status"] == "CANCELLED"
     _shot(page, artifacts, "job-cancelled")
 

@@ -34,9 +34,10 @@ document.addEventListener("DOMContentLoaded", () => {
   document.querySelectorAll("form[data-autosubmit] select").forEach((select) => {
     select.addEventListener("change", () => select.form.submit());
   });
-  document.querySelectorAll("form[data-confirm]").forEach((form) => {
-    form.addEventListener("submit", (event) => {
-      if (!window.confirm(form.dataset.confirm)) event.preventDefault();
-    });
-  });
+});
+
+// Delegated: a live refresh replaces the forms inside a [data-live] block.
+document.addEventListener("submit", (event) => {
+  const form = event.target.closest("form[data-confirm]");
+  if (form && !window.confirm(form.dataset.confirm)) event.preventDefault();
 });
