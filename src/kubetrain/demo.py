@@ -2,15 +2,20 @@
 
 Starts (or reuses) a local testbed, runs `kubetrain serve` on a fresh SQLite
 database, submits four training jobs that end in different states, waits for
-Kubernetes to decide each, and prints what kubetrain says about them.
+Kubernetes to decide each, and prints what kubetrain says about them. The
+server keeps running afterwards, and the demo ends with the dashboard's URL and
+a token to sign in with; a later demo stops it before starting afresh.
 """
 
 from __future__ import annotations
 
+import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -54,6 +59,8 @@ def main() -> int:
         print(f"kubetrain demo: {exc}", file=sys.stderr)
         return 1
     print(node_table(testbed), end="\n\n")
+    pid_file = home / "serve.pid"
+    _stop_previous(pid_file)
     database = home / "kubetrain.db"
     for leftover in home.glob("kubetrain.db*"):
         leftover.unlink()
@@ -62,6 +69,8 @@ def main() -> int:
     _quota(testbed)
     try:
         server.start()
+        assert server.proc is not None
+        pid_file.write_text(str(server.proc.pid))
         url = server.url
         env = {**server.env, "KUBETRAIN_URL": url, "KUBETRAIN_TOKEN": server.token}
         print(f"kubetrain serve is up at {url} (log: {server.log})")
@@ -94,18 +103,38 @@ def main() -> int:
         subprocess.run(
             [*CLI, "get", "job", "llm-pretrain-16gpu", "-p", "demo"], env=env, check=False
         )
-    finally:
+        # Submitter, not admin: enough to see and cancel every project's jobs in the browser.
+        dashboard_token = server.create_token("*", "submitter", "demo-dashboard")
+    except BaseException:
         server.stop()
-    print("\nThe testbed keeps running. To explore:")
+        pid_file.unlink(missing_ok=True)
+        raise
+    print("\nThe testbed and kubetrain serve keep running. To explore from a shell:")
     print(f"  export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
-    print(f"  export KUBETRAIN_DATABASE_URL=sqlite:///{database}")
-    print(f"  .venv/bin/kubetrain serve --port {server.port} &")
-    print(
-        f"  export KUBETRAIN_URL={url} KUBETRAIN_TOKEN=<a token from "
-        "`kubetrain token create --project '*' --role admin`>"
-    )
+    print(f"  export KUBETRAIN_URL={url} KUBETRAIN_TOKEN={dashboard_token}")
+    print(f"Stop the server with: kill {server.proc.pid}")
     print("Stop the testbed with: .venv/bin/kubetrain testbed down --name demo")
+    print("\nThe dashboard, with the four jobs on it:")
+    print(f"  URL:   {url}/ui/")
+    print(f"  token: {dashboard_token}   (paste it on the sign-in page)")
     return 0
+
+
+def _stop_previous(pid_file: Path) -> None:
+    """Stop the server an earlier demo left running (its database is about to go)."""
+    try:
+        pid = int(pid_file.read_text())
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except (OSError, ValueError):
+        pid_file.unlink(missing_ok=True)
+        return
+    if b"kubetrain.cli.main" in cmdline and b"serve" in cmdline:  # not a reused pid
+        os.kill(pid, signal.SIGTERM)
+        deadline = time.monotonic() + 20
+        while Path(f"/proc/{pid}").exists() and time.monotonic() < deadline:
+            time.sleep(0.2)
+        print(f"stopped the earlier demo's kubetrain serve (pid {pid})")
+    pid_file.unlink(missing_ok=True)
 
 
 def _testbed() -> Testbed:

@@ -12,6 +12,9 @@ the environment, the config file, the default.
                                      prefix + project (by default the project's own name)
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
+    KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
+                                     API replica the same one (unset: a random key per process,
+                                     so sessions end when it restarts)
     KUBETRAIN_URL            client  http://127.0.0.1:8080
     KUBETRAIN_TOKEN          client  the bearer token (never a flag: argv is visible to all)
     KUBETRAIN_PROJECT        client  default project of --project
@@ -144,6 +147,7 @@ class ServerSettings(_Settings):
     status_url: str | None = None
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
+    session_secret: SecretStr | None = Field(default=None, min_length=32)
 
     @field_validator("namespaces")
     @classmethod

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain import __version__
-from kubetrain.api import datasets, jobs, reports
+from kubetrain.api import datasets, jobs, reports, web
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.problems import (
@@ -61,10 +61,12 @@ def create_app(
     *,
     on_change: Callable[[], None] | None = None,
     on_report: Callable[[str], None] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
-    `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again."""
+    `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
+    `cluster` gives the web pages the control loops' cluster view (ApiContext)."""
     app = FastAPI(
         title="kubetrain",
         version=__version__,
@@ -75,11 +77,12 @@ def create_app(
         redoc_url=None,
     )
     app.state.kubetrain = ApiContext(
-        settings=settings, db=db, on_change=on_change, on_report=on_report
+        settings=settings, db=db, on_change=on_change, on_report=on_report, cluster=cluster
     )
     app.include_router(jobs.router)
     app.include_router(datasets.router)
     app.include_router(reports.router)
+    web.install(app)
     _add_health(app)
     _add_error_handlers(app)
     # Added last, so outermost: it also answers errors raised by the body limit.

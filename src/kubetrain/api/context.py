@@ -1,10 +1,12 @@
-"""What every request handler shares: the settings, the database and the change hook."""
+"""What every request handler shares: the settings, the database, the change hook and
+the cluster view of the control loops running in the same process."""
 
 from __future__ import annotations
 
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from fastapi import Request
 
@@ -20,6 +22,10 @@ class ApiContext:
     db: Database
     on_change: Callable[[], None] | None = None
     on_report: Callable[[str], None] | None = None
+    # The watch caches' objects as one `List` (ClusterCache.listing), or None while
+    # they are not synced; absent where this process runs no control loops.
+    # Called on the event loop's thread only: the caches change there.
+    cluster: Callable[[], dict[str, Any] | None] | None = None
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

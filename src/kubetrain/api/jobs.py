@@ -398,6 +398,14 @@ def cancel(
     caller: Annotated[Principal, Depends(_may_cancel)],
     context: Context,
 ) -> JobStatus:
+    return cancel_job(context, caller, project, job_id)
+
+
+def cancel_job(
+    context: ApiContext, caller: Principal, project: str, job_id: str, *, via: str = "the API"
+) -> JobStatus:
+    """Cancel as the module docstring says; the caller's access is checked already.
+    Also what the web page's cancel button does (`via` names it in the history)."""
     changed = False
     with context.db.transaction() as session:
         job = request_cancel(session, project, job_id)  # locks the job's row
@@ -420,7 +428,7 @@ def cancel(
                 BusinessState.CANCELLED,
                 ReasonCode.CANCELLED,
                 source=Source.API,
-                message=f"cancelled through the API by {caller.name!r}",
+                message=f"cancelled through {via} by {caller.name!r}",
             )
             changed = True
         status = _status(session, job)

@@ -117,6 +117,7 @@ async def _run(
                 db,
                 on_change=control.notify if control else None,
                 on_report=control.reported if control else None,
+                cluster=control.cluster_listing if control else None,
             )
             server = uvicorn.Server(
                 uvicorn.Config(

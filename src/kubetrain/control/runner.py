@@ -9,6 +9,7 @@ import os
 import socket
 import uuid
 from dataclasses import dataclass, field
+from typing import Any
 
 import httpx2 as httpx
 from lightkube import AsyncClient
@@ -43,6 +44,15 @@ class ControlLoops:
     syncer: Syncer | None = None
     elector: LeaderElector | None = None
     _loop: asyncio.AbstractEventLoop | None = None
+    _cache: ClusterCache | None = None
+
+    def cluster_listing(self) -> dict[str, Any] | None:
+        """The watch caches as one `List` while this replica leads and they are synced;
+        call it on the loop's thread (the web pages' nodes and quotas read it)."""
+        cache = self._cache
+        if cache is None or not all(r.synced.is_set() for r in cache.reflectors.values()):
+            return None
+        return cache.listing()
 
     def notify(self) -> None:
         """Wake the dispatcher; safe to call from the API's worker threads."""
@@ -76,7 +86,7 @@ class ControlLoops:
 
     async def _work(self, http: httpx.AsyncClient, client: AsyncClient) -> None:
         # Fresh caches for every term as leader: a standby's view may be stale.
-        cache = ClusterCache(http)
+        cache = self._cache = ClusterCache(http)
         self.syncer = Syncer(self.db, cache, resync_interval=self.resync_interval)
         self.dispatcher = Dispatcher(
             self.db,
@@ -85,4 +95,7 @@ class ControlLoops:
             on_dispatched=self.syncer.note_dispatched,
         )
         log.info("control loops running as %s", self.identity)
-        await asyncio.gather(cache.run(), self.syncer.run(), self.dispatcher.run())
+        try:
+            await asyncio.gather(cache.run(), self.syncer.run(), self.dispatcher.run())
+        finally:
+            self._cache = None  # a standby's view would go stale

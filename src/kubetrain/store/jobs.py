@@ -169,6 +169,21 @@ def list_unfinished_jobs(session: Session, *, project: str | None = None) -> lis
     return list(session.scalars(query.order_by(Job.created_at, Job.id)))
 
 
+def list_projects(session: Session) -> list[str]:
+    """Every project that has a job, sorted (the dashboard's choice for a `*` token)."""
+    return list(session.scalars(select(Job.project).distinct().order_by(Job.project)))
+
+
+def count_jobs(session: Session, project: str) -> list[tuple[BusinessState, ReasonCode, int]]:
+    """How many of the project's jobs are in each (business state, reason): one grouped query."""
+    rows = session.execute(
+        select(Job.business_state, Job.reason, func.count())
+        .where(Job.project == project)
+        .group_by(Job.business_state, Job.reason)
+    )
+    return [(state, reason, count) for state, reason, count in rows]
+
+
 @dataclass(frozen=True, slots=True)
 class JobPage:
     jobs: list[Job]

@@ -74,6 +74,14 @@ def find_token(session: Session, plaintext: str) -> Token | None:
     ).one_or_none()
 
 
+def find_live_token_by_id(session: Session, token_id: str) -> Token | None:
+    """The token with that id unless revoked: a web session names its token by id, so a
+    revocation ends the session at its next request."""
+    return session.scalars(
+        select(Token).where(Token.id == token_id, Token.revoked_at.is_(None))
+    ).one_or_none()
+
+
 def use_is_stale(token: Token, *, now: datetime | None = None) -> bool:
     """Whether `authenticate_token` would record this use (last_used_at over a minute old)."""
     now = now if now is not None else datetime.now(UTC)

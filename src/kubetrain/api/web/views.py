@@ -1,0 +1,322 @@
+"""What the web pages show, computed from stored rows and cluster objects: ages, chip
+colours, counts per reason, the timeline's lanes, node bars and quota bars.
+
+Pure (time is passed in), so the pages' arithmetic is tested without a browser;
+the templates only lay the values out.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from decimal import Decimal
+from typing import Any
+
+from kubetrain.domain.inventory import Inventory, NodeRow
+from kubetrain.domain.nodes import is_gpu_resource
+from kubetrain.domain.objects import as_map, meta_name, meta_namespace
+from kubetrain.domain.quantity import QuantityError, format_quantity, parse_quantity
+from kubetrain.domain.reasons import CATALOG, Actor
+from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
+
+R = ReasonCode
+
+# The words of the counts line ("12 waiting for GPU"); other codes read as their name.
+REASON_WORDS: dict[ReasonCode, str] = {
+    R.JOB_NOT_CREATED: "not created yet",
+    R.WAITING_FOR_QUOTA: "waiting for quota",
+    R.NO_GPU_NODES: "no GPU nodes",
+    R.INSUFFICIENT_GPU: "waiting for GPU",
+    R.INSUFFICIENT_CPU: "waiting for CPU",
+    R.INSUFFICIENT_MEMORY: "waiting for memory",
+    R.UNTOLERATED_TAINT: "blocked by a taint",
+    R.NODE_SELECTOR_MISMATCH: "no matching node",
+    R.NODE_NOT_READY: "node not ready",
+    R.PVC_NOT_FOUND: "volume claim missing",
+    R.PVC_UNBOUND: "waiting for a volume",
+    R.IMAGE_PULL_FAILED: "image pull failed",
+    R.CONTAINER_CONFIG_ERROR: "container config error",
+    R.CONTAINER_CREATING: "starting container",
+    R.SCHEDULING: "being scheduled",
+    R.PREFLIGHT: "in preflight",
+    R.TRAINING: "training",
+    R.PREFLIGHT_FAILED: "preflight failed",
+    R.CRASH_LOOP: "crash looping",
+    R.OOM_KILLED: "out of memory",
+    R.EXIT_NONZERO: "exited with an error",
+    R.CANCELLED: "cancelled",
+    R.COMPLETED: "completed",
+}
+
+
+def reason_words(code: ReasonCode) -> str:
+    return REASON_WORDS.get(code, code.value.lower().replace("_", " "))
+
+
+def state_class(state: BusinessState) -> str:
+    return f"state-{state.value.lower()}"
+
+
+def reason_class(state: BusinessState, code: ReasonCode) -> str:
+    """The chip colour: green done, red failed, by who must act while waiting."""
+    if state == BusinessState.SUCCEEDED:
+        return "chip-ok"
+    if state == BusinessState.FAILED:
+        return "chip-bad"
+    if state == BusinessState.CANCELLED:
+        return "chip-muted"
+    actor = CATALOG[code].actor
+    return {Actor.USER: "chip-user", Actor.PLATFORM: "chip-platform"}.get(actor, "chip-active")
+
+
+def age(moment: datetime | None, now: datetime) -> str:
+    """'45s', '12m', '3h 5m', '2d 4h': how long ago, to the two largest units."""
+    if moment is None:
+        return "-"
+    if moment.tzinfo is None:
+        moment = moment.replace(tzinfo=UTC)
+    seconds = max(int((now - moment).total_seconds()), 0)
+    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
+    if seconds < 60:
+        return f"{seconds}s"
+    if minutes < 60:
+        return f"{minutes}m"
+    if hours < 24:
+        return f"{hours}h {minutes % 60}m" if minutes % 60 else f"{hours}h"
+    return f"{days}d {hours % 24}h" if hours % 24 else f"{days}d"
+
+
+def parse_time(text: str | None) -> datetime | None:
+    if not text:
+        return None
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return None
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ReasonCount:
+    state: BusinessState
+    reason: ReasonCode
+    count: int
+
+    @property
+    def words(self) -> str:
+        return f"{self.count} {reason_words(self.reason)}"
+
+
+def reason_counts(rows: Iterable[tuple[BusinessState, ReasonCode, int]]) -> list[ReasonCount]:
+    """Unfinished jobs first (what someone may act on), then the most frequent."""
+    counts = [ReasonCount(state, reason, count) for state, reason, count in rows]
+    return sorted(counts, key=lambda c: (c.state in TERMINAL, -c.count, c.reason.value))
+
+
+# -- the timeline ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class TimelineRow:
+    at: datetime
+    lane: int  # 0: the business state; n: attempt n
+    title: str
+    text: str | None
+    kind: str  # "business" | "runtime"
+
+
+@dataclass(frozen=True)
+class Timeline:
+    lanes: list[str]
+    rows: list[TimelineRow]
+
+
+def _change(field: str, value: Any) -> str:
+    """A runtime row's detail holds [old, new] per changed field."""
+    if isinstance(value, list) and len(value) == 2:
+        old, new = value
+        return f"{field}: {'-' if old is None else old} → {'-' if new is None else new}"
+    return f"{field}: {value}"
+
+
+def timeline(entries: Sequence[Any]) -> Timeline:
+    """History entries (HistoryEntry) as rows in lanes: the job's own, then one per attempt."""
+    attempts = sorted({e.attempt for e in entries if e.kind == "runtime" and e.attempt})
+    lane_of = {number: i + 1 for i, number in enumerate(attempts)}
+    rows = []
+    for entry in entries:
+        if entry.kind == "business":
+            title = f"{entry.from_state or '-'} → {entry.to_state}"
+            if entry.to_reason:
+                title += f" ({entry.to_reason})"
+            rows.append(
+                TimelineRow(entry.at, 0, title, entry.raw_message or entry.raw_reason, "business")
+            )
+            continue
+        detail = entry.detail or {}
+        # The syncer writes {"changed": {field: [old, new]}, "pod_name": ..., "pod_uid": ...};
+        # the lane already names the attempt.
+        fields = detail.get("changed")
+        if not isinstance(fields, dict):
+            fields = {k: v for k, v in detail.items() if k not in ("pod_name", "pod_uid")}
+        changed = "; ".join(_change(k, v) for k, v in sorted(fields.items()))
+        title = entry.to_state or "changed"
+        if entry.raw_reason:
+            title += f" ({entry.raw_reason})"
+        rows.append(
+            TimelineRow(
+                entry.at, lane_of.get(entry.attempt or 0, 0), title, changed or None, "runtime"
+            )
+        )
+    lanes = ["job", *(f"attempt {n}" for n in attempts)]
+    return Timeline(lanes, rows)
+
+
+# -- bars --------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Bar:
+    """One horizontal bar: `used` of `total`, drawn in SVG units of 0..100."""
+
+    label: str
+    used: Decimal
+    total: Decimal
+    capacity: Decimal | None = None  # drawn as a faint frame when above `total`
+    unit: str = ""
+
+    @property
+    def percent(self) -> float:
+        if self.total <= 0:
+            return 0.0
+        return float(min(self.used / self.total, Decimal(1)) * 100)
+
+    @property
+    def level(self) -> str:
+        """The fill's colour: how close to full."""
+        share = self.percent
+        return "full" if share >= 100 else "high" if share >= 75 else "ok"
+
+    @property
+    def free(self) -> Decimal:
+        return max(self.total - self.used, Decimal(0))
+
+    def text(self) -> str:
+        q = format_quantity
+        words = f"{q(self.used)} of {q(self.total)}{self.unit} used, {q(self.free)} free"
+        if self.capacity is not None and self.capacity != self.total:
+            words += f" (capacity {q(self.capacity)})"
+        return words
+
+
+@dataclass
+class NodeView:
+    row: NodeRow
+    gpu: Bar | None
+    cpu: Bar
+    memory: Bar
+
+    @property
+    def health(self) -> list[tuple[str, str]]:
+        """(text, css class) chips: readiness, pressure, cordon."""
+        chips = []
+        ready = self.row.conditions.get("Ready")
+        chips.append(("Ready", "chip-ok") if ready == "True" else (f"Ready={ready}", "chip-bad"))
+        for condition in ("DiskPressure", "MemoryPressure"):
+            if self.row.conditions.get(condition) == "True":
+                chips.append((condition, "chip-bad"))
+        if self.row.cordoned:
+            chips.append(("cordoned", "chip-platform"))
+        return chips
+
+
+@dataclass
+class NodeGroup:
+    accelerator: str  # the label's value, or "no accelerator"
+    nodes: list[NodeView] = field(default_factory=list)
+    supply: Bar | None = None  # GPUs in use of allocatable, over the group
+    demand: int = 0  # GPUs asked for by waiting jobs of this type
+
+
+def _node_view(row: NodeRow) -> NodeView:
+    gpu = None
+    if row.gpu_resource is not None:
+        gpu = Bar(row.gpu_resource, row.gpu.requested, row.gpu.allocatable, row.gpu.capacity)
+    cpu = Bar("cpu", row.cpu.requested, row.cpu.allocatable, row.cpu.capacity)
+    memory = Bar("memory", row.memory.requested, row.memory.allocatable, row.memory.capacity)
+    return NodeView(row, gpu, cpu, memory)
+
+
+NO_ACCELERATOR = "no accelerator"
+
+
+def node_groups(found: Inventory, demand: Mapping[str, int]) -> list[NodeGroup]:
+    """Nodes grouped by accelerator label, GPU groups first; `demand` is GPUs asked for
+    by waiting jobs per GPU type ("" for jobs that name none: they are shown apart)."""
+    groups: dict[str, NodeGroup] = {}
+    for row in found.nodes:
+        key = row.accelerator or NO_ACCELERATOR
+        groups.setdefault(key, NodeGroup(key)).nodes.append(_node_view(row))
+    for group in groups.values():
+        gpus = [n for n in group.nodes if n.gpu is not None]
+        if gpus:
+            used = sum((n.row.gpu.requested for n in gpus), Decimal(0))
+            total = sum((n.row.gpu.allocatable for n in gpus), Decimal(0))
+            group.supply = Bar("GPUs", used, total)
+        group.demand = demand.get(group.accelerator, 0)
+    return sorted(groups.values(), key=lambda g: (g.supply is None, g.accelerator))
+
+
+def gpu_demand(specs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
+    """GPUs per GPU type that waiting jobs ask for, from their TrainingJob documents."""
+    demand: dict[str, int] = {}
+    for spec in specs:
+        resources = as_map(spec, "spec", "resources")
+        gpus = resources.get("gpus")
+        if isinstance(gpus, int) and gpus > 0:
+            kind = resources.get("gpuType")
+            key = kind if isinstance(kind, str) else ""
+            demand[key] = demand.get(key, 0) + gpus
+    return demand
+
+
+# -- quotas ------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QuotaView:
+    namespace: str
+    name: str
+    bars: list[Bar]
+
+
+def _quota_rank(resource: str) -> tuple[int, str]:
+    bare = resource.split(".", 1)[1] if resource.startswith(("requests.", "limits.")) else resource
+    if is_gpu_resource(bare):
+        return 0, resource
+    return {"cpu": 1, "memory": 2}.get(bare, 3), resource
+
+
+def quotas(items: Iterable[Mapping[str, Any]], namespaces: set[str] | None) -> list[QuotaView]:
+    """ResourceQuotas (in `namespaces`, None: all) as used-of-hard bars, GPU first, cpu,
+    memory, then the rest; a value that is no quantity is left out."""
+    views = []
+    for quota in items:
+        if quota.get("kind") != "ResourceQuota":
+            continue
+        namespace = meta_namespace(quota)
+        if namespaces is not None and namespace not in namespaces:
+            continue
+        hard = as_map(quota, "status", "hard") or as_map(quota, "spec", "hard")
+        used = as_map(quota, "status", "used")
+        bars = []
+        for resource in sorted((k for k in hard if isinstance(k, str)), key=_quota_rank):
+            try:
+                limit = parse_quantity(hard[resource])
+                in_use = parse_quantity(used.get(resource, "0"))
+            except QuantityError:
+                continue
+            bars.append(Bar(resource, in_use, limit))
+        views.append(QuotaView(namespace, meta_name(quota) or "", bars))
+    return sorted(views, key=lambda v: (v.namespace, v.name))

@@ -1,0 +1,137 @@
+"""The dashboard's arithmetic: ages, chip colours, counts, timeline lanes, bars, demand,
+quotas, and the session cookie's signature."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from decimal import Decimal
+from types import SimpleNamespace
+
+import pytest
+
+from kubetrain.api.web import views
+from kubetrain.api.web.sessions import SessionSigner, same_secret
+from kubetrain.domain.states import BusinessState as S
+from kubetrain.domain.states import ReasonCode as R
+
+pytestmark = pytest.mark.unit
+
+NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("seconds", "text"),
+    [(-5, "0s"), (42, "42s"), (60 * 12, "12m"), (3600 * 3, "3h"), (3600 * 3 + 300, "3h 5m"),
+     (86400 * 2 + 3600 * 4, "2d 4h"), (86400, "1d")],
+)  # fmt: skip
+def test_age_reads_in_the_two_largest_units(seconds: int, text: str) -> None:
+    assert views.age(NOW - timedelta(seconds=seconds), NOW) == text
+
+
+def test_chip_colours_say_who_acts() -> None:
+    assert views.reason_class(S.QUEUED, R.WAITING_FOR_QUOTA) == "chip-user"
+    assert views.reason_class(S.QUEUED, R.NO_GPU_NODES) == "chip-platform"
+    assert views.reason_class(S.RUNNING, R.TRAINING) == "chip-active"
+    assert views.reason_class(S.FAILED, R.EXIT_NONZERO) == "chip-bad"
+    assert views.reason_class(S.SUCCEEDED, R.COMPLETED) == "chip-ok"
+
+
+def test_counts_put_unfinished_work_first_then_the_most_frequent() -> None:
+    counts = views.reason_counts(
+        [
+            (S.SUCCEEDED, R.COMPLETED, 40),
+            (S.QUEUED, R.WAITING_FOR_QUOTA, 3),
+            (S.QUEUED, R.INSUFFICIENT_GPU, 12),
+            (S.QUEUED, R.IMAGE_PULL_FAILED, 1),
+        ]
+    )
+    assert [c.words for c in counts] == [
+        "12 waiting for GPU",
+        "3 waiting for quota",
+        "1 image pull failed",
+        "40 completed",
+    ]
+
+
+def _entry(kind: str, attempt: int | None = None, **fields: object) -> SimpleNamespace:
+    base = {"at": NOW, "from_state": None, "to_state": None, "to_reason": None}
+    base.update(raw_reason=None, raw_message=None, detail=None)
+    return SimpleNamespace(kind=kind, attempt=attempt, **{**base, **fields})
+
+
+def test_the_timeline_puts_each_attempt_in_its_own_lane() -> None:
+    found = views.timeline(
+        [
+            _entry("business", to_state="CREATED", to_reason="JOB_NOT_CREATED"),
+            _entry("runtime", 1, to_state="Pending", detail={"pod_phase": [None, "Pending"]}),
+            _entry(
+                "runtime",
+                2,
+                to_state="Running",
+                raw_reason="Started",
+                detail={"changed": {"node": [None, "gpu-0"]}, "pod_name": "p", "pod_uid": "u"},
+            ),
+            _entry("business", from_state="QUEUED", to_state="RUNNING", to_reason="TRAINING"),
+        ]
+    )
+    assert found.lanes == ["job", "attempt 1", "attempt 2"]
+    assert [(r.lane, r.title) for r in found.rows] == [
+        (0, "- → CREATED (JOB_NOT_CREATED)"),
+        (1, "Pending"),
+        (2, "Running (Started)"),
+        (0, "QUEUED → RUNNING (TRAINING)"),
+    ]
+    assert found.rows[1].text == "pod_phase: - → Pending"
+    assert found.rows[2].text == "node: - → gpu-0"
+
+
+def test_bars_clamp_and_colour_by_how_full() -> None:
+    half = views.Bar("gpu", Decimal(4), Decimal(8))
+    assert (half.percent, half.level, half.text()) == (50.0, "ok", "4 of 8 used, 4 free")
+    over = views.Bar("gpu", Decimal(9), Decimal(8))
+    assert (over.percent, over.level, over.free) == (100.0, "full", Decimal(0))
+    assert views.Bar("gpu", Decimal(0), Decimal(0)).percent == 0.0
+
+
+def test_gpu_demand_counts_per_gpu_type() -> None:
+    specs = [
+        {"spec": {"resources": {"gpus": 8, "gpuType": "nvidia-h100"}}},
+        {"spec": {"resources": {"gpus": 2, "gpuType": "nvidia-h100"}}},
+        {"spec": {"resources": {"gpus": 1}}},
+        {"spec": {"resources": {"requests": {"cpu": "1"}}}},
+    ]
+    assert views.gpu_demand(specs) == {"nvidia-h100": 10, "": 1}
+
+
+def test_quotas_show_gpu_then_cpu_then_memory_and_only_the_namespaces_asked() -> None:
+    gpu, cpu, memory = "requests.nvidia.com/gpu", "requests.cpu", "requests.memory"
+    quota = {
+        "kind": "ResourceQuota",
+        "metadata": {"name": "team", "namespace": "a"},
+        "status": {
+            "hard": {memory: "64Gi", cpu: "16", gpu: "4"},
+            "used": {memory: "16Gi", cpu: "4", gpu: "3"},
+        },
+    }
+    other = {**quota, "metadata": {"name": "team", "namespace": "b"}}
+    (view,) = views.quotas([quota, other], {"a"})
+    assert [(b.label, b.text()) for b in view.bars] == [
+        ("requests.nvidia.com/gpu", "3 of 4 used, 1 free"),
+        ("requests.cpu", "4 of 16 used, 12 free"),
+        ("requests.memory", "16Gi of 64Gi used, 48Gi free"),
+    ]
+    assert len(views.quotas([quota, other], None)) == 2
+
+
+def test_a_session_cookie_is_refused_when_forged_tampered_or_expired() -> None:
+    signer = SessionSigner(b"k" * 32)
+    value, session = signer.issue("token-1", now=1000)
+    assert signer.read(value, now=1001) == session
+    payload, mac = value.split(".")
+    assert signer.read(f"{payload}x.{mac}", now=1001) is None
+    assert SessionSigner(b"other key" * 4).read(value, now=1001) is None
+    assert signer.read(value, now=session.expires) is None
+    assert signer.read("garbage", now=1001) is None
+    assert same_secret(session.csrf, session.csrf)
+    assert not same_secret(session.csrf, None)
+    assert not same_secret(session.csrf, "")
