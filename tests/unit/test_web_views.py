@@ -135,3 +135,13 @@ def test_a_session_cookie_is_refused_when_forged_tampered_or_expired() -> None:
     assert same_secret(session.csrf, session.csrf)
     assert not same_secret(session.csrf, None)
     assert not same_secret(session.csrf, "")
+
+
+def test_the_step_chart_prefers_loss_and_scales_into_its_box():
+    steps = [(0, {"lr": 0.1, "loss": 2.0}), (50, {"lr": 0.1, "loss": 1.0}), (100, {"loss": 0.0})]
+    chart = views.step_chart(steps)
+    assert chart is not None
+    assert (chart.metric, chart.first_step, chart.last_step) == ("loss", 0, 100)
+    assert chart.points.split() == ["0.0,0.0", "300.0,80.0", "600.0,160.0"]
+    assert views.step_chart([(1, {"loss": 1.0})]) is None  # one point is no line
+    assert views.step_chart([(1, {}), (2, {})]) is None

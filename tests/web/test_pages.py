@@ -301,3 +301,64 @@ def test_without_control_loops_the_cluster_pages_say_so(db: Database, tokens: To
             resp = plain.get(url)
             assert resp.status_code == 200
             assert "does not watch the cluster" in resp.text
+
+
+def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    from kubetrain.domain.manifest import job_name
+    from kubetrain.store import set_status_token
+
+    job_id = submitted(client, tokens)
+    with db.transaction() as session:
+        set_status_token(session, job_id, "kts_page")
+    pod = f"{job_name(job_id)}-aaaaa"
+    events = (
+        [
+            {"seq": 0, "time": "2026-12-02T16:00:00Z", "type": "phase", "phase": "TRAINING"},
+            {"seq": 1, "time": "2026-12-02T16:00:01Z", "type": "resumed", "fromStep": 10},
+        ]
+        + [
+            {
+                "seq": 2 + i,
+                "time": "2026-12-02T16:00:02Z",
+                "type": "step",
+                "step": 10 + i,
+                "metrics": {"loss": 1.0 / (i + 1)},
+            }
+            for i in range(5)
+        ]
+        + [
+            {
+                "seq": 9,
+                "time": "2026-12-02T16:00:03Z",
+                "type": "checkpoint",
+                "step": 14,
+                "sizeBytes": 2 * 2**20,
+                "durationSeconds": 0.5,
+            }
+        ]
+    )
+    answer = client.post(
+        f"/api/v1/jobs/{job_id}/reports",
+        json={"pod": pod, "events": events},
+        headers={"Authorization": "Bearer kts_page"},
+    )
+    assert answer.status_code == 202, answer.text
+    sign_in(client, plaintext(tokens, "viewer"))
+    page = client.get(_job_page(job_id)).text
+    section = page[page.index('id="progress"') : page.index("<h2>Timeline</h2>")]
+    assert "TRAINING" in section
+    assert "14 · loss 0.2" in section
+    assert "step 14, 2.0 MiB in 0.50 s" in section
+    assert "from step 10 of an earlier run" in section
+    points = re.search(r'<polyline[^>]*points="([^"]+)"', section)
+    assert points is not None
+    assert len(points.group(1).split()) == 5  # one point per reported step
+    assert "loss by step" in section
+
+
+def test_a_job_that_never_reported_has_no_progress_card(client: TestClient, tokens: Tokens) -> None:
+    job_id = submitted(client, tokens)
+    sign_in(client, plaintext(tokens, "viewer"))
+    assert 'id="progress"' not in client.get(_job_page(job_id)).text

@@ -271,10 +271,10 @@ def get_one_job(
     with context.db.read_only() as session:
         job = _job(session, project, job_id)
         attempt = get_attempt(session, job.id, job.current_attempt) if job.current_attempt else None
-        return JobDetail.of(job, attempt, _progress(session, job.id))
+        return JobDetail.of(job, attempt, progress_view(session, job.id))
 
 
-def _progress(session: Any, job_id: str) -> ProgressView | None:
+def progress_view(session: Any, job_id: str) -> ProgressView | None:
     progress = get_progress(session, job_id)
     return ProgressView.of(progress, resume_lineage(session, job_id)) if progress else None
 
@@ -298,7 +298,7 @@ def get_job_progress(
             StepPoint(step=r.data["step"], at=r.reported_at, metrics=r.data.get("metrics") or {})
             for r in step_series(session, job.id, limit)
         ]
-        return ProgressSeries(job_id=job.id, progress=_progress(session, job.id), steps=steps)
+        return ProgressSeries(job_id=job.id, progress=progress_view(session, job.id), steps=steps)
 
 
 @router.get(

@@ -26,7 +26,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.auth import Action, Principal, require_job_access, require_project
 from kubetrain.api.context import ApiContext, get_context
-from kubetrain.api.jobs import cancel_job
+from kubetrain.api.jobs import cancel_job, progress_view
 from kubetrain.api.problems import ProblemError
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
 from kubetrain.api.web import views
@@ -58,6 +58,7 @@ from kubetrain.store import (
     list_projects,
     list_unfinished_jobs,
     resolve_job_dataset,
+    step_series,
 )
 
 PAGE_SIZE = 200  # jobs on one page; the filters narrow a larger project
@@ -385,7 +386,8 @@ def job_page(
         if job is None:
             raise PageRefusal(404, f"no job {job_id!r} in project {project!r}")
         attempt = get_attempt(db, job.id, job.current_attempt) if job.current_attempt else None
-        detail = JobDetail.of(job, attempt)
+        detail = JobDetail.of(job, attempt, progress_view(db, job.id))
+        steps = [(r.data["step"], r.data.get("metrics") or {}) for r in step_series(db, job.id)]
         history = [HistoryEntry.of(row) for row in job_history(db, project, job.id)]
         manifest = _manifest(context, db, job)
     diagnosis = detail.diagnosis or {}
@@ -401,6 +403,8 @@ def job_page(
         reason=CATALOG[detail.reason],
         since=views.age(_since(detail, detail.diagnosis), now),
         timeline=views.timeline(history),
+        progress=detail.progress,
+        chart=views.step_chart(steps),
         manifest=manifest,
         gpus=_gpus(detail.spec),
         may_cancel=may_cancel,

@@ -320,3 +320,38 @@ def quotas(items: Iterable[Mapping[str, Any]], namespaces: set[str] | None) -> l
             bars.append(Bar(resource, in_use, limit))
         views.append(QuotaView(namespace, meta_name(quota) or "", bars))
     return sorted(views, key=lambda v: (v.namespace, v.name))
+
+
+@dataclass(frozen=True)
+class Chart:
+    """One metric over steps as an SVG polyline (no script, no library)."""
+
+    metric: str
+    points: str  # "x,y x,y ..." in a WIDTH x HEIGHT box
+    first_step: int
+    last_step: int
+    low: float
+    high: float
+
+
+CHART_WIDTH, CHART_HEIGHT = 600, 160
+
+
+def step_chart(steps: Sequence[tuple[int, Mapping[str, float]]]) -> Chart | None:
+    """The first metric the steps carry (loss, by preference), scaled into the box."""
+    names = [name for _, metrics in steps for name in metrics]
+    if not names:
+        return None
+    metric = "loss" if "loss" in names else names[0]
+    series = [(step, metrics[metric]) for step, metrics in steps if metric in metrics]
+    if len(series) < 2:
+        return None
+    first, last = series[0][0], series[-1][0]
+    low, high = min(v for _, v in series), max(v for _, v in series)
+    span_x, span_y = max(last - first, 1), (high - low) or 1.0
+    points = " ".join(
+        f"{(step - first) / span_x * CHART_WIDTH:.1f},"
+        f"{CHART_HEIGHT - (value - low) / span_y * CHART_HEIGHT:.1f}"
+        for step, value in series
+    )
+    return Chart(metric, points, first, last, low, high)
