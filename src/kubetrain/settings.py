@@ -12,6 +12,8 @@ the environment, the config file, the default.
                                      prefix + project (by default the project's own name)
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
+    KUBETRAIN_LOG_FORMAT     server  auto (text on a terminal, else JSON), json, text
+    KUBETRAIN_LOG_LEVEL      server  debug, info (default), warning, error
     KUBETRAIN_URL            client  http://127.0.0.1:8080
     KUBETRAIN_TOKEN          client  the bearer token (never a flag: argv is visible to all)
     KUBETRAIN_PROJECT        client  default project of --project
@@ -38,7 +40,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -144,6 +146,8 @@ class ServerSettings(_Settings):
     status_url: str | None = None
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
+    log_format: Literal["auto", "json", "text"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("namespaces")
     @classmethod

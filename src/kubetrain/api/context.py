@@ -19,6 +19,8 @@ class ApiContext:
     settings: ServerSettings
     db: Database
     on_change: Callable[[], None] | None = None
+    # ControlLoops.watch_problems when this process runs the control loops
+    watch_problems: Callable[..., list[str]] | None = None
 
     def changed(self) -> None:
         """Wake the dispatcher after a commit it should act on (a submit, a cancel).

@@ -16,6 +16,7 @@ from typing import Any
 
 from kubetrain.cluster.client import ClusterConfigError, load_config
 from kubetrain.control.runner import ControlLoops
+from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
@@ -63,11 +64,7 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = ServerSettings.load(**overrides)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(settings.log_level, settings.log_format)
     db = open_database(settings.database_url)
     db.upgrade()
     control = None
@@ -112,7 +109,12 @@ async def _run(
 
             from kubetrain.api import create_app
 
-            app = create_app(settings, db, on_change=control.notify if control else None)
+            app = create_app(
+                settings,
+                db,
+                on_change=control.notify if control else None,
+                watch_problems=control.watch_problems if control else None,
+            )
             server = uvicorn.Server(
                 uvicorn.Config(
                     app,
@@ -120,6 +122,7 @@ async def _run(
                     port=settings.port,
                     log_level="warning",
                     access_log=False,
+                    log_config=None,  # uvicorn's lines go through our handler too
                 )
             )
             serving = asyncio.create_task(server.serve(), name="api")
