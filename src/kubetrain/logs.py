@@ -24,11 +24,11 @@ LogFormat = Literal["auto", "json", "text"]
 # What a credential looks like wherever it may be quoted; each keeps its
 # prefix so that the line still says what was there.
 _CREDENTIALS = (
-    # our API tokens (store.tokens.TOKEN_PREFIX)
-    (re.compile(r"\bkt_[A-Za-z0-9_\-]{8,}"), "kt_***"),
     # Authorization headers, whatever the token type
     (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=\-]+"), r"\1 ***"),
     (re.compile(r"\bBasic [A-Za-z0-9+/]{8,}=*"), "Basic ***"),
+    # our API tokens (store.tokens.TOKEN_PREFIX)
+    (re.compile(r"\bkt_[A-Za-z0-9_\-]{8,}"), "kt_***"),
     # JWTs: ServiceAccount and OIDC tokens
     (re.compile(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*"), "***"),
     # the password of a URL (postgresql://user:secret@host/db)
