@@ -15,7 +15,7 @@ pytestmark = pytest.mark.unit
 
 API_TOKEN = "kt_Q2hhbmdlTWVQbGVhc2VUaGlzSXNBVG9rZW4"
 JWT = "eyJhbGciOiJSUzI1NiIsImtpZCI6IjEifQ.eyJzdWIiOiJzeXN0ZW06c2EifQ.c2lnbmF0dXJlLXNpZw"
-PASSWORD = "pw-4f9a1c"  # noqa: S105 - planted, to be found missing
+PASSWORD = "pw-4f9a1c"
 
 
 @pytest.fixture
