@@ -14,7 +14,10 @@ from tests.api.builders import JOBS, Tokens, submitted
 pytestmark = pytest.mark.db
 
 
-def samples(client: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], float]:
+Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
+
+
+def samples(client: TestClient) -> Samples:
     response = client.get("/metrics")
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=")
@@ -25,7 +28,7 @@ def samples(client: TestClient) -> dict[tuple[str, frozenset[tuple[str, str]]], 
     }
 
 
-def value(found: dict, name: str, **labels: str) -> float:
+def value(found: Samples, name: str, **labels: str) -> float:
     return found.get((name, frozenset(labels.items())), 0.0)
 
 

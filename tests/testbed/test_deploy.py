@@ -86,7 +86,7 @@ def service_account(kube: Client, namespace: str) -> Iterator[str]:
     suffix = f"-{namespace}"
     applied = [d for d in base(namespace, suffix) if d["kind"] in RBAC_KINDS]
     for doc in applied:
-        kube.create(from_dict(doc))  # type: ignore[call-overload]
+        kube.create(from_dict(doc))
     yield "kubetrain"
     for doc in applied:
         if doc["kind"] in CLUSTER_SCOPED:

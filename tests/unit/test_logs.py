@@ -6,6 +6,7 @@ import io
 import json
 import logging
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
@@ -28,7 +29,7 @@ def stream() -> Iterator[io.StringIO]:
     root.handlers[:], root.level = saved[0], saved[1]
 
 
-def lines(stream: io.StringIO) -> list[dict]:
+def lines(stream: io.StringIO) -> list[dict[str, Any]]:
     return [json.loads(line) for line in stream.getvalue().splitlines()]
 
 
