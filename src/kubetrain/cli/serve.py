@@ -14,6 +14,8 @@ import signal
 import sys
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
+
 from kubetrain.cluster.client import ClusterConfigError, load_config
 from kubetrain.control.runner import ControlLoops
 from kubetrain.logs import setup_logging
@@ -66,7 +68,17 @@ def _serve(args: argparse.Namespace) -> int:
     settings = ServerSettings.load(**overrides)
     setup_logging(settings.log_level, settings.log_format)
     db = open_database(settings.database_url)
-    db.upgrade()
+    try:
+        db.upgrade()
+    except sa_exc.SQLAlchemyError as exc:
+        # One line, not a traceback; the driver's words without the statement
+        # SQLAlchemy appends, and the URL without its password.
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        log.error(
+            "cannot use the database %s: %s", db.url.render_as_string(hide_password=True), cause
+        )
+        db.dispose()
+        return 1
     control = None
     if not args.no_control:
         try:
