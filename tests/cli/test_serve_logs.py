@@ -13,7 +13,7 @@ from kubetrain.testbed.processes import pick_free_ports
 
 pytestmark = pytest.mark.db
 
-PASSWORD = "pw-planted-5e1d"  # noqa: S105 - planted, to be found missing
+PASSWORD = "pw-planted-5e1d"
 
 
 def test_an_unreachable_database_is_one_json_line_without_its_password():
