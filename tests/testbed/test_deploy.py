@@ -192,6 +192,18 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
             assert metrics[("kubetrain_leader", ())] == 1
             assert metrics[("kubetrain_watch_connected", (("resource", "pods"),))] == 1
             assert metrics[("kubetrain_dispatcher_jobs_created_total", ())] == 2
+            assert (
+                metrics[
+                    ("kubetrain_watch_relists_total", (("cause", "start"), ("resource", "jobs")))
+                ]
+                == 1
+            )
+            assert metrics[("kubetrain_sync_lag_seconds_count", ())] >= 3  # QUEUED, RUNNING, ...
+            for state in ("CREATED", "QUEUED", "RUNNING"):
+                assert metrics[("kubetrain_job_state_seconds_count", (("state", state),))] >= 1
+            assert (
+                metrics[("kubetrain_jobs", (("reason", "COMPLETED"), ("state", "SUCCEEDED")))] == 1
+            )
             assert http.get("/readyz").status_code == 200
     finally:
         server.stop()
