@@ -15,6 +15,8 @@ the environment, the config file, the default.
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
+    KUBETRAIN_LOG_FORMAT     server  auto (text on a terminal, else JSON), json, text
+    KUBETRAIN_LOG_LEVEL      server  debug, info (default), warning, error
     KUBETRAIN_URL            client  http://127.0.0.1:8080
     KUBETRAIN_TOKEN          client  the bearer token (never a flag: argv is visible to all)
     KUBETRAIN_PROJECT        client  default project of --project
@@ -41,7 +43,7 @@ from __future__ import annotations
 import os
 import tomllib
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
@@ -148,6 +150,8 @@ class ServerSettings(_Settings):
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
     session_secret: SecretStr | None = Field(default=None, min_length=32)
+    log_format: Literal["auto", "json", "text"] = "auto"
+    log_level: Literal["debug", "info", "warning", "error"] = "info"
 
     @field_validator("namespaces")
     @classmethod

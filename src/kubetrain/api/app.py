@@ -30,6 +30,7 @@ from kubetrain import __version__
 from kubetrain.api import datasets, jobs, reports, web
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
+from kubetrain.api.metrics import add_metrics
 from kubetrain.api.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
@@ -42,10 +43,16 @@ from kubetrain.api.problems import (
 from kubetrain.api.schemas import Health
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.spec import FieldProblem, TrainingJob
+from kubetrain.metrics import RequestTimer
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
 log = logging.getLogger("kubetrain.api")
+
+# A watch reconnects within seconds after a blip; failing for this long, the
+# leader's view is stale (not ready), and for the longer one a restart may help.
+READINESS_WATCH_FAILING = 30.0
+LIVENESS_WATCH_FAILING = 300.0
 
 DESCRIPTION = """\
 Training jobs on Kubernetes, and why they are not running.
@@ -62,11 +69,13 @@ def create_app(
     on_change: Callable[[], None] | None = None,
     on_report: Callable[[str], None] | None = None,
     cluster: Callable[[], dict[str, Any] | None] | None = None,
+    watch_problems: Callable[..., list[str]] | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
-    `cluster` gives the web pages the control loops' cluster view (ApiContext)."""
+    `cluster` gives the web pages the control loops' cluster view (ApiContext);
+    `watch_problems` (ControlLoops') lets the probes report the watches' health."""
     app = FastAPI(
         title="kubetrain",
         version=__version__,
@@ -77,17 +86,24 @@ def create_app(
         redoc_url=None,
     )
     app.state.kubetrain = ApiContext(
-        settings=settings, db=db, on_change=on_change, on_report=on_report, cluster=cluster
+        settings=settings,
+        db=db,
+        on_change=on_change,
+        on_report=on_report,
+        cluster=cluster,
+        watch_problems=watch_problems,
     )
     app.include_router(jobs.router)
     app.include_router(datasets.router)
     app.include_router(reports.router)
     web.install(app)
     _add_health(app)
+    add_metrics(app, db)
     _add_error_handlers(app)
     # Added last, so outermost: it also answers errors raised by the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CatchAll)
+    app.add_middleware(RequestTimer)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -101,9 +117,24 @@ def _add_health(app: FastAPI) -> None:
         return Health(status="ok")
 
     @app.get(
+        "/livez",
+        tags=["health"],
+        summary="No watch of the control loops has been failing for minutes",
+        response_model=Health,
+        responses=problem_responses(503),
+    )
+    def livez(request: Request) -> Health:
+        context: ApiContext = request.app.state.kubetrain
+        if context.watch_problems is not None and (
+            problems := context.watch_problems(LIVENESS_WATCH_FAILING, synced=False)
+        ):
+            raise unhealthy("; ".join(problems))
+        return Health(status="ok")
+
+    @app.get(
         "/readyz",
         tags=["health"],
-        summary="The database answers",
+        summary="The database answers, and the leader's watches are synced and connected",
         response_model=Health,
         responses=problem_responses(503),
     )
@@ -115,7 +146,15 @@ def _add_health(app: FastAPI) -> None:
         except sa_exc.SQLAlchemyError as exc:
             log.warning("readiness: the database does not answer (%s)", type(exc).__name__)
             raise database_unavailable() from None
+        if context.watch_problems is not None and (
+            problems := context.watch_problems(READINESS_WATCH_FAILING, synced=True)
+        ):
+            raise unhealthy("; ".join(problems))
         return Health(status="ready")
+
+
+def unhealthy(detail: str) -> ProblemError:
+    return ProblemError(503, detail, title="Kubernetes watches unhealthy")
 
 
 # -- errors --------------------------------------------------------------------

@@ -27,6 +27,9 @@ class ApiContext:
     # Called on the event loop's thread only: the caches change there.
     cluster: Callable[[], dict[str, Any] | None] | None = None
 
+    # ControlLoops.watch_problems when this process runs the control loops
+    watch_problems: Callable[..., list[str]] | None = None
+
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""
         if self.on_report is None:

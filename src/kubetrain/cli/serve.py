@@ -14,8 +14,11 @@ import signal
 import sys
 from typing import Any
 
+from sqlalchemy import exc as sa_exc
+
 from kubetrain.cluster.client import ClusterConfigError, load_config
 from kubetrain.control.runner import ControlLoops
+from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
@@ -63,13 +66,19 @@ def _serve(args: argparse.Namespace) -> int:
         if value is not None
     }
     settings = ServerSettings.load(**overrides)
-    logging.basicConfig(
-        level=logging.INFO,
-        stream=sys.stderr,
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
+    setup_logging(settings.log_level, settings.log_format)
     db = open_database(settings.database_url)
-    db.upgrade()
+    try:
+        db.upgrade()
+    except sa_exc.SQLAlchemyError as exc:
+        # One line, not a traceback; the driver's words without the statement
+        # SQLAlchemy appends, and the URL without its password.
+        cause = str(getattr(exc, "orig", None) or exc).strip().splitlines()[0]
+        log.error(
+            "cannot use the database %s: %s", db.url.render_as_string(hide_password=True), cause
+        )
+        db.dispose()
+        return 1
     control = None
     if not args.no_control:
         try:
@@ -118,6 +127,7 @@ async def _run(
                 on_change=control.notify if control else None,
                 on_report=control.reported if control else None,
                 cluster=control.cluster_listing if control else None,
+                watch_problems=control.watch_problems if control else None,
             )
             server = uvicorn.Server(
                 uvicorn.Config(
@@ -126,6 +136,7 @@ async def _run(
                     port=settings.port,
                     log_level="warning",
                     access_log=False,
+                    log_config=None,  # uvicorn's lines go through our handler too
                 )
             )
             serving = asyncio.create_task(server.serve(), name="api")

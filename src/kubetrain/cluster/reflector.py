@@ -12,11 +12,14 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 import httpx2 as httpx
+
+from kubetrain.metrics import WATCH_CONNECTED, WATCH_EVENTS, WATCH_RELISTS, WATCH_RESTARTS
 
 log = logging.getLogger(__name__)
 
@@ -31,6 +34,8 @@ class ReflectorStats:
     watch_restarts: int = 0
     events: int = 0
     last_error: str | None = None
+    connected: bool = False  # the watch stream is open
+    failing_since: float | None = None  # monotonic time of the first of consecutive failures
 
 
 class GoneError(Exception):
@@ -52,6 +57,11 @@ class Reflector:
     synced: asyncio.Event = field(default_factory=asyncio.Event)
     stats: ReflectorStats = field(default_factory=ReflectorStats)
 
+    @property
+    def resource(self) -> str:
+        """The plural name, as metrics label it: /apis/batch/v1/jobs -> jobs."""
+        return self.path.rstrip("/").rsplit("/", 1)[-1]
+
     def _params(self) -> dict[str, str]:
         params: dict[str, str] = {}
         if self.label_selector:
@@ -66,9 +76,11 @@ class Reflector:
         # Resume from a known version (the server replays from its watch cache);
         # only a first start or a 410 needs the full list.
         need_list = self.resource_version is None
+        cause = "start"  # why the next list is needed: start, gone (410), error
         while True:
             try:
                 if need_list:
+                    WATCH_RELISTS.labels(self.resource, cause).inc()
                     await self._list()
                     need_list = False
                 await self._watch()
@@ -77,15 +89,21 @@ class Reflector:
                 raise
             except GoneError:
                 self.stats.relists_410 += 1
-                need_list = True
+                need_list, cause = True, "gone"
             except (httpx.HTTPError, OSError, ValueError) as exc:
                 self.stats.watch_restarts += 1
                 self.stats.last_error = f"{type(exc).__name__}: {exc}"
+                self.stats.failing_since = self.stats.failing_since or time.monotonic()
+                WATCH_RESTARTS.labels(self.resource).inc()
                 log.warning("watch %s failed, retrying in %.1fs: %s", self.path, delay, exc)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 10.0)
                 # A list that failed halfway is redone from scratch.
-                need_list = need_list or self.resource_version is None
+                if self.resource_version is None:
+                    need_list, cause = True, "error"
+            finally:
+                self.stats.connected = False
+                WATCH_CONNECTED.labels(self.resource).set(0)
 
     async def _list(self) -> None:
         fresh: dict[str, Obj] = {}
@@ -138,6 +156,8 @@ class Reflector:
             if resp.status_code == 410:
                 raise GoneError
             resp.raise_for_status()
+            self.stats.connected, self.stats.failing_since = True, None
+            WATCH_CONNECTED.labels(self.resource).set(1)
             async for line in resp.aiter_lines():
                 if not line:
                     continue
@@ -158,6 +178,7 @@ class Reflector:
                 else:
                     self.items[uid] = obj
                 self.stats.events += 1
+                WATCH_EVENTS.labels(self.resource).inc()
                 await self._emit(kind, obj)
 
     async def _emit(self, kind: str, obj: Obj) -> None:

@@ -31,6 +31,7 @@ from kubetrain.cluster.jobs import (
 from kubetrain.domain.manifest import RenderOptions, job_name, render_job, render_status_secret
 from kubetrain.domain.spec import SpecError, parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.metrics import DISPATCHER_CREATED, DISPATCHER_FAILURES, DISPATCHER_RETRIES
 from kubetrain.store import (
     Database,
     Job,
@@ -111,7 +112,9 @@ class Dispatcher:
         try:
             await delete_job(self.client, namespace, name)
         except (ApiError, httpx.HTTPError, OSError) as exc:
-            log.warning("deleting the Job of %s failed (retried later): %s", job_id, exc)
+            log.warning(
+                "deleting the Job failed (retried later): %s", exc, extra={"job_id": job_id}
+            )
             return
         await asyncio.to_thread(self._deleted, job_id)
 
@@ -143,10 +146,25 @@ class Dispatcher:
         except (ApiError, httpx.HTTPError, OSError, JobConflictError) as exc:
             self.failures += 1
             raw_reason, raw_message = _describe(exc)
-            log.warning("creating the Job of %s failed: %s: %s", job_id, raw_reason, raw_message)
+            DISPATCHER_FAILURES.labels(raw_reason).inc()
+            log.warning(
+                "creating the Job failed: %s: %s",
+                raw_reason,
+                raw_message,
+                extra={"job_id": job_id, "namespace": namespace},
+            )
             await asyncio.to_thread(self._failed, job_id, raw_reason, raw_message)
             return
         self.created += 1
+        DISPATCHER_CREATED.inc()
+        log.info(
+            "created the Job",
+            extra={
+                "job_id": job_id,
+                "namespace": namespace,
+                "k8s_job": manifest["metadata"]["name"],
+            },
+        )
         await asyncio.to_thread(self._dispatched, job_id, manifest["metadata"]["name"])
         if self.on_dispatched is not None:
             self.on_dispatched(job_id)
@@ -159,6 +177,8 @@ class Dispatcher:
             job = get_job_any_project(session, job_id)
             if job is None or job.business_state != BusinessState.CREATED:
                 return None
+            if job.last_dispatch_error is not None:
+                DISPATCHER_RETRIES.inc()
             if job.cancel_requested:
                 apply_business_change(
                     session,

@@ -22,6 +22,8 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from kubetrain.metrics import LEADER
+
 log = logging.getLogger(__name__)
 
 
@@ -111,6 +113,7 @@ class LeaderElector:
             log.info("%s is the leader (lease %s/%s)", self.identity, self.namespace, self.name)
             self.transitions += 1
             self.leading.set()
+            LEADER.set(1)
             task = asyncio.create_task(work())
             try:
                 await self._keep_renewing(task)
@@ -126,6 +129,7 @@ class LeaderElector:
                 raise
             finally:
                 self.leading.clear()
+                LEADER.set(0)
                 task.cancel()
                 await asyncio.gather(task, return_exceptions=True)
             log.warning("%s lost the lease; standing by", self.identity)

@@ -7,6 +7,7 @@ import asyncio
 import logging
 import os
 import socket
+import time
 import uuid
 from dataclasses import dataclass, field
 from typing import Any
@@ -21,6 +22,7 @@ from kubetrain.control.dispatcher import Dispatcher
 from kubetrain.control.leader import LeaderElector
 from kubetrain.control.syncer import Syncer
 from kubetrain.domain.manifest import RenderOptions
+from kubetrain.metrics import LEADER
 from kubetrain.store import Database
 
 log = logging.getLogger(__name__)
@@ -43,13 +45,13 @@ class ControlLoops:
     dispatcher: Dispatcher | None = None
     syncer: Syncer | None = None
     elector: LeaderElector | None = None
+    cache: ClusterCache | None = None
     _loop: asyncio.AbstractEventLoop | None = None
-    _cache: ClusterCache | None = None
 
     def cluster_listing(self) -> dict[str, Any] | None:
         """The watch caches as one `List` while this replica leads and they are synced;
         call it on the loop's thread (the web pages' nodes and quotas read it)."""
-        cache = self._cache
+        cache = self.cache
         if cache is None or not all(r.synced.is_set() for r in cache.reflectors.values()):
             return None
         return cache.listing()
@@ -66,6 +68,25 @@ class ControlLoops:
         if loop is not None and syncer is not None and not loop.is_closed():
             loop.call_soon_threadsafe(syncer.mark, job_id)
 
+    def watch_problems(self, failing_for: float, *, synced: bool) -> list[str]:
+        """Why the watches are unhealthy: each one failing for longer than `failing_for`
+        seconds, and (with `synced`) each not listed yet. Empty on a standby, which
+        watches nothing."""
+        cache = self.cache
+        if cache is None or (self.elector is not None and not self.elector.leading.is_set()):
+            return []
+        now = time.monotonic()
+        problems = []
+        for name, reflector in cache.reflectors.items():
+            since = reflector.stats.failing_since
+            # The class only: an error's text is no business of an unauthenticated probe.
+            error = (reflector.stats.last_error or "").split(":", 1)[0]
+            if since is not None and now - since > failing_for:
+                problems.append(f"the watch of {name} has failed for {now - since:.0f} s ({error})")
+            elif synced and not reflector.synced.is_set():
+                problems.append(f"the watch of {name} has not listed yet")
+        return problems
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         http = http_client(self.config)
@@ -80,13 +101,14 @@ class ControlLoops:
                 )
                 await self.elector.run(lambda: self._work(http, client))
             else:
+                LEADER.set(1)
                 await self._work(http, client)
         finally:
             await http.aclose()
 
     async def _work(self, http: httpx.AsyncClient, client: AsyncClient) -> None:
         # Fresh caches for every term as leader: a standby's view may be stale.
-        cache = self._cache = ClusterCache(http)
+        cache = self.cache = ClusterCache(http)
         self.syncer = Syncer(self.db, cache, resync_interval=self.resync_interval)
         self.dispatcher = Dispatcher(
             self.db,
@@ -98,4 +120,4 @@ class ControlLoops:
         try:
             await asyncio.gather(cache.run(), self.syncer.run(), self.dispatcher.run())
         finally:
-            self._cache = None  # a standby's view would go stale
+            self.cache = None  # a standby's view would go stale

@@ -24,6 +24,7 @@ from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
+from kubetrain.metrics import SYNC_LAG
 from kubetrain.store import (
     Database,
     IllegalTransition,
@@ -197,7 +198,9 @@ class Syncer:
                 diagnosis = diagnose(facts, snapshot.for_job(facts.k8s_name, facts.namespace), now)
                 changed = self._record(facts, diagnosis)
             except Exception:
-                log.exception("syncing job %s failed; it will be retried", facts.job_id)
+                log.exception(
+                    "syncing the job failed; it will be retried", extra={"job_id": facts.job_id}
+                )
                 self.stats.errors += 1
                 failed.append(facts.job_id)
                 continue
@@ -205,9 +208,12 @@ class Syncer:
             if diagnosis.state.terminal:
                 pods = [a.pod_name for a in diagnosis.attempts]
                 finished.append((facts.namespace, facts.k8s_name, pods))
-            if changed and self.stats.lags is not None:
+            if changed:
+                lag = time.monotonic() - marked[facts.job_id]
+                SYNC_LAG.observe(lag)
                 self.stats.business_changes += 1
-                self.stats.lags.append(time.monotonic() - marked[facts.job_id])
+                if self.stats.lags is not None:
+                    self.stats.lags.append(lag)
         return failed, finished
 
     def _record(self, facts: _Facts, diagnosis: Diagnosis) -> bool:
@@ -229,9 +235,22 @@ class Syncer:
                     detail={"link": str(diagnosis.link), "waitable": diagnosis.waitable},
                 )
             except IllegalTransition as exc:
-                log.warning("job %s: %s", job_id, exc)
+                log.warning("%s", exc, extra={"job_id": job_id})
                 changed = None
             record_diagnosis(session, job_id, diagnosis.to_json(facts.name))
+        if changed is not None:
+            log.info(
+                "job is %s (%s)",
+                diagnosis.state.value,
+                diagnosis.reason.value,
+                extra={
+                    "job_id": job_id,
+                    "attempt": diagnosis.attempts[-1].number if diagnosis.attempts else None,
+                    "state": diagnosis.state.value,
+                    "reason": diagnosis.reason.value,
+                    "raw_reason": diagnosis.raw_reason,
+                },
+            )
         return changed is not None
 
 

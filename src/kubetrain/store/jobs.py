@@ -50,6 +50,23 @@ def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(UTC)
 
 
+# session.info key: (state, seconds) of each stay in a business state that ended in
+# this transaction; kubetrain.metrics reports them once the transaction commits.
+STATE_DURATIONS_KEY = "kubetrain.state_durations"
+
+
+def _note_state_duration(session: Session, job: Job, now: datetime) -> None:
+    entered = session.scalar(
+        select(func.max(Transition.at)).where(
+            Transition.job_id == job.id,
+            Transition.kind == TransitionKind.BUSINESS,
+            Transition.from_state != Transition.to_state,
+        )
+    )
+    seconds = max(0.0, (now - (entered or job.created_at)).total_seconds())
+    session.info.setdefault(STATE_DURATIONS_KEY, []).append((str(job.business_state), seconds))
+
+
 # -- submission ----------------------------------------------------------------
 
 
@@ -333,6 +350,8 @@ def apply_business_change(
         raise TerminalStateError(job_id, current, target)
     if state != job.business_state and not can_move(job.business_state, state):
         raise IllegalTransition(job_id, current, target)
+    if state != job.business_state:
+        _note_state_duration(session, job, now)
 
     job.business_state = state
     job.reason = reason

@@ -1,0 +1,241 @@
+"""deploy/base against the real API server: every object passes a server-side dry-run,
+and `kubetrain serve` running with nothing but the ServiceAccount's RBAC takes a job
+to SUCCEEDED and cancels another, while what the RBAC does not grant is Forbidden.
+
+The server authenticates with a token the API server issued to that
+ServiceAccount (TokenRequest), the same credential a Pod of the Deployment gets;
+impersonation would need the admin credential inside the server process.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+import pytest
+import yaml
+from lightkube import ApiError, Client
+from lightkube.codecs import from_dict
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.models.authentication_v1 import TokenRequestSpec
+from lightkube.models.core_v1 import Container, PodSpec
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
+from prometheus_client.parser import text_string_to_metric_families
+
+from kubetrain.domain.manifest import job_name
+from kubetrain.local_server import LocalServer
+from kubetrain.testbed.cluster import Testbed
+from tests.kube import eventually, get
+
+pytestmark = pytest.mark.testbed
+
+BASE = Path(__file__).resolve().parents[2] / "deploy/base"
+CLUSTER_SCOPED = {"Namespace", "ClusterRole", "ClusterRoleBinding"}
+RBAC_KINDS = {"ServiceAccount", "Role", "RoleBinding", "ClusterRole", "ClusterRoleBinding"}
+
+
+def base(namespace: str, suffix: str) -> list[dict[str, Any]]:
+    """The base's objects moved to `namespace` and cluster-wide names given `suffix`,
+    as `kustomize edit set namespace` and `nameSuffix` would (tests share a cluster)."""
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    out = []
+    for name in kustomization["resources"]:
+        for doc in yaml.safe_load_all((BASE / name).read_text()):
+            doc = copy.deepcopy(doc)
+            meta = doc["metadata"]
+            if doc["kind"] in CLUSTER_SCOPED:
+                meta["name"] += suffix
+            else:
+                meta["namespace"] = namespace
+            for subject in doc.get("subjects", []):
+                subject["namespace"] = namespace
+            if doc["kind"] == "ClusterRoleBinding":
+                doc["roleRef"]["name"] += suffix
+            out.append(doc)
+    return out
+
+
+def test_every_object_of_the_base_passes_a_server_side_dry_run(kube: Client, namespace: str):
+    documents = base(namespace, f"-{uuid.uuid4().hex[:6]}")
+    assert {d["kind"] for d in documents} >= {
+        "Namespace",
+        "Deployment",
+        "Service",
+        "ConfigMap",
+        *RBAC_KINDS,
+    }
+    for doc in documents:
+        obj: Any = from_dict(doc)
+        created = kube.create(obj, dry_run=True)
+        assert created.metadata.name == doc["metadata"]["name"]
+    # A dry run writes nothing.
+    assert get(kube, ServiceAccount, "kubetrain", namespace) is None
+
+
+@pytest.fixture
+def service_account(kube: Client, namespace: str) -> Iterator[str]:
+    """The base's ServiceAccount and RBAC, applied for real in `namespace`."""
+    suffix = f"-{namespace}"
+    applied = [d for d in base(namespace, suffix) if d["kind"] in RBAC_KINDS]
+    for doc in applied:
+        kube.create(from_dict(doc))
+    yield "kubetrain"
+    for doc in applied:
+        if doc["kind"] in CLUSTER_SCOPED:
+            kind = type(from_dict(doc))
+            kube.delete(kind, doc["metadata"]["name"])
+
+
+def token_kubeconfig(testbed: Testbed, kube: Client, namespace: str, account: str, path: Path):
+    request = ServiceAccount.Token(
+        metadata=ObjectMeta(name=account, namespace=namespace),
+        spec=TokenRequestSpec(audiences=[], expirationSeconds=3600),
+    )
+    token = kube.create(request, account, namespace=namespace).status.token
+    path.write_text(
+        yaml.safe_dump(
+            {
+                "apiVersion": "v1",
+                "kind": "Config",
+                "clusters": [
+                    {
+                        "name": "testbed",
+                        "cluster": {
+                            "server": testbed.server,
+                            "certificate-authority": str(testbed.pki.ca_cert),
+                        },
+                    }
+                ],
+                "users": [{"name": account, "user": {"token": token}}],
+                "contexts": [{"name": "sa", "context": {"cluster": "testbed", "user": account}}],
+                "current-context": "sa",
+            }
+        )
+    )
+    path.chmod(0o600)
+    return token
+
+
+def wait_for(http: httpx.Client, project: str, job_id: str, state: str) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def probe() -> dict[str, Any] | None:
+        last.update(http.get(f"/api/v1/projects/{project}/jobs/{job_id}").json())
+        return last if last["business_status"] == state else None
+
+    return eventually(probe, 90, what=f"{job_id} {state} (last {last})")
+
+
+def training_job(name: str, project: str, gpus: int) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubetrain.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "project": project},
+        "spec": {
+            "image": "registry.example/trainer:2026-08",
+            "command": ["python", "train.py"],
+            "resources": {"requests": {"cpu": "2", "memory": "8Gi"}, "gpus": gpus},
+        },
+    }
+
+
+def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
+    testbed: Testbed,
+    kube: Client,
+    namespace: str,
+    service_account: str,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+):
+    kubeconfig = tmp_path / "sa.kubeconfig"
+    sa_token = token_kubeconfig(testbed, kube, namespace, service_account, kubeconfig)
+    project = f"sa-{uuid.uuid4().hex[:8]}"  # its namespace does not exist yet
+    log = tmp_path / "serve.log"
+    monkeypatch.setenv("KUBETRAIN_LOG_FORMAT", "json")
+    server = LocalServer(
+        database_url=f"sqlite:///{tmp_path / 'kubetrain.db'}",
+        log=log,
+        kubeconfig=kubeconfig,
+        args=["--lease-namespace", namespace],
+    )
+    try:
+        with server.start(), server.client() as http:
+            jobs = f"/api/v1/projects/{project}/jobs"
+            done = http.post(jobs, json=training_job("fits", project, gpus=1))
+            assert done.status_code == 201, done.text
+            waiting = http.post(jobs, json=training_job("waits", project, gpus=64))
+            waiting_id = waiting.json()["id"]
+            wait_for(http, project, waiting_id, "QUEUED")
+            assert http.post(f"{jobs}/{waiting_id}/cancel").status_code == 200
+            job = wait_for(http, project, done.json()["id"], "SUCCEEDED")
+            assert job["exit_code"] == 0
+            # the cancelled job's Job is deleted, which takes the `delete` verb
+            eventually(
+                lambda: get(kube, Job, job_name(waiting_id), project) is None,
+                60,
+                what="the cancelled job's Job deleted",
+            )
+            assert get(kube, Lease, "kubetrain-controller", namespace) is not None
+            metrics = {
+                (s.name, tuple(sorted(s.labels.items()))): s.value
+                for family in text_string_to_metric_families(http.get("/metrics").text)
+                for s in family.samples
+            }
+            assert metrics[("kubetrain_leader", ())] == 1
+            assert metrics[("kubetrain_watch_connected", (("resource", "pods"),))] == 1
+            assert metrics[("kubetrain_dispatcher_jobs_created_total", ())] == 2
+            assert (
+                metrics[
+                    ("kubetrain_watch_relists_total", (("cause", "start"), ("resource", "jobs")))
+                ]
+                == 1
+            )
+            assert metrics[("kubetrain_sync_lag_seconds_count", ())] >= 3  # QUEUED, RUNNING, ...
+            for state in ("CREATED", "QUEUED", "RUNNING"):
+                assert metrics[("kubetrain_job_state_seconds_count", (("state", state),))] >= 1
+            assert (
+                metrics[("kubetrain_jobs", (("reason", "COMPLETED"), ("state", "SUCCEEDED")))] == 1
+            )
+            assert http.get("/readyz").status_code == 200
+    finally:
+        server.stop()
+        try:
+            kube.delete(Namespace, project)
+        except ApiError as exc:
+            if exc.status.code != 404:
+                raise
+
+    # Nothing outside the RBAC: the same credential is refused the rest.
+    as_account = Client(config=KubeConfig.from_file(kubeconfig))
+    for refused in (
+        lambda: list(as_account.list(Secret, namespace=namespace)),
+        lambda: list(as_account.list(ConfigMap, namespace=namespace)),
+        lambda: as_account.create(
+            Pod(
+                metadata=ObjectMeta(name="x", namespace=namespace),
+                spec=PodSpec(containers=[Container(name="x", image="x")]),
+            )
+        ),
+        lambda: as_account.delete(Namespace, namespace),
+        lambda: as_account.get(Lease, "someone-elses-lease", namespace=namespace),
+        lambda: list(as_account.list(Lease, namespace="kube-system")),
+    ):
+        with pytest.raises(ApiError) as refusal:
+            refused()
+        assert refusal.value.status.code == 403
+
+    # The log: one JSON object a line, job ids as fields, no credential anywhere.
+    text = log.read_text()
+    entries = [json.loads(line) for line in text.splitlines() if line.strip()]
+    assert any(e.get("job_id") == waiting_id for e in entries)
+    assert any("attempt" in e for e in entries)
+    assert sa_token not in text
+    assert server.token not in text
