@@ -30,7 +30,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubetrain.domain.manifest import job_name
+from kubetrain.domain.manifest import job_name, status_secret_name
 from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
 from tests.kube import eventually, get
@@ -166,6 +166,8 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
         kubeconfig=kubeconfig,
         args=["--lease-namespace", namespace],
     )
+    # As deployed: every Job gets a status-token Secret, which takes the secrets verbs.
+    server.extra_env["KUBETRAIN_STATUS_URL"] = server.url
     try:
         with server.start(), server.client() as http:
             jobs = f"/api/v1/projects/{project}/jobs"
@@ -184,6 +186,8 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
                 what="the cancelled job's Job deleted",
             )
             assert get(kube, Lease, "kubetrain-controller", namespace) is not None
+            owners = get(kube, Secret, status_secret_name(job["id"]), project).metadata
+            assert [o.kind for o in owners.ownerReferences] == ["Job"]
             metrics = {
                 (s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(http.get("/metrics").text)
