@@ -9,6 +9,7 @@ Everything a check says goes through the Redactor before it leaves the process.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import importlib.util
 import json
@@ -390,7 +391,8 @@ def _probe_write(directory: Path) -> None:
             os.close(fd)
         probe.unlink()
     except OSError as exc:
-        probe.unlink(missing_ok=True)
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
         raise CheckFailed(f"{directory} is not writable: {exc.strerror}") from None
 
 
