@@ -30,6 +30,11 @@ class _Ready(BaseHTTPRequestHandler):
         self.send_response(200 if self.path == "/readyz" else 404)
         self.end_headers()
 
+    def do_POST(self) -> None:  # progress reports: accepted, not looked at here
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(202)
+        self.end_headers()
+
     def log_message(self, *args: object) -> None:
         pass
 

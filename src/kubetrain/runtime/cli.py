@@ -99,7 +99,7 @@ def run_command(args: argparse.Namespace) -> int:
         _write_termination_log(termination_log(environ, TERMINATION_LOG_DEFAULT), line, redact)
         print(redact(json.dumps(report.document())))
         if reporter is not None:
-            reporter.flush(EXEC_FLUSH_SECONDS)
+            reporter.close(EXEC_FLUSH_SECONDS)
         return PREFLIGHT_EXIT_CODE
     if args.preflight:
         print(redact(json.dumps(report.document())))

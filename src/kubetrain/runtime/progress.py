@@ -133,6 +133,10 @@ class Reporter:
         return True
 
     def close(self, timeout: float = EXIT_FLUSH_SECONDS) -> bool:
+        """Flushes for at most `timeout` seconds, then stops; later calls return at once."""
+        with self._cond:
+            if self._closed:
+                return not (self._queue or self._inflight)
         done = self.flush(timeout)
         with self._cond:
             self._closed = True
