@@ -1,4 +1,4 @@
-"""Fixtures of the runtime tier: directories on a mounted filesystem, and `kubetrain run` in a process."""
+"""Runtime tier fixtures: directories on a mounted filesystem, `kubetrain run` in a process."""
 
 from __future__ import annotations
 

@@ -88,7 +88,8 @@ def test_concurrent_fills_from_threads_and_processes_stay_under_the_cap(tmp_path
     threads = [
         threading.Thread(target=_fill, args=(root, sources[::-1][i::3], cap)) for i in range(3)
     ]
-    for worker in [*processes, *threads]:
+    workers: list[multiprocessing.process.BaseProcess | threading.Thread] = [*processes, *threads]
+    for worker in workers:
         worker.start()
     watched = []  # what the disk holds, sampled all along
     while any(p.is_alive() for p in processes) or any(t.is_alive() for t in threads):
@@ -97,7 +98,7 @@ def test_concurrent_fills_from_threads_and_processes_stay_under_the_cap(tmp_path
         with (tmp_path / "cache" / ".lock").open("a") as lock:
             fcntl.flock(lock, fcntl.LOCK_EX)
             watched.append(_disk_bytes(tmp_path / "cache"))
-    for worker in [*processes, *threads]:
+    for worker in workers:
         worker.join()
     assert all(p.exitcode == 0 for p in processes)
     assert len(watched) > 10

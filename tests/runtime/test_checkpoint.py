@@ -1,4 +1,4 @@
-"""CheckpointManager on real files with real torch on CPU: validity, fallback, binding, retention."""
+"""CheckpointManager on real files, real torch on CPU: validity, fallback, binding, retention."""
 
 from __future__ import annotations
 

@@ -22,7 +22,8 @@ KILLS = 20
 
 
 def _losses(path: Path) -> tuple[list[int], dict[int, set[str]]]:
-    resumed, by_step = [], {}
+    resumed: list[int] = []
+    by_step: dict[int, set[str]] = {}
     for line in path.read_text().splitlines():
         first, second = line.split()
         if first == "resumed":
@@ -62,7 +63,7 @@ def test_twenty_kills_then_the_same_final_weights_as_an_uninterrupted_run(tmp_pa
     killed.mkdir()
     losses = killed / "losses"
     losses.touch()
-    chance = random.Random(5)
+    chance = random.Random(5)  # noqa: S311 - kill timings, not secrets
     mid_save = 0
     for attempt in range(KILLS):
         before = _logged_steps(losses)

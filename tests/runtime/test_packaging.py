@@ -1,4 +1,4 @@
-"""kubetrain.runtime needs only the standard library: the import graph, and runs without site-packages."""
+"""kubetrain.runtime needs only the standard library: its imports, runs without site-packages."""
 
 from __future__ import annotations
 
@@ -17,7 +17,15 @@ from tests.runtime.conftest import SRC, base_env
 
 pytestmark = pytest.mark.runtime
 
-SERVER_SIDE = ("fastapi", "sqlalchemy", "lightkube", "pydantic", "httpx", "yaml", "kubetrain.domain")
+SERVER_SIDE = (
+    "fastapi",
+    "sqlalchemy",
+    "lightkube",
+    "pydantic",
+    "httpx",
+    "yaml",
+    "kubetrain.domain",
+)
 RUNTIME_MODULES = [
     f"kubetrain.runtime.{path.stem}"
     for path in sorted((SRC / "kubetrain" / "runtime").glob("*.py"))
@@ -89,9 +97,22 @@ def test_run_and_stamp_work_with_only_the_standard_library(tmp_path, entry):
 
 def test_dataset_stamp_names_the_bad_argument(tmp_path):
     done = subprocess.run(
-        [sys.executable, "-m", "kubetrain.runtime", "dataset", "stamp", str(tmp_path / "no"),
-         "--name", "d", "--version", "1"],
-        env=base_env(), capture_output=True, text=True, check=False,
+        [
+            sys.executable,
+            "-m",
+            "kubetrain.runtime",
+            "dataset",
+            "stamp",
+            str(tmp_path / "no"),
+            "--name",
+            "d",
+            "--version",
+            "1",
+        ],
+        env=base_env(),
+        capture_output=True,
+        text=True,
+        check=False,
     )
     assert done.returncode == 1
     assert done.stderr.startswith("kubetrain: error: PATH ")

@@ -101,7 +101,9 @@ def test_preflight_only_never_runs_the_command(job, volume):
 
 
 def test_signals_reach_the_command_since_it_is_execed(job):
-    done = kubetrain("run", "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 15)", env=job)
+    done = kubetrain(
+        "run", "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 15)", env=job
+    )
     assert done.returncode == -signal.SIGTERM
 
 
@@ -208,8 +210,7 @@ FAILURES = {
     ),
     "checkpoint-other-dataset": (
         "checkpoint-readable",
-        "the newest valid checkpoint (step 20) is bound to dataset version v1, "
-        "the job asks for v2",
+        "the newest valid checkpoint (step 20) is bound to dataset version v1, the job asks for v2",
     ),
     "output-full": ("output-writable", "MiB needed"),
     "output-absent": ("output-writable", "no-output does not exist or is not a directory"),
@@ -226,7 +227,8 @@ def test_a_failed_check_exits_86_with_one_termination_line_and_a_json_report(job
     line = Path(job["KUBETRAIN_TERMINATION_LOG"]).read_text()
     assert line.startswith(f"preflight failed: {check}: "), line
     assert cause in line
-    assert line.count("\n") == 1 and line.endswith("\n")
+    assert line.count("\n") == 1
+    assert line.endswith("\n")
     report = json.loads(done.stdout)
     assert report["passed"] is False
     assert report["failedCheck"] == check

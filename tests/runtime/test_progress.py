@@ -83,11 +83,17 @@ def test_events_follow_the_contract(peer):
     assert all(len(body["events"]) <= MAX_BATCH for _, _, body in peer.posts)
     events = peer.events()
     assert [e["seq"] for e in events] == list(range(1, 254))
-    assert events[0]["type"] == "phase" and events[0]["phase"] == "TRAINING"
+    assert events[0]["type"] == "phase"
+    assert events[0]["phase"] == "TRAINING"
     assert events[0]["time"].endswith("Z")
     assert events[1] == {**events[1], "type": "step", "step": 1, "metrics": {"loss": 1.0}}
     assert events[-2] == {**events[-2], "type": "checkpoint", "step": 250, "sizeBytes": 1234}
-    assert events[-1] == {**events[-1], "type": "resumed", "fromStep": 200, "fromPod": "job-9-0-old"}
+    assert events[-1] == {
+        **events[-1],
+        "type": "resumed",
+        "fromStep": 200,
+        "fromPod": "job-9-0-old",
+    }
 
 
 def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
@@ -148,6 +154,8 @@ def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, mon
     assert CheckpointManager(tmp_path, reporter=reporter).resume(model=model) == 7
     assert reporter.close(10)
     saved, resumed = peer.events()
-    assert saved["type"] == "checkpoint" and saved["step"] == 7 and saved["sizeBytes"] > 0
+    assert saved["type"] == "checkpoint"
+    assert saved["step"] == 7
+    assert saved["sizeBytes"] > 0
     assert resumed["type"] == "resumed"
     assert (resumed["fromStep"], resumed["fromPod"]) == (7, "job-9-0-first")

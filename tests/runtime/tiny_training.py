@@ -48,10 +48,10 @@ def train(root: Path, losses: Path, *, blocking: bool = True, steps: int = STEPS
         log.flush()
         for step in range(start + 1, steps + 1):
             batch = torch.randperm(len(x))[:32]
-            noise = random.random() * 1e-3
+            noise = random.random() * 1e-3  # noqa: S311 - state the resume must restore
             optimizer.zero_grad()
             loss = torch.nn.functional.mse_loss(model(x[batch]), y[batch]) + noise
-            loss.backward()
+            loss.backward()  # type: ignore[no-untyped-call]
             optimizer.step()
             scheduler.step()
             log.write(f"{step} {loss.item().hex()}\n")
