@@ -186,7 +186,9 @@ class Reporter:
             self._warn_once("put", f"progress event not queued: {exc}")
 
     def _trim(self) -> None:
-        while len(self._queue) + self._inflight > self._max_queue and self._queue:
+        # The batch in flight is not counted: the newest events must not be the ones that go
+        # while it is out. A failed batch comes back and is trimmed with the rest.
+        while len(self._queue) > self._max_queue:
             oldest_step = next((e for e in self._queue if e["type"] == "step"), None)
             self._queue.remove(oldest_step if oldest_step is not None else self._queue[0])
             self._dropped += 1
