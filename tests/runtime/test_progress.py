@@ -106,7 +106,7 @@ def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
         reporter.step(step, loss=0.5)
     assert time.perf_counter() - started < 1.0  # 1,000 steps queued without waiting
     assert reporter.dropped >= 1001 - 50 - 50  # the queue, and a batch out for retry
-    peer.status, peer.delay = 202, 0.0  # the server comes back: the backlog goes, with the count of drops
+    peer.status, peer.delay = 202, 0.0  # back: the backlog goes, with the count of drops
     assert reporter.close(10)
     events = peer.events()
     assert events[0]["type"] == "phase"  # the oldest *step* events went first
