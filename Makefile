@@ -37,6 +37,7 @@ bench: testbed
 	$(BIN)/python bench/submit.py
 	$(BIN)/python bench/propagation.py
 	$(BIN)/python bench/diagnosis.py
+	$(BIN)/python bench/checkpoint.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench

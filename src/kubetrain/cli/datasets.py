@@ -1,7 +1,8 @@
 """`kubetrain dataset register | list`: the dataset registry, through the API.
 
 Registering takes an admin token scoped to `*` (the registry serves every
-project); listing takes any valid token.
+project); listing takes any valid token. `kubetrain dataset stamp`, which
+writes the stamp on a dataset's files, is kubetrain.runtime's (listed here).
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from kubetrain.cli._client import ApiClient, CommandError, add_client_options, c
 from kubetrain.cli._output import FORMATS, emit, short_time, table
 from kubetrain.domain.datasets import parse_dataset_version
 from kubetrain.domain.spec import SpecError
+from kubetrain.runtime import cli as runtime_cli
 
 DATASETS = "/api/v1/datasets"
 
@@ -33,6 +35,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     listing.add_argument("-o", "--output", choices=FORMATS, default="table")
     add_client_options(listing, project=False)
     listing.set_defaults(func=_list)
+    runtime_cli.add_stamp_arguments(verbs.add_parser("stamp", help=runtime_cli.STAMP_HELP))
 
 
 def _register(args: argparse.Namespace) -> int:

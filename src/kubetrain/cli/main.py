@@ -1,4 +1,10 @@
-"""Entry point: parses the command line, turns known errors into one clear line."""
+"""Entry point: parses the command line, turns known errors into one clear line.
+
+`kubetrain run` and `kubetrain dataset stamp` run inside training images that
+have only the standard library: they go to kubetrain.runtime before anything
+of the server side is imported, so the imports of the other commands are here,
+in the functions, not at the top.
+"""
 
 from __future__ import annotations
 
@@ -7,11 +13,12 @@ import sys
 from collections.abc import Sequence
 
 from kubetrain import __version__
-from kubetrain.cli import datasets, jobs, nodes, serve, testbed, tokens, why
-from kubetrain.cli._client import CommandError
+from kubetrain.runtime import cli as runtime_cli
 
 
 def parser() -> argparse.ArgumentParser:
+    from kubetrain.cli import datasets, jobs, nodes, serve, testbed, tokens, why
+
     root = argparse.ArgumentParser(
         prog="kubetrain",
         description="Training jobs on Kubernetes, and why they are not running.",
@@ -25,10 +32,19 @@ def parser() -> argparse.ArgumentParser:
     nodes.register(commands)
     tokens.register(commands)
     datasets.register(commands)
+    runtime_cli.add_run_arguments(commands.add_parser("run", help=runtime_cli.RUN_HELP))
     return root
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    arguments = sys.argv[1:] if argv is None else list(argv)
+    if runtime_cli.handles(arguments):
+        return runtime_cli.main(arguments)
+    return _main(arguments)
+
+
+def _main(argv: Sequence[str]) -> int:
+    from kubetrain.cli._client import CommandError
     from kubetrain.domain.quantity import QuantityError
     from kubetrain.testbed.build import BuildError
     from kubetrain.testbed.cluster import TestbedError

@@ -1,0 +1,436 @@
+"""Checkpoints that resume honestly: atomic, checksummed, bound to what produced them (PyTorch).
+
+    manager = CheckpointManager("/checkpoints", keep_last=3,
+                                binding={"dataset_version": "v3", "code_version": "sha256:…",
+                                         "params": {"lr": 3e-4, "batch": 64}})
+    start = manager.resume(model=model, optimizer=opt, scheduler=sched) or 0
+    for step in range(start + 1, steps + 1):
+        ...
+        if step % 100 == 0:
+            manager.save(step, model=model, optimizer=opt, scheduler=sched, blocking=False)
+    manager.close()
+
+A save stages its files in a hidden directory next to the checkpoints (same
+filesystem, so the rename is atomic), hashing while it writes, fsyncs them,
+writes MANIFEST.json last, fsyncs it and the directory, renames the directory
+into place and fsyncs the root. A Pod killed at any moment leaves either the
+previous set of checkpoints or the new one, plus a staging directory that the
+next manager sweeps. Layout and validity: `checkpoint_files`.
+"""
+
+from __future__ import annotations
+
+import atexit
+import hashlib
+import io
+import json
+import os
+import random
+import shutil
+import sys
+import threading
+import time
+import uuid
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import IO, TYPE_CHECKING, Any, cast
+
+from kubetrain.runtime import checkpoint_files, progress
+from kubetrain.runtime.checkpoint_files import MANIFEST, STAGING_PREFIX, Found, step_dir_name
+from kubetrain.runtime.env import pod_name
+from kubetrain.runtime.errors import CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint
+
+if TYPE_CHECKING:
+    import torch
+
+STATE_FILE = "state.pt"
+BINDING_FIELDS = ("dataset_version", "code_version", "params_sha256")
+# Large writes: the kernel gets whole chunks, the hash sees each byte once.
+WRITE_CHUNK = 8 << 20
+
+__all__ = [
+    "CheckpointError",
+    "CheckpointManager",
+    "CorruptCheckpoint",
+    "IncompatibleCheckpoint",
+    "Resumed",
+]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """Where the current run came from: recorded in every checkpoint it writes."""
+
+    step: int
+    pod: str | None
+    allowed: tuple[str, ...]  # binding fields the caller let differ
+
+    def document(self) -> dict[str, Any]:
+        return {"fromStep": self.step, "fromPod": self.pod, "allowedMismatch": list(self.allowed)}
+
+
+def params_sha256(params: Mapping[str, Any]) -> str:
+    """The hash of the hyper-parameters: canonical JSON, so key order does not matter."""
+    canonical = json.dumps(params, sort_keys=True, separators=(",", ":"), default=str)
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
+
+class CheckpointManager:
+    def __init__(
+        self,
+        root: str | os.PathLike[str],
+        keep_last: int = 3,
+        binding: Mapping[str, Any] | None = None,
+        *,
+        reporter: progress.Reporter | None = None,
+    ) -> None:
+        if keep_last < 1:
+            raise ValueError("keep_last must be at least 1")
+        self.root = Path(root)
+        self.root.mkdir(parents=True, exist_ok=True)
+        self.keep_last = keep_last
+        given = dict(binding or {})
+        unknown = set(given) - {"dataset_version", "code_version", "params"}
+        if unknown:
+            raise ValueError(f"binding: unknown fields {sorted(unknown)}")
+        self.binding: dict[str, Any] = {
+            "dataset_version": given.get("dataset_version"),
+            "code_version": given.get("code_version"),
+            "params_sha256": params_sha256(given["params"]) if "params" in given else None,
+        }
+        self._reporter = reporter if reporter is not None else progress.default_reporter()
+        self.resumed: Resumed | None = None
+        self.extra: Any = None  # the `extra` of the checkpoint resumed from
+        self._inflight: threading.Thread | None = None
+        self._error: BaseException | None = None
+        self._lock = threading.Lock()
+        self._sweep_staging()
+        atexit.register(self._at_exit)
+
+    # reading -------------------------------------------------------------
+
+    def latest_valid(self) -> Path | None:
+        """The newest checkpoint whose manifest, sizes and checksums all hold."""
+        found = self._newest_valid()
+        return found.path if found else None
+
+    def resume(
+        self,
+        *,
+        model: torch.nn.Module | None = None,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any = None,
+        allow_mismatch: Collection[str] = (),
+    ) -> int | None:
+        """Loads the newest valid checkpoint into these objects and the RNGs; returns its step.
+
+        A checkpoint bound to another dataset version, code version or
+        hyper-parameters raises IncompatibleCheckpoint, unless its field is in
+        `allow_mismatch` ("dataset_version", "code_version", "params_sha256");
+        what was allowed is recorded in every checkpoint this run writes.
+        """
+        self._raise_pending()
+        bad = set(allow_mismatch) - set(BINDING_FIELDS)
+        if bad:
+            raise ValueError(f"allow_mismatch: unknown fields {sorted(bad)}")
+        for found in checkpoint_files.scan(self.root, checksums=True):
+            if found.problem is not None:
+                continue
+            allowed = self._check_binding(found, set(allow_mismatch))
+            try:
+                state = _load(found.path / STATE_FILE)
+            except Exception as exc:  # a file that verified but will not load
+                _warn(f"checkpoint {found.path.name} skipped: it does not load ({exc})")
+                continue
+            if model is not None:
+                model.load_state_dict(state["model"])
+            if optimizer is not None and state.get("optimizer") is not None:
+                optimizer.load_state_dict(state["optimizer"])
+            if scheduler is not None and state.get("scheduler") is not None:
+                scheduler.load_state_dict(state["scheduler"])
+            _set_rng(state["rng"])
+            self.extra = state.get("extra")
+            pod = found.manifest.get("pod")
+            self.resumed = Resumed(found.step, pod if isinstance(pod, str) else None, allowed)
+            if self._reporter is not None:
+                self._reporter.resumed(found.step, self.resumed.pod)
+            return found.step
+        return None
+
+    # writing -------------------------------------------------------------
+
+    def save(
+        self,
+        step: int,
+        *,
+        model: torch.nn.Module,
+        optimizer: torch.optim.Optimizer | None = None,
+        scheduler: Any = None,
+        extra: Any = None,
+        blocking: bool = True,
+    ) -> None:
+        """Saves a checkpoint of `step`. With blocking=False, returns once the state is in host
+        memory and writes it in a background thread (one at a time: a second save waits)."""
+        if not isinstance(step, int) or step < 0:
+            raise ValueError("step must be a non-negative int")
+        self.wait()
+        state = _host_copy(
+            {
+                "model": model.state_dict(),
+                "optimizer": optimizer.state_dict() if optimizer is not None else None,
+                "scheduler": scheduler.state_dict() if scheduler is not None else None,
+                "step": step,
+                "rng": _get_rng(),
+                "extra": extra,
+            },
+            copy=not blocking,
+        )
+        if blocking:
+            self._write(step, state)
+            return
+        thread = threading.Thread(
+            target=self._write_catching, args=(step, state), name="kubetrain-checkpoint"
+        )
+        self._inflight = thread
+        thread.start()
+
+    def wait(self) -> None:
+        """Waits for the save in flight; raises the error of a background save that failed."""
+        thread = self._inflight
+        if thread is not None:
+            thread.join()
+            self._inflight = None
+        self._raise_pending()
+
+    def close(self) -> None:
+        self.wait()
+        atexit.unregister(self._at_exit)
+
+    def __enter__(self) -> CheckpointManager:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # internals -----------------------------------------------------------
+
+    def _write_catching(self, step: int, state: dict[str, Any]) -> None:
+        try:
+            self._write(step, state)
+        except BaseException as exc:  # surfaced by the next call
+            with self._lock:
+                self._error = exc
+
+    def _write(self, step: int, state: dict[str, Any]) -> None:
+        import torch
+
+        started = time.perf_counter()
+        staging = self.root / f"{STAGING_PREFIX}{step_dir_name(step)}-{uuid.uuid4().hex[:8]}"
+        staging.mkdir()
+        try:
+            with _HashingWriter(staging / STATE_FILE) as writer:
+                torch.save(state, cast(IO[bytes], writer))
+            manifest = {
+                "format": checkpoint_files.FORMAT,
+                "step": step,
+                "files": {STATE_FILE: {"size": writer.size, "sha256": writer.sha256()}},
+                "binding": self.binding,
+                "pod": pod_name(os.environ),
+                "resumedFrom": self.resumed.document() if self.resumed else None,
+                "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
+            }
+            _write_synced(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
+            _fsync_dir(staging)
+            target = self.root / step_dir_name(step)
+            if target.exists():  # the same step again, after resuming from an older one
+                aside = self.root / f"{STAGING_PREFIX}replaced-{uuid.uuid4().hex[:8]}"
+                os.rename(target, aside)
+                os.rename(staging, target)
+                shutil.rmtree(aside, ignore_errors=True)
+            else:
+                os.rename(staging, target)
+            _fsync_dir(self.root)
+        except BaseException:
+            shutil.rmtree(staging, ignore_errors=True)
+            raise
+        self._retain(target)
+        if self._reporter is not None:
+            self._reporter.checkpoint(step, writer.size, time.perf_counter() - started)
+
+    def _retain(self, newest: Path) -> None:
+        """Keeps the newest keep_last valid checkpoints, and never the only valid one."""
+        found = checkpoint_files.scan(self.root)
+        valid = [f for f in found if f.problem is None]
+        keep = {f.path for f in valid[: self.keep_last]} | {newest}
+        oldest_kept = min((f.step for f in valid if f.path in keep), default=None)
+        for f in found:
+            # Invalid ones older than what is kept are dead weight; newer ones may be a
+            # concurrent writer's, so they stay.
+            stale = f.path not in keep and (oldest_kept is None or f.step < oldest_kept)
+            if stale:
+                shutil.rmtree(f.path, ignore_errors=True)
+
+    def _newest_valid(self) -> Found | None:
+        self._raise_pending()
+        return next(
+            (f for f in checkpoint_files.scan(self.root, checksums=True) if f.problem is None),
+            None,
+        )
+
+    def _check_binding(self, found: Found, allow: set[str]) -> tuple[str, ...]:
+        differing = [
+            name
+            for name in BINDING_FIELDS
+            if self.binding.get(name) is not None
+            and found.binding.get(name) is not None
+            and found.binding.get(name) != self.binding.get(name)
+        ]
+        refused = [name for name in differing if name not in allow]
+        if refused:
+            what = ", ".join(
+                f"{n} {found.binding.get(n)!r} (this run: {self.binding.get(n)!r})" for n in refused
+            )
+            raise IncompatibleCheckpoint(
+                f"checkpoint {found.path.name} was written with another {what}; "
+                "pass allow_mismatch=[...] to resume from it anyway"
+            )
+        return tuple(differing)
+
+    def _sweep_staging(self) -> None:
+        for entry in self.root.iterdir():
+            if entry.name.startswith(STAGING_PREFIX):
+                shutil.rmtree(entry, ignore_errors=True)
+
+    def _raise_pending(self) -> None:
+        with self._lock:
+            error, self._error = self._error, None
+        if error is not None:
+            raise CheckpointError(f"a background checkpoint save failed: {error}") from error
+
+    def _at_exit(self) -> None:
+        try:
+            self.wait()
+        except CheckpointError as exc:
+            _warn(str(exc))
+
+
+class _HashingWriter(io.RawIOBase):
+    """A file that hashes and counts what torch.save writes, then fsyncs it on close."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__()
+        self._file = path.open("wb", buffering=0)
+        self._hash = hashlib.sha256()
+        self._pending = bytearray()
+        self.size = 0
+
+    def writable(self) -> bool:
+        return True
+
+    def write(self, data: Any) -> int:
+        view = memoryview(data).cast("B")
+        self._hash.update(view)
+        self.size += len(view)
+        if len(view) >= WRITE_CHUNK:
+            self._flush_pending()
+            self._file.write(view)
+        else:
+            self._pending += view
+            if len(self._pending) >= WRITE_CHUNK:
+                self._flush_pending()
+        return len(view)
+
+    def _flush_pending(self) -> None:
+        if self._pending:
+            self._file.write(self._pending)
+            self._pending.clear()
+
+    def sha256(self) -> str:
+        return self._hash.hexdigest()
+
+    def close(self) -> None:
+        if not self.closed:
+            self._flush_pending()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        super().close()
+
+
+def _write_synced(path: Path, body: bytes) -> None:
+    with path.open("wb") as handle:
+        handle.write(body)
+        handle.flush()
+        os.fsync(handle.fileno())
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _load(path: Path) -> dict[str, Any]:
+    import torch
+
+    # weights_only: a checkpoint volume is shared; loading must not run its code.
+    state = torch.load(path, map_location="cpu", weights_only=True)
+    if not isinstance(state, dict) or "model" not in state or "rng" not in state:
+        raise CorruptCheckpoint(f"{path} does not hold a kubetrain checkpoint")
+    return state
+
+
+def _host_copy(state: Any, *, copy: bool) -> Any:
+    """The state with every tensor in host memory; copied when a background thread writes it,
+    since training goes on changing the originals in place."""
+    import torch
+
+    def visit(value: Any) -> Any:
+        if isinstance(value, torch.Tensor):
+            host = value.detach().to("cpu")
+            return host.clone() if copy and host.data_ptr() == value.data_ptr() else host
+        if isinstance(value, dict):
+            return {key: visit(item) for key, item in value.items()}
+        if isinstance(value, list):
+            return [visit(item) for item in value]
+        if isinstance(value, tuple):
+            return tuple(visit(item) for item in value)
+        return value
+
+    return visit(state)
+
+
+def _get_rng() -> dict[str, Any]:
+    import torch
+
+    rng: dict[str, Any] = {"python": random.getstate(), "torch": torch.get_rng_state()}
+    numpy = sys.modules.get("numpy")
+    if numpy is not None:
+        name, keys, pos, has_gauss, cached = numpy.random.get_state()
+        # As a tensor and plain numbers, so that weights_only loading accepts it.
+        rng["numpy"] = (name, torch.from_numpy(keys.copy()), int(pos), int(has_gauss), cached)
+    if torch.cuda.is_available():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return rng
+
+
+def _set_rng(rng: Mapping[str, Any]) -> None:
+    import torch
+
+    version, internal, gauss = rng["python"]
+    random.setstate((version, tuple(internal), gauss))
+    torch.set_rng_state(rng["torch"])
+    if "numpy" in rng:
+        import numpy
+
+        name, keys, pos, has_gauss, cached = rng["numpy"]
+        numpy.random.set_state((name, keys.numpy(), pos, has_gauss, cached))
+    if "cuda" in rng and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(rng["cuda"])
+
+
+def _warn(message: str) -> None:
+    print(f"kubetrain: {message}", file=sys.stderr)

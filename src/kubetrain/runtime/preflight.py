@@ -1,0 +1,431 @@
+"""The preflight: can this container train? Seven checks, in order, each timed.
+
+Each check reads its expectation from a KUBETRAIN_* variable the manifest sets;
+an unset variable skips its check, and the report says so. A check that
+cannot pass raises `CheckFailed` with a cause one line long; the first failure
+becomes the termination message `preflight failed: <check>: <cause>`.
+Everything a check says goes through the Redactor before it leaves the process.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import importlib.util
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+import tomllib
+import urllib.error
+import urllib.request
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+from kubetrain.runtime import checkpoint_files
+from kubetrain.runtime.contract import (
+    CHECK_NAMES,
+    DATASET_STAMP,
+    TERMINATION_MESSAGE_LIMIT,
+    TERMINATION_PREFIX,
+)
+from kubetrain.runtime.stamp import StampError, parse_stamp, sha256_file
+
+# Hashing a whole dataset would take hours; the preflight hashes listed files,
+# in path order, until this many bytes (every listed file is still stat'ed).
+HASH_BUDGET_BYTES = 64 << 20
+# Below this much free space a training run fails late, at its first write.
+MIN_FREE_BYTES = 1 << 30
+STATUS_TIMEOUT_SECONDS = 2.0
+NVIDIA_SMI_TIMEOUT_SECONDS = 5.0
+PROBE_NAME = ".kubetrain-preflight-probe"
+
+Status = Literal["passed", "failed", "skipped"]
+
+
+class CheckFailed(Exception):
+    """The container cannot train; the message is the cause, one line."""
+
+
+class CheckSkipped(Exception):
+    """Nothing to check (its variable is unset, or an earlier check failed)."""
+
+
+@dataclass(frozen=True)
+class CheckResult:
+    name: str
+    status: Status
+    detail: str
+    seconds: float
+
+
+@dataclass
+class Context:
+    """What the checks read: the environment, and the places they look (tests move them)."""
+
+    environ: Mapping[str, str]
+    rootfs: Path = Path("/")
+    dev: Path = Path("/dev")
+    passed: set[str] = field(default_factory=set)
+
+    def get(self, name: str) -> str | None:
+        value = self.environ.get(name, "").strip()
+        return value or None
+
+    def require(self, name: str) -> str:
+        value = self.get(name)
+        if value is None:
+            raise CheckSkipped(f"{name} is not set")
+        return value
+
+
+@dataclass(frozen=True)
+class PreflightReport:
+    results: tuple[CheckResult, ...]
+
+    @property
+    def failure(self) -> CheckResult | None:
+        return next((r for r in self.results if r.status == "failed"), None)
+
+    def termination_line(self) -> str | None:
+        failure = self.failure
+        if failure is None:
+            return None
+        return fit_termination_line(f"{TERMINATION_PREFIX}{failure.name}: {failure.detail}")
+
+    def document(self) -> dict[str, Any]:
+        failure = self.failure
+        return {
+            "passed": failure is None,
+            "failedCheck": failure.name if failure else None,
+            "checks": [
+                {
+                    "name": r.name,
+                    "status": r.status,
+                    "detail": r.detail,
+                    "seconds": round(r.seconds, 4),
+                }
+                for r in self.results
+            ],
+        }
+
+
+def fit_termination_line(text: str) -> str:
+    """One line within the kubelet's limit (bytes, not characters)."""
+    line = " ".join(text.split())
+    encoded = line.encode()
+    if len(encoded) <= TERMINATION_MESSAGE_LIMIT:
+        return line
+    return encoded[: TERMINATION_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
+
+
+def run_preflight(context: Context, redact: Callable[[str], str]) -> PreflightReport:
+    results = []
+    for name in CHECK_NAMES:
+        started = time.perf_counter()
+        status: Status
+        try:
+            detail, status = CHECKS[name](context), "passed"
+            context.passed.add(name)
+        except CheckFailed as exc:
+            detail, status = str(exc), "failed"
+        except CheckSkipped as exc:
+            detail, status = f"skipped: {exc}", "skipped"
+        except Exception as exc:  # a broken check fails its check, not the run
+            detail, status = f"{type(exc).__name__}: {exc}", "failed"
+        detail = redact(" ".join(detail.split()))
+        results.append(CheckResult(name, status, detail, time.perf_counter() - started))
+    return PreflightReport(tuple(results))
+
+
+# gpu-visible ---------------------------------------------------------------
+
+
+def check_gpu_visible(context: Context) -> str:
+    expected_text = context.require("KUBETRAIN_EXPECTED_GPUS")
+    try:
+        expected = int(expected_text)
+    except ValueError:
+        raise CheckFailed(
+            f"KUBETRAIN_EXPECTED_GPUS must be a whole number, not {expected_text!r}"
+        ) from None
+    if expected == 0:
+        return "no GPU expected"
+    counts = gpu_counts(context, with_torch=True)
+    checked = ", ".join(counts)
+    seen = {source: n for source, n in counts.items() if n is not None}
+    # The narrowest view wins: a device node without the runtime's consent,
+    # or a visible-devices list without its device node, is no usable GPU.
+    found = min(seen.values(), default=0)
+    if found != expected:
+        plural = "" if expected == 1 else "s"
+        raise CheckFailed(f"expected {expected} GPU{plural}, found {found} (checked {checked})")
+    return f"{found} visible (" + ", ".join(f"{s}: {n}" for s, n in seen.items()) + ")"
+
+
+def gpu_counts(context: Context, *, with_torch: bool) -> dict[str, int | None]:
+    """GPU count per source; None where a source has nothing to say (unset, not installed)."""
+    counts: dict[str, int | None] = {
+        "NVIDIA_VISIBLE_DEVICES": _nvidia_visible(context.environ.get("NVIDIA_VISIBLE_DEVICES")),
+        "CUDA_VISIBLE_DEVICES": _cuda_visible(context.environ.get("CUDA_VISIBLE_DEVICES")),
+        "/dev/nvidia*": _device_nodes(context.dev),
+        "nvidia-smi -L": _nvidia_smi(context.environ),
+    }
+    if with_torch and importlib.util.find_spec("torch") is not None:
+        counts["torch.cuda.device_count()"] = _torch_count()
+    return counts
+
+
+def _nvidia_visible(value: str | None) -> int | None:
+    if value is None or value.strip() == "all":  # "all" names no count
+        return None
+    items = [v for v in value.split(",") if v.strip() and v.strip() not in ("none", "void")]
+    return len(items)
+
+
+def _cuda_visible(value: str | None) -> int | None:
+    if value is None:
+        return None
+    count = 0
+    for item in value.split(","):
+        # CUDA stops at the first invalid or negative entry.
+        if not item.strip() or item.strip().startswith("-"):
+            break
+        count += 1
+    return count
+
+
+def _device_nodes(dev: Path) -> int:
+    try:
+        return sum(1 for entry in os.listdir(dev) if re.fullmatch(r"nvidia\d+", entry))
+    except OSError:
+        return 0
+
+
+def _nvidia_smi(environ: Mapping[str, str]) -> int | None:
+    binary = shutil.which("nvidia-smi", path=environ.get("PATH"))
+    if binary is None:
+        return None
+    try:
+        done = subprocess.run(
+            [binary, "-L"],
+            capture_output=True,
+            text=True,
+            timeout=NVIDIA_SMI_TIMEOUT_SECONDS,
+            check=False,
+        )
+    except (OSError, subprocess.TimeoutExpired):
+        return 0
+    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+
+
+def _torch_count() -> int | None:
+    try:
+        import torch
+    except Exception:  # a torch that cannot load sees no GPU
+        return 0
+    return int(torch.cuda.device_count())
+
+
+# dataset-mounted, dataset-version --------------------------------------------
+
+
+def check_dataset_mounted(context: Context) -> str:
+    path = Path(context.require("KUBETRAIN_DATASET_PATH"))
+    if not path.is_dir():
+        raise CheckFailed(f"{path} does not exist or is not a directory")
+    if not (os.path.ismount(path) or on_separate_filesystem(path, context.rootfs)):
+        raise CheckFailed(
+            f"{path} is not a mounted volume: it is a directory of the container's root "
+            "filesystem (is the dataset's PersistentVolumeClaim mounted there?)"
+        )
+    try:
+        entries = len(os.listdir(path))
+    except OSError as exc:
+        raise CheckFailed(f"{path} is not readable: {exc.strerror}") from None
+    return f"{path} mounted, {entries} entries"
+
+
+def check_dataset_version(context: Context) -> str:
+    root = Path(context.require("KUBETRAIN_DATASET_PATH"))
+    if "dataset-mounted" not in context.passed:
+        raise CheckSkipped("the dataset is not mounted")
+    name = context.require("KUBETRAIN_DATASET_NAME")
+    version = context.require("KUBETRAIN_DATASET_VERSION")
+    manifest = Path(context.get("KUBETRAIN_DATASET_CHECKSUMS") or root / DATASET_STAMP)
+    try:
+        raw = manifest.read_bytes()
+    except OSError as exc:
+        raise CheckFailed(
+            f"{manifest} cannot be read ({exc.strerror}): the volume does not hold a "
+            f"stamped dataset (`kubetrain dataset stamp` writes {DATASET_STAMP})"
+        ) from None
+    pin = context.get("KUBETRAIN_DATASET_CHECKSUMS_SHA256")
+    if pin is not None and hashlib.sha256(raw).hexdigest() != pin.lower():
+        raise CheckFailed(f"{manifest} does not match KUBETRAIN_DATASET_CHECKSUMS_SHA256")
+    try:
+        stamp = parse_stamp(raw, str(manifest))
+    except StampError as exc:
+        raise CheckFailed(str(exc)) from None
+    if (stamp.name, stamp.version) != (name, version):
+        raise CheckFailed(
+            f"the volume holds dataset {stamp.name}@{stamp.version}, the job asks for "
+            f"{name}@{version}"
+        )
+    hashed, budget = 0, HASH_BUDGET_BYTES
+    for relative in sorted(stamp.files):
+        path = root / relative
+        try:
+            size = path.stat().st_size
+        except OSError:
+            raise CheckFailed(f"{relative} is listed in {manifest.name} but missing") from None
+        if size <= budget:
+            if sha256_file(path) != stamp.files[relative].lower():
+                raise CheckFailed(f"{relative} does not match its sha256 in {manifest.name}")
+            budget -= size
+            hashed += 1
+    return (
+        f"{name}@{version}; {len(stamp.files)} files listed, all present, {hashed} hashed "
+        f"(budget {HASH_BUDGET_BYTES >> 20} MiB)"
+    )
+
+
+# config-readable -------------------------------------------------------------
+
+
+def check_config_readable(context: Context) -> str:
+    path = Path(context.require("KUBETRAIN_CONFIG_PATH"))
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise CheckFailed(f"{path} cannot be read: {exc.strerror}") from None
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".json":
+            json.loads(raw)
+        elif suffix == ".toml":
+            tomllib.loads(raw.decode())
+        elif suffix in (".yaml", ".yml"):
+            if importlib.util.find_spec("yaml") is None:
+                return f"{path} read ({len(raw)} bytes); not parsed: PyYAML is not installed"
+            import yaml
+
+            yaml.safe_load(raw)
+        else:
+            return f"{path} read ({len(raw)} bytes); format unknown, not parsed"
+    except Exception as exc:  # every parser has its own error types
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        raise CheckFailed(f"{path} is not valid {suffix[1:].upper()}: {first}") from None
+    return f"{path} parsed as {suffix[1:].upper()}"
+
+
+# checkpoint-readable, output-writable ------------------------------------------
+
+
+def check_checkpoint_readable(context: Context) -> str:
+    path = Path(context.require("KUBETRAIN_CHECKPOINT_DIR"))
+    _volume_directory(path, context.rootfs)
+    try:
+        found = checkpoint_files.scan(path)
+    except OSError as exc:
+        raise CheckFailed(f"{path} is not readable: {exc.strerror}") from None
+    if not found:
+        _probe_write(path)
+        return f"{path} writable, no checkpoint yet"
+    valid = [c for c in found if c.problem is None]
+    if not valid:
+        problems = "; ".join(f"{c.path.name}: {c.problem}" for c in found[:3])
+        raise CheckFailed(f"{len(found)} checkpoints in {path}, none valid ({problems})")
+    newest = valid[0]
+    want = context.get("KUBETRAIN_DATASET_VERSION")
+    have = newest.binding.get("dataset_version")
+    if want is not None and have is not None and have != want:
+        raise CheckFailed(
+            f"the newest valid checkpoint (step {newest.step}) is bound to dataset version "
+            f"{have}, the job asks for {want}"
+        )
+    _probe_write(path)
+    return f"{path} writable; newest valid checkpoint: step {newest.step} (sizes verified)"
+
+
+def check_output_writable(context: Context) -> str:
+    path = Path(context.require("KUBETRAIN_OUTPUT_DIR"))
+    _volume_directory(path, context.rootfs)
+    _probe_write(path)
+    usage = shutil.disk_usage(path)
+    floor = int(context.get("KUBETRAIN_MIN_FREE_BYTES") or MIN_FREE_BYTES)
+    if usage.free < floor:
+        raise CheckFailed(
+            f"{path} has {usage.free >> 20} MiB free, below the {floor >> 20} MiB needed"
+        )
+    return f"{path} writable, {usage.free >> 20} MiB free"
+
+
+def _volume_directory(path: Path, rootfs: Path) -> None:
+    if not path.is_dir():
+        raise CheckFailed(f"{path} does not exist or is not a directory")
+    if not on_separate_filesystem(path, rootfs):
+        raise CheckFailed(
+            f"{path} is on the container's root filesystem, where it would vanish with the "
+            "Pod: mount a volume there"
+        )
+
+
+def on_separate_filesystem(path: Path, rootfs: Path) -> bool:
+    """True when `path` lives on another filesystem than `rootfs` (a mounted volume)."""
+    return os.stat(path).st_dev != os.stat(rootfs).st_dev
+
+
+def _probe_write(directory: Path) -> None:
+    probe = directory / f"{PROBE_NAME}-{os.getpid()}"
+    try:
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, b"kubetrain preflight\n")
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        probe.unlink()
+    except OSError as exc:
+        with contextlib.suppress(OSError):
+            probe.unlink(missing_ok=True)
+        raise CheckFailed(f"{directory} is not writable: {exc.strerror}") from None
+
+
+# status-reachable ----------------------------------------------------------------
+
+
+def check_status_reachable(context: Context) -> str:
+    base = context.require("KUBETRAIN_STATUS_URL").rstrip("/")
+    url = f"{base}/readyz"
+    if not url.startswith(("http://", "https://")):
+        raise CheckFailed(f"KUBETRAIN_STATUS_URL must be an http(s) URL, not {base!r}")
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_SECONDS) as reply:  # noqa: S310
+            status = reply.status
+    except urllib.error.HTTPError as exc:
+        raise CheckFailed(f"GET {url} answered {exc.code}") from None
+    except (urllib.error.URLError, OSError, ValueError) as exc:
+        reason = getattr(exc, "reason", exc)
+        raise CheckFailed(
+            f"GET {url} failed within {STATUS_TIMEOUT_SECONDS:g} s: {reason}"
+        ) from None
+    took = time.perf_counter() - started
+    note = "" if context.get("KUBETRAIN_STATUS_TOKEN") else "; KUBETRAIN_STATUS_TOKEN is not set"
+    return f"GET {url} answered {status} in {took * 1000:.0f} ms{note}"
+
+
+CHECKS: dict[str, Callable[[Context], str]] = {
+    "gpu-visible": check_gpu_visible,
+    "dataset-mounted": check_dataset_mounted,
+    "dataset-version": check_dataset_version,
+    "config-readable": check_config_readable,
+    "checkpoint-readable": check_checkpoint_readable,
+    "output-writable": check_output_writable,
+    "status-reachable": check_status_reachable,
+}

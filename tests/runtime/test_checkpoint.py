@@ -1,0 +1,150 @@
+"""CheckpointManager on real files, real torch on CPU: validity, fallback, binding, retention."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch
+
+from kubetrain.runtime import checkpoint_files
+from kubetrain.runtime.checkpoint import CheckpointError, CheckpointManager, IncompatibleCheckpoint
+from tests.runtime import tiny_training
+
+pytestmark = pytest.mark.runtime
+
+BINDING = tiny_training.BINDING
+
+
+def _saved(root: Path, steps: list[int], **kwargs) -> CheckpointManager:
+    model, optimizer, scheduler = tiny_training.build()
+    manager = CheckpointManager(root, binding=BINDING, **kwargs)
+    for step in steps:
+        model[0].bias.data.fill_(step)  # each checkpoint tells which step it holds
+        manager.save(step, model=model, optimizer=optimizer, scheduler=scheduler)
+    return manager
+
+
+def _resumed_bias(root: Path, **kwargs) -> tuple[int | None, float]:
+    model, optimizer, scheduler = tiny_training.build()
+    manager = CheckpointManager(root, binding=kwargs.pop("binding", BINDING))
+    step = manager.resume(model=model, optimizer=optimizer, scheduler=scheduler, **kwargs)
+    return step, float(model[0].bias[0].detach())
+
+
+def test_resume_from_nothing_returns_none(tmp_path):
+    assert CheckpointManager(tmp_path).latest_valid() is None
+    assert _resumed_bias(tmp_path)[0] is None
+
+
+def test_the_manifest_lists_sizes_checksums_binding_and_pod(tmp_path, monkeypatch):
+    monkeypatch.setenv("KUBETRAIN_POD_NAME", "job-abc-0-x7")
+    _saved(tmp_path, [5])
+    latest = CheckpointManager(tmp_path).latest_valid()
+    assert latest == tmp_path / "step-000000000005"
+    manifest = json.loads((latest / "MANIFEST.json").read_text())
+    assert manifest["pod"] == "job-abc-0-x7"
+    assert manifest["files"]["state.pt"]["size"] == (latest / "state.pt").stat().st_size
+    assert manifest["binding"]["dataset_version"] == "v1"
+    assert len(manifest["binding"]["params_sha256"]) == 64
+
+
+@pytest.mark.parametrize("damage", ["truncated", "bit-flipped", "no-manifest", "bad-manifest"])
+def test_a_damaged_newest_checkpoint_is_skipped_for_the_previous_one(tmp_path, damage):
+    _saved(tmp_path, [4, 8])
+    newest = tmp_path / "step-000000000008"
+    state = newest / "state.pt"
+    if damage == "truncated":
+        state.write_bytes(state.read_bytes()[:-100])
+    elif damage == "bit-flipped":
+        raw = bytearray(state.read_bytes())
+        raw[len(raw) // 2] ^= 0x01
+        state.write_bytes(bytes(raw))
+    elif damage == "no-manifest":
+        (newest / "MANIFEST.json").unlink()
+    else:
+        (newest / "MANIFEST.json").write_text("{")
+    assert CheckpointManager(tmp_path).latest_valid() == tmp_path / "step-000000000004"
+    assert _resumed_bias(tmp_path) == (4, 4.0)
+
+
+def test_a_binding_mismatch_is_refused_unless_allowed_and_then_recorded(tmp_path):
+    _saved(tmp_path, [3])
+    other = {**BINDING, "dataset_version": "v2", "params": {"lr": 0.02}}
+    with pytest.raises(IncompatibleCheckpoint, match="dataset_version 'v1' \\(this run: 'v2'\\)"):
+        _resumed_bias(tmp_path, binding=other)
+    model, optimizer, scheduler = tiny_training.build()
+    manager = CheckpointManager(tmp_path, binding=other)
+    allowed = ["dataset_version", "params_sha256"]
+    assert manager.resume(model=model, optimizer=optimizer, allow_mismatch=allowed) == 3
+    manager.save(6, model=model, optimizer=optimizer, scheduler=scheduler)
+    manifest = json.loads((tmp_path / "step-000000000006" / "MANIFEST.json").read_text())
+    assert manifest["resumedFrom"]["fromStep"] == 3
+    assert manifest["resumedFrom"]["allowedMismatch"] == allowed
+
+
+def test_retention_keeps_the_last_n_and_never_the_only_valid_one(tmp_path):
+    _saved(tmp_path, [1, 2, 3, 4, 5], keep_last=2)
+    assert [f.step for f in checkpoint_files.scan(tmp_path)] == [5, 4]
+    # Corrupt both; the next save is then the only valid one and the rest is swept.
+    for step in (4, 5):
+        (tmp_path / checkpoint_files.step_dir_name(step) / "MANIFEST.json").unlink()
+    _saved(tmp_path, [6], keep_last=2)
+    found = checkpoint_files.scan(tmp_path)
+    assert [(f.step, f.problem) for f in found] == [(6, None)]
+
+
+def test_a_staging_directory_left_by_a_kill_is_swept_and_never_read(tmp_path):
+    _saved(tmp_path, [2])
+    staging = tmp_path / ".staging-step-000000000004-deadbeef"
+    staging.mkdir()
+    (staging / "state.pt").write_bytes(b"partial")
+    assert CheckpointManager(tmp_path).latest_valid() == tmp_path / "step-000000000002"
+    assert not staging.exists()
+
+
+def test_a_failed_async_save_surfaces_on_the_next_call(tmp_path):
+    model, optimizer, _ = tiny_training.build()
+    manager = CheckpointManager(tmp_path / "ckpt")
+    manager.save(1, model=model, blocking=False)
+    manager.wait()
+    # The background writer cannot stage: the root is gone.
+    (tmp_path / "ckpt" / "step-000000000001" / "state.pt").unlink()
+    for entry in (tmp_path / "ckpt").iterdir():
+        for child in entry.iterdir():
+            child.unlink()
+        entry.rmdir()
+    (tmp_path / "ckpt").rmdir()
+    manager.save(2, model=model, optimizer=optimizer, blocking=False)
+    with pytest.raises(CheckpointError, match="a background checkpoint save failed"):
+        manager.save(3, model=model, blocking=False)
+    manager.close()
+
+
+def test_async_save_writes_the_state_as_it_was_when_save_returned(tmp_path):
+    model, _, _ = tiny_training.build()
+    manager = CheckpointManager(tmp_path)
+    before = {k: v.clone() for k, v in model.state_dict().items()}
+    manager.save(1, model=model, blocking=False)
+    with torch.no_grad():
+        for parameter in model.parameters():
+            parameter.add_(1.0)  # training goes on while the thread writes
+    manager.close()
+    saved = torch.load(tmp_path / "step-000000000001" / "state.pt", weights_only=True)["model"]
+    assert all(torch.equal(saved[k], v) for k, v in before.items())
+
+
+def test_a_resumed_run_continues_bit_for_bit(tmp_path):
+    whole, halves = tmp_path / "whole", tmp_path / "halves"
+    whole.mkdir()
+    halves.mkdir()
+    tiny_training.train(whole, whole / "losses", steps=24)
+    tiny_training.train(halves, halves / "losses", steps=12)
+    tiny_training.train(halves, halves / "losses", steps=24)
+    expected = [line for line in (whole / "losses").read_text().splitlines()[1:]]
+    got = [line for line in (halves / "losses").read_text().splitlines() if "resumed" not in line]
+    assert got == expected
+    a = torch.load(whole / "final.pt", weights_only=True)
+    b = torch.load(halves / "final.pt", weights_only=True)
+    assert all(torch.equal(a[k], b[k]) for k in a)

@@ -1,0 +1,299 @@
+"""`kubetrain run`: every preflight check passing and failing, in a real process, on real files."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import signal
+import socket
+import sys
+import threading
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+from kubetrain.runtime import checkpoint_files
+from kubetrain.runtime.contract import CHECK_NAMES, PREFLIGHT_EXIT_CODE
+from kubetrain.runtime.preflight import Context, run_preflight
+from kubetrain.runtime.redact import Redactor
+from kubetrain.runtime.stamp import write_stamp
+from tests.runtime.conftest import base_env, kubetrain
+
+pytestmark = pytest.mark.runtime
+
+
+class _Ready(BaseHTTPRequestHandler):
+    def do_GET(self) -> None:
+        self.send_response(200 if self.path == "/readyz" else 404)
+        self.end_headers()
+
+    def do_POST(self) -> None:  # progress reports: accepted, not looked at here
+        self.rfile.read(int(self.headers["Content-Length"]))
+        self.send_response(202)
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+@pytest.fixture
+def status_url() -> Iterator[str]:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _Ready)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+
+
+@pytest.fixture
+def job(volume: Path, status_url: str) -> dict[str, str]:
+    """The environment of a job whose every check passes (no GPU expected)."""
+    data = volume / "data"
+    (data / "train").mkdir(parents=True)
+    (data / "train" / "a.bin").write_bytes(b"a" * 1000)
+    (data / "b.txt").write_text("b")
+    write_stamp(data, "mnist", "v2")
+    (volume / "checkpoints").mkdir()
+    (volume / "output").mkdir()
+    (volume / "config.json").write_text('{"lr": 0.1}')
+    return base_env(
+        KUBETRAIN_JOB_ID="job-1",
+        KUBETRAIN_EXPECTED_GPUS="0",
+        KUBETRAIN_DATASET_PATH=str(data),
+        KUBETRAIN_DATASET_NAME="mnist",
+        KUBETRAIN_DATASET_VERSION="v2",
+        KUBETRAIN_CONFIG_PATH=str(volume / "config.json"),
+        KUBETRAIN_CHECKPOINT_DIR=str(volume / "checkpoints"),
+        KUBETRAIN_OUTPUT_DIR=str(volume / "output"),
+        KUBETRAIN_STATUS_URL=status_url,
+        KUBETRAIN_TERMINATION_LOG=str(volume / "termination-log"),
+    )
+
+
+def test_all_checks_pass_in_order_then_the_command_runs_with_its_exit_code(job):
+    done = kubetrain("run", "--", sys.executable, "-c", "print('training'); exit(7)", env=job)
+    assert done.returncode == 7, done.stderr
+    assert done.stdout == "training\n"  # the report goes to stderr when nothing failed
+    lines = [line for line in done.stderr.splitlines() if line.startswith("kubetrain preflight:")]
+    assert [line.split()[2] for line in lines] == list(CHECK_NAMES)
+    assert all(line.split()[3] == "passed" for line in lines), done.stderr
+    assert not Path(job["KUBETRAIN_TERMINATION_LOG"]).exists()
+
+
+def test_all_checks_take_under_two_seconds(job):
+    done = kubetrain("run", "--preflight", env=job)
+    assert done.returncode == 0, done.stderr
+    report = json.loads(done.stdout)
+    assert report["passed"] is True
+    assert {c["status"] for c in report["checks"]} == {"passed"}
+    assert sum(c["seconds"] for c in report["checks"]) < 2.0
+
+
+def test_preflight_only_never_runs_the_command(job, volume):
+    marker = volume / "ran"
+    done = kubetrain("run", "--preflight", "--", "touch", str(marker), env=job)
+    assert done.returncode == 0
+    assert not marker.exists()
+
+
+def test_signals_reach_the_command_since_it_is_execed(job):
+    done = kubetrain(
+        "run", "--", sys.executable, "-c", "import os; os.kill(os.getpid(), 15)", env=job
+    )
+    assert done.returncode == -signal.SIGTERM
+
+
+def test_a_command_not_found_exits_127(job):
+    done = kubetrain("run", "--", "no-such-trainer", env=job)
+    assert done.returncode == 127
+    assert "no-such-trainer: command not found" in done.stderr
+
+
+def test_unset_variables_skip_their_checks_and_say_so():
+    done = kubetrain("run", "--preflight", env=base_env())
+    assert done.returncode == 0
+    checks = json.loads(done.stdout)["checks"]
+    assert [c["status"] for c in checks] == ["skipped"] * len(CHECK_NAMES)
+    assert checks[0]["detail"] == "skipped: KUBETRAIN_EXPECTED_GPUS is not set"
+
+
+def _closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def _corrupt_checkpoint(root: Path) -> None:
+    step = root / checkpoint_files.step_dir_name(10)
+    step.mkdir()
+    (step / "state.pt").write_bytes(b"x" * 10)
+    manifest = {"format": 1, "step": 10, "files": {"state.pt": {"size": 99, "sha256": "0" * 64}}}
+    (step / checkpoint_files.MANIFEST).write_text(json.dumps(manifest))
+
+
+def _bound_checkpoint(root: Path, dataset_version: str) -> None:
+    step = root / checkpoint_files.step_dir_name(20)
+    step.mkdir()
+    (step / "state.pt").write_bytes(b"state")
+    manifest = {
+        "format": 1,
+        "step": 20,
+        "files": {"state.pt": {"size": 5, "sha256": hashlib.sha256(b"state").hexdigest()}},
+        "binding": {"dataset_version": dataset_version},
+    }
+    (step / checkpoint_files.MANIFEST).write_text(json.dumps(manifest))
+
+
+def _break(case: str, env: dict[str, str]) -> None:
+    data = Path(env["KUBETRAIN_DATASET_PATH"])
+    if case == "gpu-missing":
+        env.update(KUBETRAIN_EXPECTED_GPUS="1", NVIDIA_VISIBLE_DEVICES="none")
+    elif case == "dataset-absent":
+        env["KUBETRAIN_DATASET_PATH"] = str(data.parent / "not-there")
+    elif case == "dataset-other-version":
+        env["KUBETRAIN_DATASET_VERSION"] = "v3"
+    elif case == "dataset-unstamped":
+        (data / "kubetrain-dataset.json").unlink()
+    elif case == "dataset-file-changed":
+        (data / "b.txt").write_text("c")
+    elif case == "dataset-file-missing":
+        (data / "train" / "a.bin").unlink()
+    elif case == "checksums-pin-wrong":
+        env["KUBETRAIN_DATASET_CHECKSUMS"] = str(data / "kubetrain-dataset.json")
+        env["KUBETRAIN_DATASET_CHECKSUMS_SHA256"] = "0" * 64
+    elif case == "config-unparseable":
+        Path(env["KUBETRAIN_CONFIG_PATH"]).write_text("{not json")
+    elif case == "config-absent":
+        env["KUBETRAIN_CONFIG_PATH"] = str(data.parent / "nope.toml")
+    elif case == "checkpoint-all-corrupt":
+        _corrupt_checkpoint(Path(env["KUBETRAIN_CHECKPOINT_DIR"]))
+    elif case == "checkpoint-other-dataset":
+        _bound_checkpoint(Path(env["KUBETRAIN_CHECKPOINT_DIR"]), "v1")
+    elif case == "output-full":
+        env["KUBETRAIN_MIN_FREE_BYTES"] = str(1 << 60)
+    elif case == "output-absent":
+        env["KUBETRAIN_OUTPUT_DIR"] = str(data.parent / "no-output")
+    elif case == "status-down":
+        env["KUBETRAIN_STATUS_URL"] = f"http://127.0.0.1:{_closed_port()}"
+
+
+FAILURES = {
+    "gpu-missing": (
+        "gpu-visible",
+        "expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, "
+        "/dev/nvidia*, nvidia-smi -L",
+    ),
+    "dataset-absent": ("dataset-mounted", "not-there does not exist or is not a directory"),
+    "dataset-other-version": (
+        "dataset-version",
+        "the volume holds dataset mnist@v2, the job asks for mnist@v3",
+    ),
+    "dataset-unstamped": ("dataset-version", "kubetrain-dataset.json cannot be read"),
+    "dataset-file-changed": (
+        "dataset-version",
+        "b.txt does not match its sha256 in kubetrain-dataset.json",
+    ),
+    "dataset-file-missing": ("dataset-version", "train/a.bin is listed in"),
+    "checksums-pin-wrong": (
+        "dataset-version",
+        "kubetrain-dataset.json does not match KUBETRAIN_DATASET_CHECKSUMS_SHA256",
+    ),
+    "config-unparseable": ("config-readable", "config.json is not valid JSON"),
+    "config-absent": ("config-readable", "nope.toml cannot be read: No such file or directory"),
+    "checkpoint-all-corrupt": (
+        "checkpoint-readable",
+        "1 checkpoints in",  # ... none valid (step-000000000010: state.pt has 10 bytes ...)
+    ),
+    "checkpoint-other-dataset": (
+        "checkpoint-readable",
+        "the newest valid checkpoint (step 20) is bound to dataset version v1, the job asks for v2",
+    ),
+    "output-full": ("output-writable", "MiB needed"),
+    "output-absent": ("output-writable", "no-output does not exist or is not a directory"),
+    "status-down": ("status-reachable", "failed within 2 s"),
+}
+
+
+@pytest.mark.parametrize("case", list(FAILURES))
+def test_a_failed_check_exits_86_with_one_termination_line_and_a_json_report(job, case):
+    check, cause = FAILURES[case]
+    _break(case, job)
+    done = kubetrain("run", "--", "touch", "/never-run", env=job)
+    assert done.returncode == PREFLIGHT_EXIT_CODE, done.stderr
+    line = Path(job["KUBETRAIN_TERMINATION_LOG"]).read_text()
+    assert line.startswith(f"preflight failed: {check}: "), line
+    assert cause in line
+    assert line.count("\n") == 1
+    assert line.endswith("\n")
+    report = json.loads(done.stdout)
+    assert report["passed"] is False
+    assert report["failedCheck"] == check
+    assert not Path("/never-run").exists()
+
+
+def test_a_dataset_directory_of_the_root_filesystem_is_not_a_mounted_volume(tmp_path):
+    data = tmp_path / "data"
+    data.mkdir()
+    environ = {"KUBETRAIN_DATASET_PATH": str(data), "KUBETRAIN_OUTPUT_DIR": str(tmp_path)}
+    # rootfs=tmp_path: the directories are on "the root filesystem" whatever this machine mounts.
+    report = run_preflight(Context(environ, rootfs=tmp_path), Redactor({}))
+    by_name = {r.name: r for r in report.results}
+    assert by_name["dataset-mounted"].status == "failed"
+    assert "is not a mounted volume" in by_name["dataset-mounted"].detail
+    assert by_name["dataset-version"].detail == "skipped: the dataset is not mounted"
+    assert by_name["output-writable"].status == "failed"
+    assert "on the container's root filesystem" in by_name["output-writable"].detail
+    # The same directories against the real root, where /dev/shm is another filesystem:
+    assert os.path.ismount("/dev/shm")
+
+
+def test_a_read_only_output_directory_fails_the_probe(job):
+    if os.geteuid() == 0:
+        # root writes through mode bits; a read-only bind mount needs privileges we
+        # cannot count on, so the probe's failure is driven through a file in the way.
+        output = Path(job["KUBETRAIN_OUTPUT_DIR"])
+        (output / f".kubetrain-preflight-probe-{os.getpid()}").mkdir()
+    else:
+        Path(job["KUBETRAIN_OUTPUT_DIR"]).chmod(0o500)
+    report = run_preflight(Context(job), Redactor(job))
+    output_check = next(r for r in report.results if r.name == "output-writable")
+    assert output_check.status == "failed"
+    assert "is not writable" in output_check.detail
+
+
+def test_a_long_cause_is_cut_to_the_kubelets_limit(job):
+    job["KUBETRAIN_CONFIG_PATH"] = "/" + "x" * 5000 + ".json"
+    done = kubetrain("run", "--preflight", env=job)
+    assert done.returncode == PREFLIGHT_EXIT_CODE
+    line = Path(job["KUBETRAIN_TERMINATION_LOG"]).read_bytes()
+    assert len(line.rstrip(b"\n")) <= 4096
+    assert line.startswith(b"preflight failed: config-readable: ")
+
+
+def test_planted_secrets_appear_in_no_output(job, volume):
+    secrets = ["tok-5f1e9a77c0", "hunter2-pass", "s3cr3t-api-key", "userpw-1234", "bear-ab12cd"]
+    job.update(
+        KUBETRAIN_STATUS_TOKEN=secrets[0],
+        DB_PASSWORD=secrets[1],
+        WANDB_API_KEY=secrets[2],
+        # Every failing check, each naming a secret in what it says:
+        KUBETRAIN_STATUS_URL=f"http://trainer:{secrets[3]}@127.0.0.1:{_closed_port()}",
+        KUBETRAIN_CONFIG_PATH=str(volume / f"{secrets[1]}.json"),
+        KUBETRAIN_DATASET_VERSION=secrets[2],
+        KUBETRAIN_OUTPUT_DIR=f"/tmp/Bearer {secrets[4]}",
+        KUBETRAIN_EXPECTED_GPUS="1",
+    )
+    done = kubetrain("run", "--", "true", env=job)
+    assert done.returncode == PREFLIGHT_EXIT_CODE
+    outputs = [done.stdout, done.stderr, Path(job["KUBETRAIN_TERMINATION_LOG"]).read_text()]
+    report = json.loads(done.stdout)
+    failed = {c["name"] for c in report["checks"] if c["status"] == "failed"}
+    assert failed == set(CHECK_NAMES) - {"dataset-mounted", "checkpoint-readable"}
+    for secret in secrets:
+        for output in outputs:
+            assert secret not in output
+    assert "***" in done.stdout

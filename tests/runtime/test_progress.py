@@ -1,0 +1,162 @@
+"""The progress reporter against a real HTTP peer (http.server in a thread)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from kubetrain.runtime.progress import MAX_BATCH, Reporter
+from tests.runtime.conftest import base_env, kubetrain
+
+pytestmark = pytest.mark.runtime
+
+TOKEN = "tok-reporter-7c1d"
+
+
+class Peer:
+    """The control plane's reports endpoint, as far as the reporter can tell."""
+
+    def __init__(self) -> None:
+        self.posts: list[tuple[str, dict[str, str], dict[str, Any]]] = []
+        self.status = 202
+        self.delay = 0.0
+        peer = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                self.send_response(200)
+                self.end_headers()
+
+            def do_POST(self) -> None:
+                body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                time.sleep(peer.delay)
+                if peer.status == 202:
+                    peer.posts.append((self.path, dict(self.headers), body))
+                self.send_response(peer.status)
+                self.end_headers()
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+    def events(self) -> list[dict[str, Any]]:
+        return [event for _, _, body in self.posts for event in body["events"]]
+
+
+@pytest.fixture
+def peer() -> Iterator[Peer]:
+    peer = Peer()
+    thread = threading.Thread(target=peer.server.serve_forever, daemon=True)
+    thread.start()
+    yield peer
+    peer.server.shutdown()
+    peer.server.server_close()
+
+
+def _reporter(peer: Peer, **kwargs: Any) -> Reporter:
+    return Reporter(peer.url, "job-9", TOKEN, "job-9-0-abcde", backoff=(0.05,), **kwargs)
+
+
+def test_events_follow_the_contract(peer):
+    reporter = _reporter(peer)
+    reporter.phase("TRAINING")
+    for step in range(1, 251):
+        reporter.step(step, loss=1 / step, bad=float("nan"), lr="x")
+    reporter.checkpoint(250, 1234, 0.5)
+    reporter.resumed(200, "job-9-0-old")
+    assert reporter.close(10)
+    path, headers, body = peer.posts[0]
+    assert path == "/api/v1/jobs/job-9/reports"
+    assert headers["Authorization"] == f"Bearer {TOKEN}"
+    assert headers["Content-Type"] == "application/json"
+    assert body["pod"] == "job-9-0-abcde"
+    assert body["dropped"] == 0
+    assert all(len(body["events"]) <= MAX_BATCH for _, _, body in peer.posts)
+    events = peer.events()
+    assert [e["seq"] for e in events] == list(range(1, 254))
+    assert events[0]["type"] == "phase"
+    assert events[0]["phase"] == "TRAINING"
+    assert events[0]["time"].endswith("Z")
+    assert events[1] == {**events[1], "type": "step", "step": 1, "metrics": {"loss": 1.0}}
+    assert events[-2] == {**events[-2], "type": "checkpoint", "step": 250, "sizeBytes": 1234}
+    assert events[-1] == {
+        **events[-1],
+        "type": "resumed",
+        "fromStep": 200,
+        "fromPod": "job-9-0-old",
+    }
+
+
+def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
+    peer.status = 503
+    peer.delay = 0.3  # the first batch is still out while the steps come
+    reporter = _reporter(peer, max_queue=50)
+    started = time.perf_counter()
+    reporter.phase("TRAINING")
+    for step in range(1, 1001):
+        reporter.step(step, loss=0.5)
+    assert time.perf_counter() - started < 1.0  # 1,000 steps queued without waiting
+    assert reporter.dropped >= 1001 - 50 - 50  # the queue, and a batch out for retry
+    peer.status, peer.delay = 202, 0.0  # back: the backlog goes, with the count of drops
+    assert reporter.close(10)
+    events = peer.events()
+    assert events[0]["type"] == "phase"  # the oldest *step* events went first
+    assert events[-1]["step"] == 1000
+    assert sum(body["dropped"] for _, _, body in peer.posts) == 1001 - len(events)
+
+
+def test_a_slow_server_times_out_and_the_flush_is_bounded(peer):
+    peer.delay = 3.0
+    reporter = _reporter(peer, timeout=0.2)
+    reporter.step(1, loss=1.0)
+    started = time.perf_counter()
+    assert reporter.close(0.5) is False
+    assert time.perf_counter() - started < 1.0
+
+
+def test_kubetrain_run_reports_preflight_and_training_and_the_command_goes_on_counting(peer):
+    env = base_env(
+        KUBETRAIN_JOB_ID="job-9",
+        KUBETRAIN_STATUS_URL=peer.url,
+        KUBETRAIN_STATUS_TOKEN=TOKEN,
+        KUBETRAIN_POD_NAME="job-9-0-abcde",
+    )
+    script = "from kubetrain.runtime import progress; progress.step(1, loss=0.25)"
+    done = kubetrain("run", "--", sys.executable, "-c", script, env=env)
+    assert done.returncode == 0, done.stderr
+    events = peer.events()
+    assert [(e["seq"], e["type"], e.get("phase")) for e in events] == [
+        (1, "phase", "PREFLIGHT"),
+        (2, "phase", "TRAINING"),
+        (3, "step", None),
+    ]
+    assert TOKEN not in done.stdout + done.stderr
+
+
+def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, monkeypatch):
+    from kubetrain.runtime.checkpoint import CheckpointManager
+    from tests.runtime import tiny_training
+
+    monkeypatch.setenv("KUBETRAIN_POD_NAME", "job-9-0-first")
+    model, optimizer, _ = tiny_training.build()
+    first = CheckpointManager(tmp_path, reporter=_reporter(peer))
+    first.save(7, model=model, optimizer=optimizer)
+    monkeypatch.setenv("KUBETRAIN_POD_NAME", "job-9-0-second")
+    reporter = _reporter(peer)
+    assert CheckpointManager(tmp_path, reporter=reporter).resume(model=model) == 7
+    assert reporter.close(10)
+    saved, resumed = peer.events()
+    assert saved["type"] == "checkpoint"
+    assert saved["step"] == 7
+    assert saved["sizeBytes"] > 0
+    assert resumed["type"] == "resumed"
+    assert (resumed["fromStep"], resumed["fromPod"]) == (7, "job-9-0-first")
