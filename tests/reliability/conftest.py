@@ -4,6 +4,7 @@ and the whole control plane under faults on the testbed."""
 from __future__ import annotations
 
 from tests.api.conftest import app, changes, client, settings, tokens
+from tests.cli.conftest import server, use
 from tests.pg import backend, database_url, db, postgres_server
 
 __all__ = [  # fixtures, re-exported for pytest
@@ -14,6 +15,8 @@ __all__ = [  # fixtures, re-exported for pytest
     "database_url",
     "db",
     "postgres_server",
+    "server",
     "settings",
     "tokens",
+    "use",
 ]
