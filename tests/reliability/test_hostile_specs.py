@@ -13,9 +13,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from kubetrain.cli.main import main
-from kubetrain.store import Database
+from kubetrain.store import Database, Role
 from kubetrain.store.models import Base
-from tests.api.builders import JOBS, Role, Tokens, training_job
+from tests.api.builders import JOBS, Tokens, training_job
 from tests.cli.conftest import Server
 
 pytestmark = pytest.mark.db
