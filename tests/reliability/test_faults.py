@@ -29,6 +29,7 @@ from kubetrain.domain.states import BusinessState, can_move
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server
 from tests.kube import eventually
+from tests.pg import PostgresServer
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
@@ -202,3 +203,70 @@ def test_api_server_down_20s_during_submissions(
         testbed.start_component("kube-apiserver")
     _wait_all_finished(server, project, len(ids), timeout=180)
     assert_consistent(server, kube, project, ids)
+
+
+@pytest.fixture
+def own_postgres() -> Iterator[PostgresServer]:
+    """A PostgreSQL server of this test's own, since the test stops it."""
+    try:
+        pg = PostgresServer.start()
+    except FileNotFoundError as exc:
+        pytest.fail(str(exc))  # CI installs it; a missing server is a broken setup, not a skip
+    try:
+        yield pg
+    finally:
+        pg.stop()
+
+
+def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
+    testbed: Testbed, kube: Client, own_postgres: PostgresServer, tmp_path: Path
+) -> None:
+    srv = Server(
+        database_url=own_postgres.create_database(),
+        log=tmp_path / "serve.log",
+        kubeconfig=testbed.kubeconfig,
+        args=["--no-leader-elect"],
+    )
+    srv.start()
+    try:
+        project = f"pgdown-{uuid.uuid4().hex[:8]}"
+        ids = [_submit(srv, project, _job(f"p{i}", project, "3s"), f"p-{i}") for i in range(5)]
+        own_postgres.halt()
+        answers: list[tuple[int, str, str | None, str]] = []
+        try:
+            with srv.client() as http:
+                for _ in range(5):
+                    for reply in (
+                        http.get("/readyz"),
+                        http.get(f"/api/v1/projects/{project}/jobs"),
+                        http.get(f"/api/v1/projects/{project}/jobs/{ids[0]}"),
+                        http.post(
+                            f"/api/v1/projects/{project}/jobs", json=_job("x", project, "1s")
+                        ),
+                    ):
+                        answers.append(
+                            (
+                                reply.status_code,
+                                reply.headers.get("content-type", ""),
+                                reply.headers.get("retry-after"),
+                                reply.json().get("type", ""),
+                            )
+                        )
+                    time.sleep(1)
+        finally:
+            own_postgres.resume()
+        expected = (
+            503,
+            "application/problem+json",
+            "5",
+            "urn:kubetrain:problem:database-unavailable",
+        )
+        assert set(answers) == {expected}
+        assert srv.proc is not None
+        assert srv.proc.poll() is None, "kubetrain exited while the database was down"
+        # The same process serves again, and its loops carry the jobs to the end.
+        ids.append(_submit(srv, project, _job("after", project, "1s"), "after"))
+        _wait_all_finished(srv, project, len(ids), timeout=120)
+        assert_consistent(srv, kube, project, ids)
+    finally:
+        srv.stop()
