@@ -17,13 +17,16 @@ import threading
 import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
 import pytest
 from lightkube import Client
+from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Namespace
 
 from kubetrain.domain.states import BusinessState, can_move
 from kubetrain.testbed.cluster import Testbed
@@ -270,3 +273,65 @@ def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
         assert_consistent(srv, kube, project, ids)
     finally:
         srv.stop()
+
+
+LEASE_DURATION = 15.0  # LeaderElector's default
+RETRY_PERIOD = 2.0  # how often a standby tries the Lease
+
+
+def _leader_since(log: Path) -> datetime | None:
+    """When this replica's log says it took the Lease, if it did."""
+    for line in log.read_text(errors="replace").splitlines():
+        if " is the leader (lease " in line:
+            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+    return None
+
+
+def test_two_replicas_one_leader_and_the_standby_takes_over(
+    testbed: Testbed, kube: Client, postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    lease_namespace = f"lease-{uuid.uuid4().hex[:8]}"
+    kube.create(Namespace(metadata=ObjectMeta(name=lease_namespace)))
+    database_url = postgres_server.create_database()
+    replicas = [
+        Server(
+            database_url=database_url,
+            log=tmp_path / f"serve-{name}.log",
+            kubeconfig=testbed.kubeconfig,
+            args=["--lease-namespace", lease_namespace],
+        )
+        for name in ("a", "b")
+    ]
+    for replica in replicas:
+        replica.start()
+    try:
+        eventually(
+            lambda: any(_leader_since(r.log) for r in replicas),
+            2 * RETRY_PERIOD + 5,
+            what="a leader",
+        )
+        time.sleep(2 * RETRY_PERIOD)  # time for a second leader to show, were there one
+        leaders = [r for r in replicas if _leader_since(r.log)]
+        assert len(leaders) == 1, "both replicas took the Lease"
+        leader, standby = leaders[0], next(r for r in replicas if r is not leaders[0])
+        project = f"lease-{uuid.uuid4().hex[:8]}"
+        ids = [_submit(standby, project, _job(f"l{i}", project, "1s"), f"l-{i}") for i in range(5)]
+        _wait_all_finished(standby, project, len(ids), timeout=60)
+        assert "control loops running" not in standby.log.read_text(errors="replace")
+        killed_at = datetime.now()
+        leader.kill()
+        ids += [_submit(standby, project, _job(f"m{i}", project, "1s"), f"m-{i}") for i in range(5)]
+        took = eventually(
+            lambda: _leader_since(standby.log), LEASE_DURATION + 10, what="a takeover"
+        )
+        takeover = (took - killed_at).total_seconds()
+        print(f"standby took over {takeover:.1f} s after the leader's SIGKILL")
+        # A standby counts the duration from when it saw the last renewal (up to one
+        # retry period late, as client-go does) and notices expiry at its next try.
+        assert takeover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1
+        _wait_all_finished(standby, project, len(ids), timeout=60)
+        assert_consistent(standby, kube, project, ids)
+    finally:
+        for replica in replicas:
+            replica.stop()
+        kube.delete(Namespace, lease_namespace)
