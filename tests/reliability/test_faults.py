@@ -204,7 +204,12 @@ def test_api_server_down_20s_during_submissions(
             time.sleep(1)
     finally:
         testbed.start_component("kube-apiserver")
+    back_at = time.monotonic()
     _wait_all_finished(server, project, len(ids), timeout=180)
+    print(
+        f"{len(ids)} jobs ({len(ids) - 5} submitted while the API server was down) finished "
+        f"{time.monotonic() - back_at:.1f} s after it was back"
+    )
     assert_consistent(server, kube, project, ids)
 
 
@@ -268,7 +273,11 @@ def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
         assert srv.proc is not None
         assert srv.proc.poll() is None, "kubetrain exited while the database was down"
         # The same process serves again, and its loops carry the jobs to the end.
+        back_at = time.monotonic()
         ids.append(_submit(srv, project, _job("after", project, "1s"), "after"))
+        print(
+            f"a submission succeeded {time.monotonic() - back_at:.1f} s after PostgreSQL was back"
+        )
         _wait_all_finished(srv, project, len(ids), timeout=120)
         assert_consistent(srv, kube, project, ids)
     finally:
