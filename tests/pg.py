@@ -118,6 +118,7 @@ class PostgresServer:
         self._bindir = bindir
         self._user = user
         self._template: str | None = None
+        self._start_args: list[str] = []  # pg_ctl start's, to resume on the same port
 
     @classmethod
     def existing(cls, url: str) -> PostgresServer:
@@ -157,7 +158,9 @@ class PostgresServer:
                     port=port,
                     database="postgres",
                 )
-                return cls(admin, directory=base, bindir=bindir, user=user)
+                server = cls(admin, directory=base, bindir=bindir, user=user)
+                server._start_args = start
+                return server
             log_file = base / "server.log"
             log = log_file.read_text(errors="replace")[-2000:] if log_file.exists() else ""
             raise RuntimeError(f"PostgreSQL did not start: {error}\n{error and error.stderr}{log}")
@@ -177,6 +180,20 @@ class PostgresServer:
         finally:
             shutil.rmtree(self.directory, ignore_errors=True)
             self.directory = None
+
+    def halt(self) -> None:
+        """Stop a server we started, keeping its data, as a restart or failover does;
+        `resume` starts it again on the same port."""
+        if self.directory is None or self._bindir is None:
+            raise RuntimeError("only a server these tests started can be halted")
+        data = f"--pgdata={self.directory / 'data'}"
+        _run(self._user, self.directory, str(self._bindir / "pg_ctl"), "stop", data, "-m", "fast")
+
+    def resume(self) -> None:
+        if self.directory is None or self._bindir is None:
+            raise RuntimeError("only a server these tests started can be resumed")
+        pg_ctl = str(self._bindir / "pg_ctl")
+        _run(self._user, self.directory, pg_ctl, "start", "--wait", *self._start_args)
 
     def _admin(self) -> psycopg.Connection[tuple[object, ...]]:
         url = self.admin_url

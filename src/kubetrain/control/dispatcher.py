@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
+from sqlalchemy import exc as sa_exc
 
 from kubetrain.cluster.jobs import (
     JobConflictError,
@@ -81,7 +82,16 @@ class Dispatcher:
 
     async def run(self) -> None:
         while True:
-            busy = await self.dispatch_once()
+            try:
+                busy = await self.dispatch_once()
+            except sa_exc.SQLAlchemyError as exc:
+                # The database is down or restarting: the records wait there, so
+                # wait for it rather than end the process. The class only: the
+                # message carries statements and their parameters.
+                self.failures += 1
+                log.warning("dispatch round failed, retried: %s", type(exc).__name__)
+                await asyncio.sleep(self.poll_interval)
+                continue
             if busy:
                 continue
             self.wake.clear()
