@@ -7,10 +7,12 @@ talk to it over HTTP only. It is parametrized over SQLite and PostgreSQL.
 from __future__ import annotations
 
 import subprocess
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 
 from kubetrain.local_server import CLI, LocalServer
@@ -32,6 +34,18 @@ class Server(LocalServer):
     def make_token(self, project: str, role: str) -> str:
         return self.create_token(project, role)
 
+    def wait_leading(self, timeout: float = 60) -> None:
+        """Until this server holds the Lease and its watches have listed: a server
+        started right after another one on the same testbed waits out that one's
+        Lease first, and a job submitted meanwhile would skip states."""
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            leading = "kubetrain_leader 1.0" in httpx.get(f"{self.url}/metrics", timeout=5).text
+            if leading and httpx.get(f"{self.url}/readyz", timeout=5).status_code == 200:
+                return
+            time.sleep(0.2)
+        raise RuntimeError(f"kubetrain serve did not take the Lease in {timeout} s")
+
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
 def server(
@@ -48,6 +62,7 @@ def server(
     srv.extra_env["KUBETRAIN_STATUS_URL"] = srv.url
     srv.start()
     try:
+        srv.wait_leading()
         yield srv
     finally:
         srv.stop()
