@@ -11,13 +11,14 @@ KUBETRAIN_TEST_FAULT_SEED replays the kill moments of a failed run (each run pri
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import random
 import threading
 import time
 import uuid
 from collections.abc import Iterator
-from datetime import datetime
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -292,7 +293,8 @@ def _leader_since(log: Path) -> datetime | None:
     """When this replica's log says it took the Lease, if it did."""
     for line in log.read_text(errors="replace").splitlines():
         if " is the leader (lease " in line:
-            return datetime.strptime(line[:23], "%Y-%m-%d %H:%M:%S,%f")
+            # kubetrain serve logs one JSON object per line when not on a terminal
+            return datetime.fromisoformat(json.loads(line)["time"].replace("Z", "+00:00"))
     return None
 
 
@@ -327,7 +329,7 @@ def test_two_replicas_one_leader_and_the_standby_takes_over(
         ids = [_submit(standby, project, _job(f"l{i}", project, "1s"), f"l-{i}") for i in range(5)]
         _wait_all_finished(standby, project, len(ids), timeout=60)
         assert "control loops running" not in standby.log.read_text(errors="replace")
-        killed_at = datetime.now()
+        killed_at = datetime.now(UTC)
         leader.kill()
         ids += [_submit(standby, project, _job(f"m{i}", project, "1s"), f"m-{i}") for i in range(5)]
         took = eventually(

@@ -14,6 +14,17 @@ from kubetrain.store import Database
 def add_metrics(app: FastAPI, db: Database) -> None:
     registry = app_registry(db)
 
-    @app.get("/metrics", tags=["health"], summary="Metrics in Prometheus' text format")
+    @app.get(
+        "/metrics",
+        tags=["health"],
+        summary="Metrics in Prometheus' text format",
+        response_class=Response,
+        responses={
+            200: {
+                "description": "Prometheus exposition format 0.0.4",
+                "content": {"text/plain": {"schema": {"type": "string"}}},
+            }
+        },
+    )
     def metrics() -> Response:
         return Response(generate_latest(registry), media_type=CONTENT_TYPE_LATEST)

@@ -137,7 +137,7 @@ def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> Re
     status_code=202,
     summary="Progress from inside a Pod of the job (the runtime's reporter)",
     response_model=ReportAccepted,
-    responses=problem_responses(404),
+    responses=problem_responses(400, 415),
     openapi_extra={
         "requestBody": {
             "required": True,
