@@ -269,3 +269,11 @@ def test_step_history_is_capped(client: TestClient, job_id: str, db: Database) -
         ]
         assert post(client, job_id, batch(job_id, *events)).status_code == 202
     assert reports(db, job_id) == MAX_STEP_REPORTS
+
+
+def test_the_token_is_checked_before_the_body_is_read(client: TestClient, job_id: str) -> None:
+    # Without the token even a body that is not JSON answers 401, not 415.
+    answer = client.post(
+        f"/api/v1/jobs/{job_id}/reports", content=b"<xml/>", headers={"Content-Type": "text/xml"}
+    )
+    assert answer.status_code == 401

@@ -16,7 +16,7 @@ import re
 from datetime import datetime
 from typing import Annotated, Any, Literal
 
-from fastapi import APIRouter, Depends, Path, Response
+from fastapi import APIRouter, Depends, Path
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from pydantic import (
     AfterValidator,
@@ -132,6 +132,21 @@ def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> Re
     return ReportEvent(seq=event.seq, at=at, kind=event.type, data=data)
 
 
+def _authorized(
+    job_id: Annotated[str, Path(max_length=64)],
+    context: Annotated[ApiContext, Depends(get_context)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+) -> None:
+    """The job's status token, checked before the body is read: a caller without it
+    learns nothing, not even whether the job exists or what body it should send."""
+    if credentials is None:
+        raise _unauthorized()
+    with context.db.read_only() as session:
+        job = get_job_any_project(session, job_id)
+        if job is None or not status_token_matches(job, credentials.credentials):
+            raise _unauthorized()
+
+
 @router.post(
     "/reports",
     status_code=202,
@@ -150,17 +165,9 @@ def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> Re
 def post_reports(
     job_id: Annotated[str, Path(max_length=64)],
     context: Annotated[ApiContext, Depends(get_context)],
+    _: Annotated[None, Depends(_authorized)],
     body: Annotated[Any, Depends(json_body)],
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-    response: Response,
 ) -> ReportAccepted:
-    # The token first: a caller without it learns nothing, not even whether the job exists.
-    if credentials is None:
-        raise _unauthorized()
-    with context.db.read_only() as session:
-        job = get_job_any_project(session, job_id)
-        if job is None or not status_token_matches(job, credentials.credentials):
-            raise _unauthorized()
     try:
         batch = ReportBatch.model_validate(body)
     except ValidationError as exc:
