@@ -7,6 +7,10 @@ the environment, the config file, the default.
     KUBECONFIG               server  also --kubeconfig; else ~/.kube/config or in-cluster
     KUBETRAIN_HOST, _PORT    server  127.0.0.1, 8080
     KUBETRAIN_MAX_BODY_BYTES server  larger request bodies get 413
+    KUBETRAIN_TOKEN_CACHE_SECONDS
+                             server  how long a verified API token is taken on trust
+                                     (5; 0: look every token up): a revocation takes
+                                     effect within this (api/token_cache.py)
     KUBETRAIN_NAMESPACE_PREFIX, KUBETRAIN_NAMESPACES
                              server  project -> namespace: the mapping's entry, else
                                      prefix + project (by default the project's own name)
@@ -144,6 +148,8 @@ class ServerSettings(_Settings):
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
+    # A revocation must be felt soon: beyond a minute the cache would be a policy.
+    token_cache_seconds: float = Field(default=5.0, ge=0, le=60)
     namespace_prefix: str = ""
     namespaces: dict[str, str] = {}
     status_url: str | None = None

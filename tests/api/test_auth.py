@@ -3,14 +3,19 @@ that may not act, 404 for a job outside the token's projects, on every endpoint.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 import httpx2 as httpx
 import pytest
+from fastapi import FastAPI
 from fastapi.testclient import TestClient
+from sqlalchemy import event
 
+from kubetrain.api import create_app
 from kubetrain.api.auth import PERMISSIONS, Action
+from kubetrain.api.token_cache import VerifiedTokens
+from kubetrain.settings import ServerSettings
 from kubetrain.store import (
     ALL_PROJECTS,
     Database,
@@ -115,13 +120,93 @@ def test_no_valid_token_is_401_with_a_bearer_challenge(
     assert response.json()["status"] == 401
 
 
-def test_a_revoked_token_is_401(client: TestClient, db: Database) -> None:
+class Clock:
+    """The token cache's clock, moved by hand."""
+
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.fixture
+def clock(app: FastAPI) -> Clock:
+    """The app's token cache (5 s, as by default) on a clock the test moves."""
+    clock = Clock()
+    app.state.kubetrain = replace(
+        app.state.kubetrain, tokens=VerifiedTokens(TOKEN_CACHE_TTL, clock=clock)
+    )
+    return clock
+
+
+TOKEN_CACHE_TTL = ServerSettings.model_fields["token_cache_seconds"].default
+
+
+def test_a_revoked_token_is_401_within_the_token_cache_ttl(
+    client: TestClient, db: Database, clock: Clock
+) -> None:
     with db.transaction() as session:
         token, plaintext = create_token(session, name="gone", role=Role.ADMIN, project="*")
-    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200  # verified now
     with db.transaction() as session:
         revoke_token(session, token.id)
+    # The documented grace: a replica that verified the token takes it on trust
+    # until the TTL has passed since that lookup, and not a moment longer.
+    clock.now += TOKEN_CACHE_TTL - 0.1
+    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+    clock.now += 0.1
     assert client.get(JOBS, headers=bearer(plaintext)).status_code == 401
+    clock.now -= 10  # nothing of a refused token is remembered
+    assert client.get(JOBS, headers=bearer(plaintext)).status_code == 401
+
+
+def test_without_the_token_cache_a_revocation_is_immediate(
+    settings: ServerSettings, db: Database
+) -> None:
+    app = create_app(settings.model_copy(update={"token_cache_seconds": 0}), db)
+    with TestClient(app) as client:
+        with db.transaction() as session:
+            token, plaintext = create_token(session, name="gone", role=Role.ADMIN, project="*")
+        assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+        with db.transaction() as session:
+            revoke_token(session, token.id)
+        assert client.get(JOBS, headers=bearer(plaintext)).status_code == 401
+
+
+def test_a_verified_token_is_not_looked_up_again_within_the_ttl(
+    client: TestClient, db: Database, clock: Clock
+) -> None:
+    with db.transaction() as session:
+        _, plaintext = create_token(session, name="busy", role=Role.VIEWER, project=PROJECT)
+    lookups: list[str] = []
+
+    def count(_conn: Any, _cursor: Any, statement: str, *_: Any) -> None:
+        if "FROM tokens" in statement:
+            lookups.append(statement)
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+        first = len(lookups)  # the lookup, and the write of last_used_at
+        assert first >= 1
+        for _ in range(2):
+            assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+        assert len(lookups) == first
+        clock.now += TOKEN_CACHE_TTL
+        assert client.get(JOBS, headers=bearer(plaintext)).status_code == 200
+        assert len(lookups) == first + 1  # looked up again; last_used_at is a minute good
+        # A remembered token keeps its scope and role: other projects and writes stay refused.
+        assert (
+            client.get(f"/api/v1/projects/{OTHER}/jobs", headers=bearer(plaintext)).status_code
+            == 403
+        )
+        assert (
+            client.post(JOBS, json=training_job("x"), headers=bearer(plaintext)).status_code == 403
+        )
+        assert len(lookups) == first + 1
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)
 
 
 def test_an_unseen_job_reads_the_same_as_a_missing_one(

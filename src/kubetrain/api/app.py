@@ -41,6 +41,7 @@ from kubetrain.api.problems import (
     validation_error,
 )
 from kubetrain.api.schemas import Health
+from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.spec import FieldProblem, TrainingJob
 from kubetrain.metrics import RequestTimer
@@ -92,6 +93,7 @@ def create_app(
         on_report=on_report,
         cluster=cluster,
         watch_problems=watch_problems,
+        tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     app.include_router(jobs.router)
     app.include_router(datasets.router)

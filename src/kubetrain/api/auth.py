@@ -27,10 +27,18 @@ from typing import Annotated
 
 from fastapi import Depends, Request
 from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
+from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.problems import ProblemError, not_found
-from kubetrain.store import ALL_PROJECTS, Role, authenticate_token, find_token, use_is_stale
+from kubetrain.store import (
+    ALL_PROJECTS,
+    Role,
+    authenticate_token,
+    find_token,
+    hash_token,
+    use_is_stale,
+)
 
 
 class Action(StrEnum):
@@ -74,12 +82,17 @@ def _unauthorized(detail: str, *, invalid: bool) -> ProblemError:
     return ProblemError(401, detail, headers={"WWW-Authenticate": challenge})
 
 
-def principal(
+async def principal(
     request: Request,
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
     context: Annotated[ApiContext, Depends(get_context)],
 ) -> Principal:
-    """The authenticated caller; 401 otherwise."""
+    """The authenticated caller; 401 otherwise.
+
+    async, so a token verified in the last seconds (`ApiContext.tokens`, see
+    token_cache.py for what that means for revocation) costs no worker thread
+    and no transaction; only a lookup goes to a thread.
+    """
     if credentials is None:
         header = request.headers.get("authorization")
         detail = (
@@ -89,6 +102,17 @@ def principal(
         )
         raise _unauthorized(detail, invalid=bool(header))
     plaintext = credentials.credentials
+    token_hash = hash_token(plaintext)
+    caller = context.tokens.get(token_hash)
+    if caller is None:
+        caller = await run_in_threadpool(_look_up, context, plaintext)
+        if caller is None:
+            raise _unauthorized("the API token is unknown or revoked", invalid=True)
+        context.tokens.put(token_hash, caller)
+    return caller
+
+
+def _look_up(context: ApiContext, plaintext: str) -> Principal | None:
     # A read-only lookup, so reads take no write lock; the use is recorded (a
     # write) at most once a minute per token.
     with context.db.read_only() as session:
@@ -97,7 +121,7 @@ def principal(
         with context.db.transaction() as session:
             token = authenticate_token(session, plaintext)
     if token is None:
-        raise _unauthorized("the API token is unknown or revoked", invalid=True)
+        return None
     return Principal(token_id=token.id, name=token.name, role=token.role, project=token.project)
 
 

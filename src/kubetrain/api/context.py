@@ -5,13 +5,17 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
 
 from fastapi import Request
 
+from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
+
+if TYPE_CHECKING:
+    from kubetrain.api.auth import Principal
 
 log = logging.getLogger("kubetrain.api")
 
@@ -29,6 +33,9 @@ class ApiContext:
 
     # ControlLoops.watch_problems when this process runs the control loops
     watch_problems: Callable[..., list[str]] | None = None
+
+    # Tokens verified in the last seconds (token_cache.py), by hash.
+    tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

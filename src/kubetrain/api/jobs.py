@@ -51,6 +51,7 @@ from kubetrain.api.schemas import (
     RuntimeState,
     StepPoint,
 )
+from kubetrain.domain.datasets import resolve_dataset
 from kubetrain.domain.manifest import render_job
 from kubetrain.domain.spec import FieldProblem, SpecError, TrainingJob, parse_training_job
 from kubetrain.domain.spec import spec_digest as training_job_digest
@@ -167,13 +168,17 @@ def submit(
     except ValueError as exc:
         problem = FieldProblem("metadata.project", f"{project!r} maps to no usable {exc}")
         raise validation_error([problem], "the project has no usable namespace") from None
-    # The registry's versions never change, so a read before the write is safe
-    # and keeps the write transaction short.
-    with context.db.read_only() as session:
-        try:
-            resolve_job_dataset(session, training_job.spec.dataset)
-        except SpecError as exc:
-            raise validation_error(exc.problems, "the job's dataset is not registered") from None
+    dataset = training_job.spec.dataset
+    try:
+        if dataset is not None and dataset.claim is not None:
+            resolve_dataset(dataset, None)  # its own claim: the registry is not read
+        elif dataset is not None:
+            # The registry's versions never change, so a read before the write is
+            # safe and keeps the write transaction short.
+            with context.db.read_only() as session:
+                resolve_job_dataset(session, dataset)
+    except SpecError as exc:
+        raise validation_error(exc.problems, "the job's dataset is not registered") from None
     with context.db.transaction() as session:
         try:
             submission = submit_job(
