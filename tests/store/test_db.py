@@ -1,4 +1,5 @@
-"""The database handle: URLs, SQLite's settings, time zones, and writers in many threads."""
+"""The database handle: URLs, SQLite's settings, time zones, writers in many threads, and
+the pool's check of idle PostgreSQL connections."""
 
 from __future__ import annotations
 
@@ -6,11 +7,13 @@ import threading
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
+import psycopg
 import pytest
 from sqlalchemy import text
-from sqlalchemy.exc import InternalError
+from sqlalchemy.exc import InternalError, OperationalError
 
 from kubetrain.store import Database, default_sqlite_url, get_job, lock_job, normalize_url
+from kubetrain.store import db as db_module
 from tests.store.builders import T0, new_job
 
 pytestmark = pytest.mark.db
@@ -115,3 +118,69 @@ def test_concurrent_read_modify_write_loses_nothing(db: Database) -> None:
         stored = get_job(session, "ai-training", job.id)
         assert stored is not None
         assert stored.dispatch_attempts == threads_n * rounds
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_sqlite_writer_waits_for_this_process_writer_lock_then_fails_as_locked(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Writers of one process queue on the Database's lock, not in SQLite's polling busy
+    handler; one that waits past the busy timeout fails as SQLite would (the API's 503)."""
+    monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_S", 0.2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.transaction() as session:
+            new_job(session)
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(OperationalError, match="database is locked"), db.transaction():
+            pass
+    finally:
+        release.set()
+        holder.join()
+    with db.transaction() as session:  # free again
+        new_job(session, name="after")
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_connection_that_died_while_idle_is_replaced_before_use(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The idle check (db._ping_after_idle) in place of pool_pre_ping: a pooled
+    connection whose server process went away costs a reconnect, not a failed request."""
+    with db.transaction() as session:
+        pid = session.execute(text("SELECT pg_backend_pid()")).scalar()
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)  # it has been idle "long enough"
+    with db.transaction() as session:
+        assert session.execute(text("SELECT pg_backend_pid()")).scalar() != pid
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_connection_used_a_moment_ago_is_not_pinged(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    pings: list[object] = []
+    real_ping = db.engine.dialect.do_ping
+
+    def counted(dbapi_connection: object) -> bool:
+        pings.append(dbapi_connection)
+        return real_ping(dbapi_connection)
+
+    monkeypatch.setattr(db.engine.dialect, "do_ping", counted)
+    for _ in range(3):
+        with db.transaction() as session:
+            session.execute(text("SELECT 1"))
+    assert pings == []  # a round trip saved on each transaction
+    monkeypatch.setattr(db_module, "PING_AFTER_IDLE_S", 0.0)
+    with db.transaction() as session:
+        session.execute(text("SELECT 1"))
+    assert len(pings) == 1

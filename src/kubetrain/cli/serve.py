@@ -106,9 +106,7 @@ def open_database(url: str) -> Database:
         return Database(url)
     # Sized for the API's worker threads plus the control loops; a bounded connect
     # keeps /readyz answering 503 instead of hanging when the server is gone.
-    return Database(
-        url, pool_size=20, max_overflow=30, pool_pre_ping=True, connect_args={"connect_timeout": 5}
-    )
+    return Database(url, pool_size=20, max_overflow=30, connect_args={"connect_timeout": 5})
 
 
 async def _run(
