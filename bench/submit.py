@@ -1,23 +1,31 @@
 """Submissions per second and p50/p99 latency of POST /api/v1/projects/{p}/jobs.
 
 Against a real `kubetrain serve --no-control` subprocess (API and database only;
-no testbed), on SQLite and on PostgreSQL, with N client threads each sending M
-submissions (each its own Idempotency-Key). Side by side in the same run:
+no testbed; one process), on SQLite and on PostgreSQL, with N client threads
+each sending M submissions (each its own Idempotency-Key). Side by side in the
+same run:
 
 * the same clients on `GET /healthz`: the HTTP framework's floor;
+* with `--baseline-src DIR`, the same POST jobs against a second server run
+  from another source tree (e.g. /work/main/src, the code before a change),
+  in rounds alternating with this tree's (`--rounds`), each on its own fresh
+  database: before/after in the same conditions;
 * raw `store.submit_job` inserts in this process, N threads, one transaction
   each: the database's floor.
 
-Prints a table and writes bench/results/submit.json.
+Each HTTP phase also reports the server's CPU time per answer (from /proc):
+on a shared, noisy machine the rates move with the other work, that figure
+much less. Prints a table and writes bench/results/submit.json.
 
     .venv/bin/python bench/submit.py [--threads 8] [--per-thread 250]
-        [--databases sqlite postgresql]
+        [--databases sqlite postgresql] [--baseline-src DIR] [--rounds 1]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import tempfile
 import threading
@@ -81,7 +89,24 @@ def run_threads(
     }
 
 
+def process_cpu_s(pid: int) -> float:
+    """User + system CPU seconds the process has used (Linux /proc)."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
 def http_phase(server: Serve, threads: int, per_thread: int, what: str) -> dict[str, Any]:
+    """The phase's throughput and latencies, and the server's CPU time per answered request:
+    the figure that the other work on a shared machine disturbs least."""
+    assert server.proc is not None
+    cpu_before = process_cpu_s(server.proc.pid)
+    result = _http_phase(server, threads, per_thread, what)
+    cpu = process_cpu_s(server.proc.pid) - cpu_before
+    result["server_cpu_ms"] = round(cpu * 1000 / max(1, result["ok"]), 2)
+    return result
+
+
+def _http_phase(server: Serve, threads: int, per_thread: int, what: str) -> dict[str, Any]:
     run = uuid.uuid4().hex[:6]
 
     def make(index: int) -> Callable[[int], None]:
@@ -130,23 +155,60 @@ def raw_phase(database_url: str, threads: int, per_thread: int) -> dict[str, Any
 
             return insert
 
-        return run_threads(threads, per_thread, make)
+        cpu_before = time.process_time()
+        result = run_threads(threads, per_thread, make)
+        result["cpu_ms"] = round(
+            (time.process_time() - cpu_before) * 1000 / max(1, result["ok"]), 2
+        )
+        return result
     finally:
         db.dispose()
 
 
-def bench_database(kind: str, url: str, root: Path, args: argparse.Namespace) -> dict[str, Any]:
-    server = Serve(url, root / f"serve-{kind}.log", args=["--no-control"]).start()
-    with server:
-        # Warm-up: imports, connection pools, SQLite's WAL file.
-        http_phase(server, args.threads, 5, "submit")
-        out = {
+def bench_database(
+    kind: str, urls: list[str], root: Path, args: argparse.Namespace
+) -> dict[str, Any]:
+    """`urls`: one fresh database for this tree's server, and one for the baseline's."""
+    server = Serve(urls[0], root / f"serve-{kind}.log", args=["--no-control"])
+    servers = [server.start()]
+    if args.baseline_src:
+        baseline = Serve(
+            urls[1],
+            root / f"serve-{kind}-baseline.log",
+            args=["--no-control"],
+            extra_env={"PYTHONPATH": str(args.baseline_src)},
+        )
+        servers.append(baseline.start())
+    try:
+        for each in servers:  # warm-up: imports, connection pools, SQLite's WAL file
+            http_phase(each, args.threads, 5, "submit")
+        out: dict[str, Any] = {
             "healthz": http_phase(server, args.threads, args.per_thread, "healthz"),
-            "submit": http_phase(server, args.threads, args.per_thread, "submit"),
+            "submit_rounds": [],
+            "baseline_rounds": [],
         }
-    # The server is stopped, so the raw inserts have the machine (and the database) alone.
-    out["raw_submit_job"] = raw_phase(url, args.threads, args.per_thread)
+        # Rounds alternate between the two servers, so a burst of other work on a
+        # shared machine falls on both alike.
+        for _ in range(args.rounds):
+            out["submit_rounds"].append(http_phase(server, args.threads, args.per_thread, "submit"))
+            if args.baseline_src:
+                out["baseline_rounds"].append(
+                    http_phase(servers[1], args.threads, args.per_thread, "submit")
+                )
+    finally:
+        for each in servers:
+            each.stop()
+    out["submit"] = _median(out["submit_rounds"])
+    if args.baseline_src:
+        out["baseline_submit"] = _median(out["baseline_rounds"])
+    # The servers are stopped, so the raw inserts have the machine (and the database) alone.
+    out["raw_submit_job"] = raw_phase(urls[0], args.threads, args.per_thread)
     return out
+
+
+def _median(rounds: list[dict[str, Any]]) -> dict[str, Any]:
+    """The round with the median rate (the lower middle one of an even count)."""
+    return sorted(rounds, key=lambda r: r["per_s"])[(len(rounds) - 1) // 2]
 
 
 def main() -> None:
@@ -156,11 +218,21 @@ def main() -> None:
     parser.add_argument(
         "--databases", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"]
     )
+    parser.add_argument(
+        "--baseline-src",
+        type=Path,
+        help="also run POST jobs against a server from this source tree (e.g. main's src/)",
+    )
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="POST jobs rounds per server (the median is shown)"
+    )
     args = parser.parse_args()
     report: dict[str, Any] = {
         "threads": args.threads,
         "per_thread": args.per_thread,
-        "server": "kubetrain serve --no-control (API + database, no control loops)",
+        "rounds": args.rounds,
+        "baseline_src": str(args.baseline_src) if args.baseline_src else None,
+        "server": "kubetrain serve --no-control (API + database, no control loops), one process",
         "target_per_s": TARGET_PER_S,
         "databases": {},
     }
@@ -168,28 +240,51 @@ def main() -> None:
         root = Path(tmp)
         for kind in args.databases:
             if kind == "sqlite":
-                report["databases"][kind] = bench_database(
-                    kind, f"sqlite:///{root / 'bench.db'}", root, args
-                )
+                urls = [f"sqlite:///{root / name}" for name in ("bench.db", "baseline.db")]
+                report["databases"][kind] = bench_database(kind, urls, root, args)
                 continue
             from tests.pg import PostgresServer
 
             pg = PostgresServer.start()
             try:
-                url = pg.create_database("kubetrain_bench")
-                report["databases"][kind] = bench_database(kind, url, root, args)
+                urls = [pg.create_database(name) for name in ("kubetrain_bench", "baseline")]
+                report["databases"][kind] = bench_database(kind, urls, root, args)
             finally:
                 pg.stop()
+    labels = {
+        "healthz": "GET /healthz (HTTP floor)",
+        "submit": "POST jobs",
+        "baseline_submit": "POST jobs, baseline",
+        "raw_submit_job": "store.submit_job in-process",
+    }
     rows = []
     for kind, phases in report["databases"].items():
-        for phase in ("healthz", "submit", "raw_submit_job"):
-            r = phases[phase]
-            label = {"healthz": "GET /healthz (HTTP floor)", "submit": "POST jobs"}.get(
-                phase, "store.submit_job in-process"
-            )
-            rows.append([f"{kind}: {label}", r["per_s"], r["p50_ms"], r["p99_ms"], r["errors"]])
-    print(f"{args.threads} threads x {args.per_thread} requests; kubetrain serve --no-control")
-    print(table(["what", "per s", "p50 ms", "p99 ms", "errors"], rows, [44, 10, 10, 10, 8]))
+        for phase, label in labels.items():
+            if phase in phases:
+                r = phases[phase]
+                rows.append(
+                    [
+                        f"{kind}: {label}",
+                        r["per_s"],
+                        r["p50_ms"],
+                        r["p99_ms"],
+                        r.get("server_cpu_ms", r.get("cpu_ms")),
+                        r["errors"],
+                    ]
+                )
+    print(
+        f"{args.threads} threads x {args.per_thread} requests, median of {args.rounds} round(s); "
+        "kubetrain serve --no-control, one process"
+        + (f"; baseline from {args.baseline_src}" if args.baseline_src else "")
+    )
+    print(
+        table(
+            ["what", "per s", "p50 ms", "p99 ms", "cpu ms", "errors"],
+            rows,
+            [44, 10, 10, 10, 10, 8],
+        )
+    )
+    print("cpu ms: the server's CPU time per answer (in-process: this process's, per insert)")
     for kind, phases in report["databases"].items():
         rate = phases["submit"]["per_s"]
         verdict = "met" if rate >= TARGET_PER_S else "MISSED"
