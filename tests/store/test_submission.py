@@ -6,7 +6,7 @@ import threading
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -65,6 +65,20 @@ def test_a_new_job_is_created_with_its_first_history_row(db: Database) -> None:
         BusinessState.CREATED,
         ReasonCode.JOB_NOT_CREATED,
     )
+    with db.read_only() as session:
+        # Empty JSON columns are SQL NULL, not the JSON value null (what an explicit None
+        # would store), like those of rows the ORM writes.
+        assert session.scalar(text("SELECT diagnosis IS NULL FROM jobs"))
+        assert session.scalar(text("SELECT detail IS NULL FROM transitions"))
+        stored = session.get(Job, job.id)
+        assert stored is not None
+        session.refresh(stored)
+        assert stored.next_dispatch_at == T0
+        assert (stored.current_attempt, stored.cancel_requested, stored.k8s_job_name) == (
+            0,
+            False,
+            None,
+        )
 
 
 def test_same_key_same_spec_is_a_replay(db: Database) -> None:

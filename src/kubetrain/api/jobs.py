@@ -19,6 +19,7 @@ from typing import Annotated, Any
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.auth import (
     Action,
@@ -142,7 +143,7 @@ def _status(session: Any, job: Job) -> JobStatus:
     },
     openapi_extra=TRAINING_JOB_BODY,
 )
-def submit(
+async def submit(
     project: ProjectName,
     caller: Annotated[Principal, Depends(_may_submit)],
     context: Context,
@@ -159,6 +160,22 @@ def submit(
         ),
     ] = None,
 ) -> JobStatus:
+    # async, with the work in one worker thread: a plain `def` costs a second
+    # thread hop, FastAPI then checking the returned model in the pool too.
+    status, replayed = await run_in_threadpool(
+        _submit, context, caller, project, body, idempotency_key
+    )
+    path = router.prefix.format(project=quote(project, safe=""))
+    response.headers["Location"] = f"{path}/{quote(status.id, safe='')}"
+    if replayed:
+        response.status_code = 200
+    return status
+
+
+def _submit(
+    context: ApiContext, caller: Principal, project: str, body: Any, idempotency_key: str | None
+) -> tuple[JobStatus, bool]:
+    """Validate and store a submission; the job's status and whether it was a replay."""
     try:
         training_job = parse_training_job(body, project=project)
     except SpecError as exc:
@@ -202,13 +219,9 @@ def submit(
                 job_id=exc.existing_job_id,
             ) from None
         status = _status(session, submission.job)
-    path = router.prefix.format(project=quote(project, safe=""))
-    response.headers["Location"] = f"{path}/{quote(status.id, safe='')}"
-    if submission.replayed:
-        response.status_code = 200
-    else:
+    if not submission.replayed:
         context.changed()
-    return status
+    return status, submission.replayed
 
 
 @router.get(
