@@ -23,9 +23,19 @@ from datetime import UTC, datetime
 from functools import cache
 from typing import Any
 
-from sqlalchemy import Connection, Insert, and_, bindparam, func, insert, or_, select
+from sqlalchemy import (
+    Connection,
+    Insert,
+    and_,
+    bindparam,
+    func,
+    insert,
+    inspect,
+    or_,
+    select,
+)
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import Session, make_transient_to_detached
+from sqlalchemy.orm import ClassManager, Session, configure_mappers, make_transient_to_detached
 
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
 from kubetrain.store._unique import INSERT_TRIES
@@ -134,8 +144,7 @@ def submit_job(
             now=now,
         )
         if _insert_new_job(connection, values, first_row):
-            job = Job(**values, diagnosis=None)
-            make_transient_to_detached(job)  # a row the database holds, not one to insert
+            job = _as_loaded(values)
             session.add(job)
             return Submission(job, replayed=False)
         # The key is taken: the winner's row is committed (or ours, earlier in
@@ -191,6 +200,24 @@ def _new_job_values(
         "updated_at": now,
         "finished_at": None,
     }
+
+
+def _as_loaded(values: dict[str, Any]) -> Job:
+    """The inserted job as if read back: a row the database holds, not one to insert.
+
+    Filled the way SQLAlchemy's loader fills an object, not through `Job(...)`,
+    whose per-attribute change tracking cost ~10x as much (0.15 ms here).
+    """
+    job: Job = _job_class_manager().new_instance()
+    job.__dict__.update(values, diagnosis=None)
+    make_transient_to_detached(job)  # the identity from the primary key; no history
+    return job
+
+
+@cache
+def _job_class_manager() -> ClassManager[Job]:
+    configure_mappers()  # what `Job(...)` would do first: the attributes' machinery
+    return inspect(Job).class_manager
 
 
 def _insert_new_job(connection: Connection, job: dict[str, Any], first_row: dict[str, Any]) -> bool:
