@@ -17,7 +17,9 @@ host's wall clock:
 
 Figures: p50/p99 of `db_at - watch_at` (kubetrain's lag behind a bare watch,
 exact), of `watch_at - started_at` and `db_at - started_at`, and the ratio of
-the last two p99s. Prints a table and writes bench/results/propagation.json.
+the last two p99s, and where the syncer's rounds spent their time (the
+server's kubetrain_sync_round_seconds). Prints tables and writes
+bench/results/propagation-DATABASE.json.
 The server, the testbed and PostgreSQL are stopped at the end, also on error.
 
     .venv/bin/python bench/propagation.py [--jobs 1000] [--database sqlite|postgresql]
@@ -27,6 +29,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import ssl
 import sys
 import tempfile
@@ -148,6 +151,26 @@ def submit_all(server: Serve, jobs: int, threads: int, annotations: dict[str, st
     return ids
 
 
+def syncer_rounds(server: Serve) -> dict[str, dict[str, float]]:
+    """The server's kubetrain_sync_round_seconds, per stage: rounds, total and mean seconds."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found: dict[str, dict[str, float]] = {}
+    for line in text.splitlines():
+        for suffix in ("_sum", "_count"):
+            prefix = f'kubetrain_sync_round_seconds{suffix}{{stage="'
+            if line.startswith(prefix):
+                stage, value = line[len(prefix) :].split('"}', 1)
+                found.setdefault(stage, {})[suffix[1:]] = float(value)
+    return {
+        stage: {
+            "rounds": int(v.get("count", 0)),
+            "total_s": round(v.get("sum", 0.0), 3),
+            "mean_ms": round(1000 * v.get("sum", 0.0) / v["count"], 2) if v.get("count") else 0.0,
+        }
+        for stage, v in found.items()
+    }
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -217,6 +240,8 @@ def main() -> int:
             last = done
             time.sleep(1)
         report["all_running_s"] = round(time.monotonic() - began, 2)
+        report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        report["syncer_rounds"] = syncer_rounds(server)
         server_log = server.log.read_text(errors="replace")
     # Everything is stopped here (ExitStack), even on error.
     both = [j for j in ids if j in in_db and j in watch.seen]
@@ -251,8 +276,20 @@ def main() -> int:
         f"p99 {total_p99:.3f} s (target < {TARGET_P99_S} s); "
         f"p99 behind the watch {report['db_minus_watch']['p99_s']:.3f} s"
     )
+    if report["syncer_rounds"]:
+        print("syncer rounds (kubetrain_sync_round_seconds):")
+        print(
+            table(
+                ["stage", "rounds", "total s", "mean ms"],
+                [
+                    [k, v["rounds"], v["total_s"], v["mean_ms"]]
+                    for k, v in report["syncer_rounds"].items()
+                ],
+                [12, 8, 10, 10],
+            )
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "propagation.json"
+    path = RESULTS / f"propagation-{args.database}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"wrote {path}")
     return 0 if len(both) == args.jobs else 1

@@ -24,7 +24,7 @@ from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
-from kubetrain.metrics import SYNC_LAG
+from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
 from kubetrain.store import Database, PodObservation, Progress, progress_by_job
 from kubetrain.store.sync import SyncedJob, record_synced, sync_facts, unfinished_job_ids
 
@@ -145,7 +145,11 @@ class Syncer:
         and the node state the cache keeps up to date, so its cost follows the
         batch, not the cluster. The writes of the batch commit together.
         """
+        began = time.monotonic()
+        SYNC_ROUND.labels("wait").observe(began - min(batch.values(), default=began))
         records = await asyncio.to_thread(self._load, list(batch))
+        loaded = time.monotonic()
+        SYNC_ROUND.labels("load").observe(loaded - began)
         due = [
             facts
             for facts in records
@@ -157,6 +161,7 @@ class Syncer:
             return []
         # Taken on the event loop, where the caches change; the rest runs in a thread.
         snapshot = self.cache.snapshot(facts.job_id for facts in due)
+        SYNC_ROUND.labels("snapshot").observe(time.monotonic() - loaded)
         failed, finished = await asyncio.to_thread(self._apply, due, snapshot, batch)
         for namespace, k8s_name, pods in finished:
             self.cache.forget(namespace, k8s_name, pods)  # their events are recorded now
@@ -198,7 +203,7 @@ class Syncer:
     def _apply(
         self, due: list[_Facts], snapshot: Snapshot, marked: dict[str, float]
     ) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
-        now = self.clock()
+        began, now = time.monotonic(), self.clock()
         failed: list[str] = []
         diagnosed: list[tuple[_Facts, Diagnosis]] = []
         for facts in due:
@@ -212,6 +217,8 @@ class Syncer:
                 failed.append(facts.job_id)
                 continue
             diagnosed.append((facts, diagnosis))
+        diagnosed_at = time.monotonic()
+        SYNC_ROUND.labels("diagnose").observe(diagnosed_at - began)
         if not diagnosed:
             return failed, []
         # One transaction for the batch: SQLite has one writer, which the API
@@ -219,6 +226,7 @@ class Syncer:
         with self.db.transaction() as session:
             results = record_synced(session, [_synced(f, d) for f, d in diagnosed], now=now)
         committed = time.monotonic()
+        SYNC_ROUND.labels("write").observe(committed - diagnosed_at)
         finished: list[tuple[str, str, list[str]]] = []
         for facts, diagnosis in diagnosed:
             result = results[facts.job_id]
