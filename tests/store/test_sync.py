@@ -30,7 +30,13 @@ from kubetrain.store import (
     list_attempts,
     record_diagnosis,
 )
-from kubetrain.store.sync import SyncedJob, record_synced, sync_facts, unfinished_job_ids
+from kubetrain.store.sync import (
+    SyncedJob,
+    plan_synced,
+    record_synced,
+    sync_facts,
+    unfinished_job_ids,
+)
 from tests.store.builders import at, new_job
 
 pytestmark = pytest.mark.db
@@ -177,6 +183,9 @@ def test_a_replayed_batch_writes_nothing(db: Database) -> None:
     with db.read_only() as session:
         before = session.scalar(select(func.count()).select_from(Transition))
         updated = dict(session.execute(select(Job.id, Job.updated_at)).all())
+    with db.read_only() as session:  # the syncer's first look: no lock, no write needed
+        assert plan_synced(session, [synced(j, 3) for j in ids], now=at(99), lock=False).empty
+        assert not plan_synced(session, [synced(j, 7) for j in ids], now=at(99), lock=False).empty
     with db.transaction() as session:
         results = record_synced(session, [synced(j, 3) for j in ids], now=at(99))
     assert not any(r.changed for r in results.values())

@@ -60,10 +60,54 @@ class SyncResult:
     missing: bool = False  # no such job: nothing written
 
 
+@dataclass
+class SyncPlan:
+    """The rows a batch of syncs would write, worked out from what the database holds."""
+
+    results: dict[str, SyncResult]
+    new_attempts: list[dict[str, Any]]
+    changed_attempts: list[dict[str, Any]]
+    history: list[dict[str, Any]]
+    job_updates: list[dict[str, Any]]
+    leaving: list[tuple[str, BusinessState, datetime]]  # (job id, state it leaves, created)
+    now: datetime
+
+    @property
+    def empty(self) -> bool:
+        """Nothing to write: every job of the batch is recorded as observed already."""
+        return not (self.new_attempts or self.changed_attempts or self.history or self.job_updates)
+
+    def write(self, session: Session) -> None:
+        """Write the plan in the caller's transaction (one made with `lock=True`)."""
+        if self.leaving:
+            _note_state_durations(session, self.leaving, self.now)
+        if self.new_attempts:
+            session.execute(insert(Attempt), self.new_attempts)
+        for group in _same_keys(self.changed_attempts):
+            session.execute(update(Attempt), group)
+        if self.history:
+            # In list order, so each job's rows keep their order in the history.
+            session.execute(insert(Transition), self.history)
+        for group in _same_keys(self.job_updates):
+            session.execute(update(Job), group)
+
+
 def record_synced(
     session: Session, batch: Collection[SyncedJob], *, now: datetime
 ) -> dict[str, SyncResult]:
-    """Record a batch of syncs in the caller's transaction; one result per job id.
+    """Record a batch of syncs in the caller's transaction; one result per job id."""
+    plan = plan_synced(session, batch, now=now)
+    plan.write(session)
+    return plan.results
+
+
+def plan_synced(
+    session: Session, batch: Collection[SyncedJob], *, now: datetime, lock: bool = True
+) -> SyncPlan:
+    """What recording a batch of syncs would write. With `lock`, the jobs' rows are held
+    (PostgreSQL) until the caller's transaction ends, so the plan stays true until
+    written; without, it is a read (a read-only transaction may take no lock) that
+    tells whether a write transaction is needed at all: a replay needs none.
 
     A refused move (`IllegalTransition`, or `TerminalStateError` for a job
     that finished meanwhile) writes no business change but still records the
@@ -72,14 +116,14 @@ def record_synced(
     """
     by_id = {synced.job_id: synced for synced in batch}
     ids = sorted(by_id)
-    jobs = _locked_jobs(session, ids)
+    jobs = _jobs(session, ids, lock=lock)
     attempts = _attempts(session, ids)
     results: dict[str, SyncResult] = {}
     new_attempts: list[dict[str, Any]] = []
     changed_attempts: list[dict[str, Any]] = []
     history: list[dict[str, Any]] = []
     job_updates: list[dict[str, Any]] = []
-    leaving: list[tuple[str, BusinessState]] = []  # (job id, state it leaves)
+    leaving: list[tuple[str, BusinessState, datetime]] = []
     for job_id in ids:
         synced, job = by_id[job_id], jobs.get(job_id)
         if job is None:
@@ -143,7 +187,7 @@ def record_synced(
         changed = current != target and refused is None
         if changed:
             if synced.state != current[0]:
-                leaving.append((job_id, current[0]))
+                leaving.append((job_id, current[0], job["created_at"]))
             values |= {
                 "business_state": synced.state,
                 "reason": synced.reason,
@@ -187,19 +231,7 @@ def record_synced(
             job_updates.append({"id": job_id, **values, "updated_at": now})
         history.extend(rows)
         results[job_id] = SyncResult(changed=changed, refused=refused)
-
-    if leaving:
-        _note_state_durations(session, leaving, jobs, now)
-    if new_attempts:
-        session.execute(insert(Attempt), new_attempts)
-    for group in _same_keys(changed_attempts):
-        session.execute(update(Attempt), group)
-    if history:
-        # In list order, so each job's rows keep their order in the history.
-        session.execute(insert(Transition), history)
-    for group in _same_keys(job_updates):
-        session.execute(update(Job), group)
-    return results
+    return SyncPlan(results, new_attempts, changed_attempts, history, job_updates, leaving, now)
 
 
 def _row(job_id: str, now: datetime, **values: Any) -> dict[str, Any]:
@@ -234,10 +266,12 @@ _JOB_COLUMNS = (
 )
 
 
-def _locked_jobs(session: Session, ids: Sequence[str]) -> dict[str, dict[str, Any]]:
+def _jobs(session: Session, ids: Sequence[str], *, lock: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
     for chunk in _chunks(ids):
-        query = select(*_JOB_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()
+        query = select(*_JOB_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id)
+        if lock:
+            query = query.with_for_update()
         for row in session.execute(query).mappings():
             out[row["id"]] = dict(row)
     return out
@@ -258,14 +292,11 @@ def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[
 
 
 def _note_state_durations(
-    session: Session,
-    leaving: list[tuple[str, BusinessState]],
-    jobs: Mapping[str, Mapping[str, Any]],
-    now: datetime,
+    session: Session, leaving: list[tuple[str, BusinessState, datetime]], now: datetime
 ) -> None:
     """How long each job stayed in the state it leaves, for kubetrain.metrics (see jobs.py)."""
     entered: dict[str, datetime] = {}
-    for chunk in _chunks([job_id for job_id, _ in leaving]):
+    for chunk in _chunks([job_id for job_id, _, _ in leaving]):
         query = (
             select(Transition.job_id, func.max(Transition.at))
             .where(
@@ -277,8 +308,8 @@ def _note_state_durations(
         )
         entered.update({job_id: at for job_id, at in session.execute(query)})
     noted = session.info.setdefault(STATE_DURATIONS_KEY, [])
-    for job_id, state in leaving:
-        since = entered.get(job_id) or jobs[job_id]["created_at"]
+    for job_id, state, created in leaving:
+        since = entered.get(job_id) or created
         noted.append((str(state), max(0.0, (now - since).total_seconds())))
 
 
