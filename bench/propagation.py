@@ -17,7 +17,9 @@ host's wall clock:
 
 Figures: p50/p99 of `db_at - watch_at` (kubetrain's lag behind a bare watch,
 exact), of `watch_at - started_at` and `db_at - started_at`, and the ratio of
-the last two p99s. Prints a table and writes bench/results/propagation.json.
+the last two p99s, and where the syncer's rounds spent their time (the
+server's kubetrain_sync_round_seconds). Prints tables and writes
+bench/results/propagation-DATABASE.json.
 The server, the testbed and PostgreSQL are stopped at the end, also on error.
 
     .venv/bin/python bench/propagation.py [--jobs 1000] [--database sqlite|postgresql]
@@ -27,6 +29,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import ssl
 import sys
 import tempfile
@@ -148,6 +152,43 @@ def submit_all(server: Serve, jobs: int, threads: int, annotations: dict[str, st
     return ids
 
 
+def syncer_rounds(server: Serve) -> dict[str, dict[str, float]]:
+    """The server's kubetrain_sync_round_seconds, per stage: rounds, total and mean seconds."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    found: dict[str, dict[str, float]] = {}
+    buckets: dict[str, list[tuple[float, float]]] = {}
+    bucket_prefix = 'kubetrain_sync_round_seconds_bucket{le="'
+    for line in text.splitlines():
+        if line.startswith(bucket_prefix):
+            le, rest = line[len(bucket_prefix) :].split('",stage="', 1)
+            stage, count = rest.split('"}', 1)
+            buckets.setdefault(stage, []).append((float(le), float(count)))
+        for suffix in ("_sum", "_count"):
+            prefix = f'kubetrain_sync_round_seconds{suffix}{{stage="'
+            if line.startswith(prefix):
+                stage, value = line[len(prefix) :].split('"}', 1)
+                found.setdefault(stage, {})[suffix[1:]] = float(value)
+    return {
+        stage: {
+            "rounds": int(v.get("count", 0)),
+            "total_s": round(v.get("sum", 0.0), 3),
+            "mean_ms": round(1000 * v.get("sum", 0.0) / v["count"], 2) if v.get("count") else 0.0,
+            "p99_le_s": _bucket_quantile(buckets.get(stage, []), 0.99),
+        }
+        for stage, v in found.items()
+    }
+
+
+def _bucket_quantile(buckets: list[tuple[float, float]], q: float) -> float:
+    """The upper bound of the histogram bucket holding the q-quantile (cumulative counts)."""
+    buckets = sorted(buckets)
+    total = buckets[-1][1] if buckets else 0
+    for le, count in buckets:
+        if total and count >= q * total:
+            return le
+    return math.nan
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -202,6 +243,7 @@ def main() -> int:
         began = time.monotonic()
         ids = submit_all(server, args.jobs, args.threads, annotations)
         report["submit_s"] = round(time.monotonic() - began, 2)
+        submitted_at = time.time()
         print(f"submitted {len(ids)} jobs in {report['submit_s']} s", flush=True)
         deadline = time.monotonic() + args.timeout
         wanted = set(ids)
@@ -217,10 +259,15 @@ def main() -> int:
             last = done
             time.sleep(1)
         report["all_running_s"] = round(time.monotonic() - began, 2)
+        report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
+        report["syncer_rounds"] = syncer_rounds(server)
         server_log = server.log.read_text(errors="replace")
     # Everything is stopped here (ExitStack), even on error.
     both = [j for j in ids if j in in_db and j in watch.seen]
     behind = [in_db[j] - watch.seen[j][0] for j in both]
+    # Split at the end of the submissions: before it, the API writes too (SQLite's one writer).
+    during = [in_db[j] - watch.seen[j][0] for j in both if watch.seen[j][0] < submitted_at]
+    after = [in_db[j] - watch.seen[j][0] for j in both if watch.seen[j][0] >= submitted_at]
     with_start = [j for j in both if watch.seen[j][1] is not None]
     watch_lag = [watch.seen[j][0] - (watch.seen[j][1] or 0) for j in with_start]
     db_lag = [in_db[j] - (watch.seen[j][1] or 0) for j in with_start]
@@ -229,6 +276,8 @@ def main() -> int:
         seen_by_watch=len(wanted & watch.seen.keys()),
         watch_events=watch.events,
         db_minus_watch=stats(behind),
+        db_minus_watch_while_submitting=stats(during),
+        db_minus_watch_after_submitting=stats(after),
         watch_minus_started=stats(watch_lag),
         db_minus_started=stats(db_lag),
         server_log_errors=sum("ERROR" in line for line in server_log.splitlines()),
@@ -244,6 +293,11 @@ def main() -> int:
         ["bare watch sees Running - startedAt (baseline)", *_row(report["watch_minus_started"])],
         ["DB RUNNING committed - startedAt", *_row(report["db_minus_started"])],
         ["DB RUNNING committed - bare watch sees it", *_row(report["db_minus_watch"])],
+        [
+            f"  of which seen while submitting ({len(during)})",
+            *_row(report["db_minus_watch_while_submitting"]),
+        ],
+        [f"  of which seen after ({len(after)})", *_row(report["db_minus_watch_after_submitting"])],
     ]
     print(table(["what", "p50 s", "p99 s", "max s"], rows, [50, 9, 9, 9]))
     print(
@@ -251,8 +305,20 @@ def main() -> int:
         f"p99 {total_p99:.3f} s (target < {TARGET_P99_S} s); "
         f"p99 behind the watch {report['db_minus_watch']['p99_s']:.3f} s"
     )
+    if report["syncer_rounds"]:
+        print("syncer rounds (kubetrain_sync_round_seconds):")
+        print(
+            table(
+                ["stage", "rounds", "total s", "mean ms", "p99 <= s"],
+                [
+                    [k, v["rounds"], v["total_s"], v["mean_ms"], v["p99_le_s"]]
+                    for k, v in report["syncer_rounds"].items()
+                ],
+                [12, 8, 10, 10, 10],
+            )
+        )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / "propagation.json"
+    path = RESULTS / f"propagation-{args.database}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"wrote {path}")
     return 0 if len(both) == args.jobs else 1

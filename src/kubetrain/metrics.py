@@ -64,6 +64,13 @@ SYNC_LAG = Histogram(
     "From the watch event that marked a job to the commit of its business change",
     buckets=_LAG_BUCKETS,
 )
+SYNC_ROUND = Histogram(
+    "kubetrain_sync_round_seconds",
+    "Where each syncer round's time goes: wait (from its oldest mark to its start), "
+    "load (the records), snapshot, diagnose, write (one transaction)",
+    ["stage"],
+    buckets=(0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30),
+)
 JOB_STATE_SECONDS = Histogram(
     "kubetrain_job_state_seconds",
     "Time jobs spent in a business state, observed when they leave it",

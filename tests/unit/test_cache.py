@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import json
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from kubetrain.cluster.cache import ClusterCache
+from kubetrain.cluster.cache import ClusterCache, job_id_of
+from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
 
 pytestmark = pytest.mark.unit
 
 SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
+NOW = datetime(2026, 12, 2, 16, 0, tzinfo=UTC)  # after every recording
 RESOURCE = {
     "Job": "jobs",
     "Pod": "pods",
@@ -80,3 +84,53 @@ def test_a_deleted_job_is_remembered_as_deleted():
     cache.reflectors["jobs"].on_event("DELETED", job)  # type: ignore[misc]
     assert cache.deleted(ns, name)
     assert cache.job(ns, name) is None
+
+
+def _diagnoses(snapshot_of: Any, jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
+    out = {}
+    for job in jobs:
+        ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+        facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
+        out[name] = diagnose(facts, snapshot_of(job).for_job(name, ns), NOW).to_json(name)
+    return out
+
+
+def test_a_batch_snapshot_diagnoses_every_recorded_job_as_the_whole_listing_does():
+    cache = ClusterCache(http=None)
+    jobs = []
+    for number, path in enumerate(sorted(SNAPSHOTS.glob("*.json"))):
+        items = feed(cache, path.stem, f"job-{number}")
+        jobs += [i for i in items if i["kind"] == "Job"]
+    ids = [job_id_of(job) or "" for job in jobs]
+    whole = Snapshot.from_list(cache.listing())
+    expected = _diagnoses(lambda job: whole, jobs)
+    assert len(expected) == len(list(SNAPSHOTS.glob("*.json")))
+    # Node usage as the cache keeps it event by event = as the listing's index counts it.
+    state = cache.node_state()
+    assert state.nodes == whole.index.nodes
+    assert {n: dict(u) for n, u in state.usage.items() if u} == {
+        n: dict(u) for n, u in whole.index.usage.items() if u
+    }
+    batch = cache.snapshot(ids)
+    assert _diagnoses(lambda job: batch, jobs) == expected
+    alone = _diagnoses(lambda job: cache.snapshot([job_id_of(job) or ""]), jobs)
+    assert alone == expected
+
+
+def test_node_usage_follows_pods_binding_finishing_and_going():
+    cache = ClusterCache(http=None)
+    items = feed(cache, "running", "job-a")
+    (pod,) = [i for i in items if i["kind"] == "Pod"]
+    node = pod["spec"]["nodeName"]
+    held = dict(cache.node_state().usage[node])
+    assert held["cpu"] > 0
+    pods = cache.reflectors["pods"]
+    assert pods.on_event is not None
+    finished = {**pod, "status": {**pod["status"], "phase": "Succeeded"}}
+    pods.on_event("MODIFIED", finished)
+    assert not cache.node_state().usage.get(node)
+    pods.on_event("MODIFIED", pod)
+    assert cache.node_state().usage[node] == held
+    pods.on_event("DELETED", pod)
+    assert not cache.node_state().usage.get(node)
+    assert cache.snapshot(["job-a"]).pods == ()

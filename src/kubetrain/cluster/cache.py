@@ -10,14 +10,18 @@ shape that `kubectl get … -o json` prints, so the live path and
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
+from decimal import Decimal
 from typing import Any
 
 import httpx2 as httpx
 
 from kubetrain.cluster.reflector import Obj, Reflector
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from kubetrain.domain.nodes import NodeInfo, parse_node
+from kubetrain.domain.snapshot import NodeState, Snapshot, bound_requests
 
 # (name, path, label selector) — order matters only for start-up logging.
 _RESOURCES: tuple[tuple[str, str, str | None], ...] = (
@@ -60,6 +64,18 @@ class ClusterCache:
         self._pod_job: dict[tuple[str, str], str] = {}  # (ns, pod name) -> job id
         self._deleted_jobs: set[tuple[str, str]] = set()  # (ns, Job name) seen deleted
         self._jobs: dict[tuple[str, str], Obj] = {}  # (ns, Job name) -> Job
+        # Kept as events arrive, so that a snapshot costs what its jobs hold, not
+        # what the cluster holds: a job's Pods and the keys of its kept events,
+        # each Node parsed once per change, each Pod's claim on its node.
+        self._job_keys: dict[str, tuple[str, str]] = {}  # job id -> (ns, Job name)
+        self._pods: dict[str, dict[str, Obj]] = defaultdict(dict)  # job id -> uid -> Pod
+        self._event_keys: dict[str, set[tuple[str, str]]] = defaultdict(set)  # job id -> keys
+        self._parsed: dict[str, NodeInfo | None] = {}  # Node uid -> parsed
+        self._bound: dict[str, tuple[str, dict[str, Decimal]]] = {}  # Pod uid -> its claim
+        self._by_node: dict[str, set[str]] = defaultdict(set)  # node name -> Pod uids
+        self._usage: dict[str, dict[str, Decimal]] = {}  # node name -> requested
+        self._stale_usage: set[str] = set()  # node names whose usage must be summed again
+        self._node_state: NodeState | None = None
         for name, path, selector in _RESOURCES:
             self.reflectors[name] = Reflector(
                 http, path, label_selector=selector, on_event=self._handler(name)
@@ -73,17 +89,32 @@ class ClusterCache:
             if resource == "jobs" and job_id:
                 key = (ns, meta.get("name", ""))
                 self._job_by_name[key] = job_id
+                self._job_keys[job_id] = key
                 if kind == "DELETED":
                     self._deleted_jobs.add(key)
                     self._jobs.pop(key, None)
                 else:
                     self._deleted_jobs.discard(key)
                     self._jobs[key] = obj
-            elif resource == "pods" and job_id:
-                if kind == "DELETED":
+            elif resource == "pods":
+                uid = meta.get("uid", "")
+                self._claim(uid, None if kind == "DELETED" else bound_requests(obj))
+                if job_id and kind == "DELETED":
                     self._pod_job.pop((ns, meta.get("name", "")), None)
-                else:
+                    pods = self._pods.get(job_id, {})
+                    pods.pop(uid, None)
+                    if not pods:
+                        self._pods.pop(job_id, None)
+                elif job_id:
                     self._pod_job[(ns, meta.get("name", ""))] = job_id
+                    self._pods[job_id][uid] = obj
+            elif resource == "nodes":
+                uid = meta.get("uid", "")
+                if kind == "DELETED":
+                    self._parsed.pop(uid, None)
+                else:
+                    self._parsed[uid] = parse_node(obj)
+                self._node_state = None
             elif resource == "events":
                 involved = obj.get("involvedObject") or {}
                 key = (involved.get("namespace") or ns, involved.get("name") or "")
@@ -95,6 +126,7 @@ class ClusterCache:
                     # job, so the cache keeps them until the job's objects go.
                     return
                 self._events[key][meta.get("uid", "")] = obj
+                self._event_keys[job_id].add(key)
             if self.listener is not None:
                 self.listener(resource, kind, obj, job_id)
 
@@ -126,6 +158,60 @@ class ClusterCache:
         items += [_typed("events", e) for kept in self._events.values() for e in kept.values()]
         return {"apiVersion": "v1", "kind": "List", "items": items}
 
+    def snapshot(self, job_ids: Iterable[str]) -> Snapshot:
+        """A snapshot to diagnose these jobs: their Jobs, Pods and kept Events, every
+        Node, PVC and quota, and the node usage the cache keeps. For these jobs,
+        `for_job` reads the same as from `listing()`, at the cost of their own objects
+        instead of the cluster's."""
+        items: list[Obj] = []
+        for job_id in job_ids:
+            key = self._job_keys.get(job_id)
+            job = self._jobs.get(key) if key is not None else None
+            if job is not None:
+                items.append(_typed("jobs", job))
+            items += (_typed("pods", pod) for pod in self._pods.get(job_id, {}).values())
+            for involved in self._event_keys.get(job_id, ()):
+                items += (_typed("events", e) for e in self._events.get(involved, {}).values())
+        for resource in ("pvcs", "quotas"):
+            items += (_typed(resource, o) for o in self.reflectors[resource].items.values())
+        snapshot = Snapshot.from_list({"apiVersion": "v1", "kind": "List", "items": items})
+        # The diagnosis reads Nodes parsed, from the node state; no need to copy each.
+        nodes = tuple(_typed("nodes", o) for o in self.reflectors["nodes"].items.values())
+        return dataclasses.replace(snapshot, nodes=nodes, node_state=self.node_state())
+
+    def _claim(self, uid: str, claim: tuple[str, dict[str, Decimal]] | None) -> None:
+        """Record what a Pod holds on its node (None: nothing, or gone)."""
+        before = self._bound.get(uid)
+        if before == claim:
+            return
+        if before is not None:
+            self._by_node[before[0]].discard(uid)
+            self._stale_usage.add(before[0])
+            del self._bound[uid]
+        if claim is not None:
+            self._bound[uid] = claim
+            self._by_node[claim[0]].add(uid)
+            self._stale_usage.add(claim[0])
+        self._node_state = None
+
+    def node_state(self) -> NodeState:
+        """Nodes and their usage, recomputed only for what changed since the last call."""
+        for node in self._stale_usage:
+            total: dict[str, Decimal] = {}
+            for uid in self._by_node.get(node, ()):
+                for key, value in self._bound[uid][1].items():
+                    total[key] = total.get(key, Decimal(0)) + value
+            if total or self._by_node.get(node):
+                self._usage[node] = total
+            else:
+                self._usage.pop(node, None)
+                self._by_node.pop(node, None)
+        self._stale_usage.clear()
+        if self._node_state is None:
+            # A copy of the outer dict only: a node's totals are replaced, never changed.
+            self._node_state = NodeState.of(self._parsed.values(), dict(self._usage))
+        return self._node_state
+
     def deleted(self, namespace: str, name: str) -> bool:
         """True when this cache saw the Job go (a watch DELETED or a relist's difference)."""
         return (namespace, name) in self._deleted_jobs
@@ -134,6 +220,9 @@ class ClusterCache:
         """Drop kept events once a job is finished and recorded."""
         for involved in [k8s_name, *pod_names]:
             self._events.pop((namespace, involved), None)
+        job_id = self._job_by_name.get((namespace, k8s_name))
+        if job_id is not None:
+            self._event_keys.pop(job_id, None)
 
 
 def _typed(resource: str, obj: Obj) -> Obj:

@@ -38,6 +38,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from decimal import Decimal
 from enum import StrEnum
+from functools import cached_property
 from typing import Any, Literal
 
 from kubetrain.domain.admission import (
@@ -357,8 +358,12 @@ class _Reader:
             pods = owned
         self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
         self.attempts = self._attempts()
-        self.nodes_by_name = {n.name: n for n in self.index.nodes}
         self.fit: FitAnalysis | None = None  # set when scheduling is read
+
+    @cached_property
+    def nodes_by_name(self) -> dict[str, NodeInfo]:
+        # Only a waiting container's node is looked up: not built for every job.
+        return {n.name: n for n in self.index.nodes}
 
     def note(self, message: str) -> None:
         if message not in self.notes and len(self.notes) < _MAX_NOTES:

@@ -29,7 +29,14 @@ from typing import Any
 from kubetrain.domain.nodes import NodeInfo, parse_node, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, meta_namespace, text
 
-__all__ = ["JOB_NAME_LABELS", "Snapshot", "SnapshotError", "SnapshotIndex"]
+__all__ = [
+    "JOB_NAME_LABELS",
+    "NodeState",
+    "Snapshot",
+    "SnapshotError",
+    "SnapshotIndex",
+    "bound_requests",
+]
 
 # The labels the Job controller puts on its Pods (the short one before 1.27).
 JOB_NAME_LABELS = ("batch.kubernetes.io/job-name", "job-name")
@@ -102,6 +109,44 @@ def _identity(kind: str, obj: Mapping[str, Any]) -> tuple[str, str, str, str]:
 
 
 @dataclass(frozen=True)
+class NodeState:
+    """The Nodes parsed and what the Pods bound to each request: the part of an index
+    that reads the whole cluster. A live cache keeps it up to date event by event
+    (cluster/cache.py), so that a snapshot of a few jobs needs neither every Pod
+    nor a fresh parse of every Node; `SnapshotIndex` computes the same from a dump.
+    """
+
+    nodes: tuple[NodeInfo, ...]  # sorted by name
+    usage: Mapping[str, Mapping[str, Decimal]]
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def of(
+        cls, parsed: Iterable[NodeInfo | None], usage: Mapping[str, Mapping[str, Decimal]]
+    ) -> NodeState:
+        """From `parse_node`'s results (None: a Node without a name) and the usage."""
+        problems: list[str] = []
+        nodes = []
+        for info in parsed:
+            if info is None:
+                problems.append("a Node without a name was left out")
+                continue
+            nodes.append(info)
+            problems.extend(info.problems)
+        return cls(tuple(sorted(nodes, key=lambda n: n.name)), usage, tuple(problems))
+
+
+def bound_requests(pod: Mapping[str, Any]) -> tuple[str, dict[str, Decimal]] | None:
+    """(node, requests) that the Pod holds on its node, or None: the scheduler counts
+    every Pod bound to a node and not yet Succeeded/Failed, terminating ones included,
+    until it is gone."""
+    node = text(pod, "spec", "nodeName")
+    if not node or text(pod, "status", "phase") in _TERMINAL_PHASES:
+        return None
+    return node, pod_requests(get(pod, "spec"))
+
+
+@dataclass(frozen=True)
 class Snapshot:
     """Plain Kubernetes objects (dicts as the API returns them), by kind."""
 
@@ -122,6 +167,9 @@ class Snapshot:
     # The snapshot this one was narrowed from (for_job): node usage counts the
     # Pods of every job, so a narrowed snapshot reads it from the whole one.
     base: Snapshot | None = field(default=None, repr=False, compare=False)
+    # Given by a live cache that keeps it (NodeState); then `pods` need only hold
+    # the Pods of the jobs to diagnose, since node usage comes from here.
+    node_state: NodeState | None = field(default=None, repr=False, compare=False)
 
     @classmethod
     def from_list(cls, data: object) -> Snapshot:
@@ -358,29 +406,19 @@ class SnapshotIndex:
             self.nodes: tuple[NodeInfo, ...] = base.nodes
             self.usage: Mapping[str, Mapping[str, Decimal]] = base.usage
         else:
-            self.nodes = self._parse_nodes(snap)
-            self.usage = self._usage(snap)
+            state = snap.node_state or NodeState.of(map(parse_node, snap.nodes), _usage(snap))
+            self.nodes, self.usage = state.nodes, state.usage
+            self.problems.extend(state.problems)
 
-    def _parse_nodes(self, snap: Snapshot) -> tuple[NodeInfo, ...]:
-        parsed = []
-        for node in snap.nodes:
-            info = parse_node(node)
-            if info is None:
-                self.problems.append("a Node without a name was left out")
-                continue
-            parsed.append(info)
-            self.problems.extend(info.problems)
-        return tuple(sorted(parsed, key=lambda n: n.name))
 
-    def _usage(self, snap: Snapshot) -> dict[str, dict[str, Decimal]]:
-        """What the Pods bound to each node request: the scheduler counts every
-        Pod not yet Succeeded/Failed, terminating ones included, until it is gone."""
-        usage: dict[str, dict[str, Decimal]] = defaultdict(dict)
-        for pod in snap.pods:
-            node = text(pod, "spec", "nodeName")
-            if not node or text(pod, "status", "phase") in _TERMINAL_PHASES:
-                continue
-            requested = usage[node]
-            for key, value in pod_requests(get(pod, "spec")).items():
-                requested[key] = requested.get(key, Decimal(0)) + value
-        return usage
+def _usage(snap: Snapshot) -> dict[str, dict[str, Decimal]]:
+    """What the Pods bound to each node request (see `bound_requests`)."""
+    usage: dict[str, dict[str, Decimal]] = defaultdict(dict)
+    for pod in snap.pods:
+        bound = bound_requests(pod)
+        if bound is None:
+            continue
+        requested = usage[bound[0]]
+        for key, value in bound[1].items():
+            requested[key] = requested.get(key, Decimal(0)) + value
+    return usage

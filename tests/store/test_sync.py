@@ -1,0 +1,206 @@
+"""The syncer's batch writes (store/sync.py) against the one-job functions they replace.
+
+Each step of a job's life is recorded for one job through `apply_runtime_change`,
+`apply_business_change` and `record_diagnosis` (the reference) and for a twin
+through `record_synced`, in one batch with other jobs: history, attempts and
+job rows must come out the same, and a replayed step must write nothing.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from datetime import datetime
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store import (
+    Database,
+    IllegalTransition,
+    Job,
+    PodObservation,
+    Source,
+    Transition,
+    apply_business_change,
+    apply_runtime_change,
+    get_job_any_project,
+    job_history,
+    list_attempts,
+    record_diagnosis,
+)
+from kubetrain.store.sync import (
+    SyncedJob,
+    plan_synced,
+    record_synced,
+    sync_facts,
+    unfinished_job_ids,
+)
+from tests.store.builders import at, new_job
+
+pytestmark = pytest.mark.db
+
+Q, R, S, F = (
+    BusinessState.QUEUED,
+    BusinessState.RUNNING,
+    BusinessState.SUCCEEDED,
+    BusinessState.FAILED,
+)
+PENDING = PodObservation(
+    pod_name="train-0-x7k2p",
+    pod_uid="uid-1",
+    pod_phase="Pending",
+    raw_reason="Unschedulable",
+    raw_message="0/3 nodes are available: 3 Insufficient cpu.",
+)
+RUNNING = dataclasses.replace(
+    PENDING,
+    pod_phase="Running",
+    node="n1",
+    container_state="running",
+    raw_reason=None,
+    raw_message=None,
+    started_at=at(5),
+)
+EVICTED = dataclasses.replace(
+    RUNNING, pod_phase="Failed", container_state="terminated", raw_reason="Evicted"
+)
+SECOND = dataclasses.replace(PENDING, pod_name="train-0-b8c9d", pod_uid="uid-2")
+DONE = dataclasses.replace(
+    SECOND,
+    pod_phase="Succeeded",
+    node="n2",
+    container_state="terminated",
+    raw_reason="Completed",
+    raw_message=None,
+    exit_code=0,
+)
+# (pods, state, reason, raw message): a life, with replays and refused moves.
+STEPS: list[tuple[list[PodObservation], BusinessState, ReasonCode, str | None]] = [
+    ([PENDING], Q, ReasonCode.INSUFFICIENT_CPU, PENDING.raw_message),
+    ([PENDING], Q, ReasonCode.INSUFFICIENT_CPU, PENDING.raw_message),  # replay
+    ([PENDING], Q, ReasonCode.INSUFFICIENT_CPU, "0/4 nodes are available"),  # message only
+    ([RUNNING], R, ReasonCode.TRAINING, None),
+    ([RUNNING], R, ReasonCode.TRAINING, None),  # replay
+    ([RUNNING], BusinessState.CREATED, ReasonCode.JOB_NOT_CREATED, None),  # illegal
+    ([EVICTED, SECOND], Q, ReasonCode.SCHEDULING, None),  # a replacement Pod: attempt 2
+    ([EVICTED, DONE], S, ReasonCode.COMPLETED, None),
+    ([EVICTED, DONE], S, ReasonCode.COMPLETED, None),  # replay
+    ([EVICTED, DONE], F, ReasonCode.EXIT_NONZERO, None),  # nothing leaves a terminal state
+]
+
+
+def synced(job_id: str, step: int) -> SyncedJob:
+    pods, state, reason, raw_message = STEPS[step]
+    return SyncedJob(
+        job_id=job_id,
+        pods=pods,
+        state=state,
+        reason=reason,
+        raw_reason=pods[-1].raw_reason,
+        raw_message=raw_message,
+        message=f"{state} {reason}",
+        attempt=len(pods),
+        detail={"link": "scheduler", "waitable": True},
+        diagnosis={"reason": str(reason), "raw_message": raw_message, "pods": len(pods)},
+    )
+
+
+def reference(db: Database, record: SyncedJob, now: datetime) -> bool:
+    """What the syncer did per job before the batch path, one transaction per job."""
+    with db.transaction() as session:
+        for pod in record.pods:
+            apply_runtime_change(session, record.job_id, pod, now=now)
+        try:
+            changed = apply_business_change(
+                session,
+                record.job_id,
+                record.state,
+                record.reason,
+                record.raw_reason,
+                record.raw_message,
+                source=Source.SYNCER,
+                attempt=record.attempt,
+                message=record.message,
+                detail=record.detail,
+                now=now,
+            )
+        except IllegalTransition:
+            changed = None
+        record_diagnosis(session, record.job_id, record.diagnosis, now=now)
+    return changed is not None
+
+
+def state_of(db: Database, job_id: str) -> dict[str, Any]:
+    with db.read_only() as session:
+        job = get_job_any_project(session, job_id)
+        assert job is not None
+        history = [
+            {k: v for k, v in vars(row).items() if k not in ("_sa_instance_state", "id", "job_id")}
+            for row in job_history(session, job.project, job_id)
+        ]
+        attempts = [
+            {k: v for k, v in vars(a).items() if k not in ("_sa_instance_state", "id", "job_id")}
+            for a in list_attempts(session, job_id)
+        ]
+        row = {
+            k: v
+            for k, v in vars(job).items()
+            if k not in ("_sa_instance_state", "id", "name", "idempotency_key", "spec_digest")
+        }
+        return {"job": row, "history": history, "attempts": attempts}
+
+
+def test_batch_writes_match_the_one_job_path_step_by_step(db: Database) -> None:
+    with db.transaction() as session:
+        ref = new_job(session, name="ref", state=Q).id
+        twin = new_job(session, name="twin", state=Q).id
+        bystander = new_job(session, name="other", state=Q).id
+    for step in range(len(STEPS)):
+        now = at(10 + step)
+        expected = reference(db, synced(ref, step), now)
+        before = state_of(db, twin)
+        with db.transaction() as session:
+            results = record_synced(session, [synced(twin, step), synced(bystander, 0)], now=now)
+        assert results[twin].changed == expected, step
+        assert (results[twin].refused is not None) == (step in (5, 9)), step
+        after = state_of(db, twin)
+        assert after == state_of(db, ref), step
+        if step in (1, 4, 8):  # a replay writes nothing, not even updated_at
+            assert after == before, step
+    final = state_of(db, twin)
+    assert [a["number"] for a in final["attempts"]] == [1, 2]
+    assert final["job"]["business_state"] == S
+
+
+def test_a_replayed_batch_writes_nothing(db: Database) -> None:
+    with db.transaction() as session:
+        ids = [new_job(session, name=f"j{i}", state=Q).id for i in range(3)]
+    for step in (0, 3):
+        with db.transaction() as session:
+            record_synced(session, [synced(j, step) for j in ids], now=at(step))
+    with db.read_only() as session:
+        before = session.scalar(select(func.count()).select_from(Transition))
+        updated = dict(session.execute(select(Job.id, Job.updated_at)).all())
+    with db.read_only() as session:  # the syncer's first look: no lock, no write needed
+        assert plan_synced(session, [synced(j, 3) for j in ids], now=at(99), lock=False).empty
+        assert not plan_synced(session, [synced(j, 7) for j in ids], now=at(99), lock=False).empty
+    with db.transaction() as session:
+        results = record_synced(session, [synced(j, 3) for j in ids], now=at(99))
+    assert not any(r.changed for r in results.values())
+    with db.read_only() as session:
+        assert session.scalar(select(func.count()).select_from(Transition)) == before
+        assert dict(session.execute(select(Job.id, Job.updated_at)).all()) == updated
+
+
+def test_facts_and_unfinished_ids_in_one_query_each(db: Database) -> None:
+    with db.transaction() as session:
+        waiting = new_job(session, name="a", state=Q)
+        done = new_job(session, name="b", state=S)
+    with db.read_only() as session:
+        facts = sync_facts(session, [waiting.id, done.id, "no-such-job"])
+        assert set(facts) == {waiting.id, done.id}
+        assert facts[waiting.id].business_state == Q
+        assert facts[waiting.id].namespace == waiting.namespace
+        assert unfinished_job_ids(session) == [waiting.id]
