@@ -14,6 +14,8 @@ import itertools
 import json
 import os
 import random
+import re
+import signal
 import threading
 import time
 import uuid
@@ -32,12 +34,13 @@ from lightkube.resources.core_v1 import Namespace
 from kubetrain.domain.states import BusinessState, can_move
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server
-from tests.kube import eventually
+from tests.kube import compact_etcd, eventually
 from tests.pg import PostgresServer
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
 JOBS = int(os.environ.get("KUBETRAIN_TEST_FAULT_JOBS", "40"))
+COMPACTION_JOBS = max(5, JOBS // 2)
 KILLS = int(os.environ.get("KUBETRAIN_TEST_FAULT_KILLS", "4"))
 SEED = int(os.environ.get("KUBETRAIN_TEST_FAULT_SEED", str(random.randrange(1 << 30))))  # noqa: S311 - kill moments, not secrets
 FATE = "testbed.kubetrain.io"
@@ -214,6 +217,67 @@ def test_api_server_down_20s_during_submissions(
     assert_consistent(server, kube, project, ids)
 
 
+RELISTS = re.compile(r"^kubetrain_watch_relists_total\{([^}]*)\} (\S+)$", re.M)
+
+
+def _relists(server: Server) -> dict[tuple[str, str], float]:
+    """kubetrain_watch_relists_total by (resource, cause), from the server's /metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    out = {}
+    for labels, value in RELISTS.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        out[(fields["resource"], fields["cause"])] = float(value)
+    return out
+
+
+def test_etcd_compaction_410_while_jobs_run_relists_and_converges(
+    server: Server, kube: Client, testbed: Testbed
+) -> None:
+    """kubetrain's watches fall behind a compaction: the process is frozen (SIGSTOP) while
+    its jobs run on, etcd is compacted at its current revision, and the API server is
+    restarted so that its watch cache, which would otherwise replay recent versions, starts
+    empty at the compacted revision. Resumed, each watch asks for a version that is gone:
+    a real `410 Gone` from the API server, so only a relist can tell what happened."""
+    project = f"compact-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(SEED)  # noqa: S311 - replayable run lengths
+    print(f"KUBETRAIN_TEST_FAULT_SEED={SEED} jobs={COMPACTION_JOBS}")
+    ids = [
+        _submit(server, project, _job(f"c{i}", project, f"{rng.randint(1, 4)}s"), f"c-{i}")
+        for i in range(COMPACTION_JOBS)
+    ]
+    # Some running, some done, some still queued when the watches stop.
+    eventually(
+        lambda: sum(j["business_status"] == "RUNNING" for j in _all_jobs(server, project)),
+        60,
+        what="a job RUNNING",
+    )
+    before = _relists(server)
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        time.sleep(5)  # the jobs go on in the cluster, unseen
+        revision = compact_etcd(testbed)
+        testbed.stop_component("kube-apiserver", timeout=0)
+        testbed.start_component("kube-apiserver")
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    resumed_at = time.monotonic()
+    ids += [_submit(server, project, _job(f"d{i}", project, "1s"), f"d-{i}") for i in range(3)]
+    _wait_all_finished(server, project, len(ids), timeout=120 + len(ids))
+    after = _relists(server)
+    gone = {
+        resource: after.get((resource, "gone"), 0) - before.get((resource, "gone"), 0)
+        for resource in ("jobs", "pods")
+    }
+    print(
+        f"etcd compacted at revision {revision}; relists after 410 Gone: {gone}; "
+        f"{len(ids)} jobs finished {time.monotonic() - resumed_at:.1f} s after kubetrain resumed"
+    )
+    assert gone["jobs"] >= 1, f"the Jobs watch did not relist after 410 Gone: {after}"
+    assert gone["pods"] >= 1, f"the Pods watch did not relist after 410 Gone: {after}"
+    assert_consistent(server, kube, project, ids)
+
+
 @pytest.fixture
 def own_postgres() -> Iterator[PostgresServer]:
     """A PostgreSQL server of this test's own, since the test stops it."""
@@ -287,6 +351,7 @@ def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
 
 LEASE_DURATION = 15.0  # LeaderElector's default
 RETRY_PERIOD = 2.0  # how often a standby tries the Lease
+TAKEOVER_MARGIN = 1.0  # the takeover's GET and PUT, and the log line, on 2 shared cores
 
 
 def _leader_since(log: Path) -> datetime | None:
@@ -337,9 +402,10 @@ def test_two_replicas_one_leader_and_the_standby_takes_over(
         )
         takeover = (took - killed_at).total_seconds()
         print(f"standby took over {takeover:.1f} s after the leader's SIGKILL")
-        # A standby counts the duration from when it saw the last renewal (up to one
-        # retry period late, as client-go does) and notices expiry at its next try.
-        assert takeover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1
+        # The standby watches the Lease, so it sees the last renewal (at most one retry
+        # period before the kill) as it is written, and wakes when the duration counted
+        # from that sight is up: at most the lease duration, plus a request and the log.
+        assert takeover <= LEASE_DURATION + TAKEOVER_MARGIN
         _wait_all_finished(standby, project, len(ids), timeout=60)
         assert_consistent(standby, kube, project, ids)
     finally:
