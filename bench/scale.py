@@ -16,7 +16,7 @@ before the next step starts. Per step, in the same run:
   Complete; both from the API server's own timestamps (container `startedAt`,
   Job `completionTime`, whole seconds);
 * the server process: CPU seconds used in the step (per job), RSS after it;
-* the database's size on disk (SQLite file and WAL).
+* the database's size (SQLite's pages in use).
 
 Growth is judged per job: KB of RSS per job added, CPU ms per job, and the
 propagation p99 at each size. Prints a table, writes bench/results/scale.json
@@ -31,6 +31,7 @@ import argparse
 import asyncio
 import json
 import os
+import signal
 import ssl
 import sys
 import tempfile
@@ -44,7 +45,7 @@ from typing import Any
 
 import httpx2 as httpx
 from _common import RESULTS, Serve, percentile, table, training_job
-from sqlalchemy import select
+from sqlalchemy import select, text
 
 from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.store import Database
@@ -210,6 +211,16 @@ def bare_creates(testbed: Testbed, count: int, concurrency: int = 50) -> float:
     return asyncio.run(go())
 
 
+def database_bytes(db: Database) -> int:
+    """The database's size as SQLite counts it (pages in use, the WAL's included), not the
+    files' (the WAL file grows and shrinks with checkpoints, whatever the data)."""
+    with db.read_only() as session:
+        pages = session.execute(text("PRAGMA page_count")).scalar_one()
+        free = session.execute(text("PRAGMA freelist_count")).scalar_one()
+        size = session.execute(text("PRAGMA page_size")).scalar_one()
+    return int((pages - free) * size)
+
+
 def process_sample(pid: int) -> tuple[float, int]:
     """(CPU seconds so far, RSS bytes) of a process, all its threads."""
     fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
@@ -242,7 +253,6 @@ def step(
     args: argparse.Namespace,
     server: Serve,
     db: Database,
-    db_path: Path,
     testbed: Testbed,
     watches: tuple[BareWatch, BareWatch],
     size: int,
@@ -274,7 +284,7 @@ def step(
         len(dispatched) / (dispatched[-1] - dispatched[0]) if len(dispatched) > 1 else 0.0
     )
     bare_rate = bare_creates(testbed, min(len(ids), args.bare_max))
-    db_bytes = sum(p.stat().st_size for p in db_path.parent.glob(db_path.name + "*"))
+    db_bytes = database_bytes(db)
     result = {
         "jobs_total": size,
         "jobs_added": len(ids),
@@ -308,6 +318,8 @@ def main() -> int:
     parser.add_argument("--bare-max", type=int, default=1000, help="at most this many bare Jobs")
     parser.add_argument("--timeout", type=float, default=1200, help="seconds per step, at most")
     args = parser.parse_args()
+    # Stopped early (SIGTERM), the testbed and the server still go, and the steps so far stay.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     try:
         sizes = sorted({int(s) for s in args.sizes.split(",")})
     except ValueError:
@@ -324,8 +336,7 @@ def main() -> int:
     }
     with tempfile.TemporaryDirectory(prefix="kubetrain-scale-") as tmp, ExitStack() as stack:
         root = Path(tmp)
-        db_path = root / "scale.db"
-        url = f"sqlite:///{db_path}"
+        url = f"sqlite:///{root / 'scale.db'}"
         began = time.monotonic()
         testbed = Testbed.up(root / "testbed", args.pool, timeout=600)
         stack.callback(testbed.down)
@@ -349,7 +360,7 @@ def main() -> int:
         previous = 0
         for size in sizes:
             print(f"step to {size} jobs", flush=True)
-            result = step(args, server, db, db_path, testbed, watches, size, previous)
+            result = step(args, server, db, testbed, watches, size, previous)
             report["steps"].append(result)
             previous = size
             _save(report)  # a long run keeps what it measured so far

@@ -255,10 +255,10 @@ def test_etcd_compaction_410_while_jobs_run_relists_and_converges(
     server: Server, kube: Client, testbed: Testbed
 ) -> None:
     """kubetrain's watches fall behind a compaction: the process is frozen (SIGSTOP) while
-    its jobs run on, etcd is compacted at its current revision, and the API server is
-    restarted so that its watch cache, which would otherwise replay recent versions, starts
-    empty at the compacted revision. Resumed, each watch asks for a version that is gone:
-    a real `410 Gone` from the API server, so only a relist can tell what happened."""
+    its jobs run to the end in the cluster, etcd is compacted at its current revision, and
+    the API server is restarted so that its watch cache, which would otherwise replay recent
+    versions, starts empty at the compacted revision. Resumed, each watch asks for a version
+    that is gone, gets a real `410 Gone`, and only a relist tells how the jobs ended."""
     project = f"compact-{uuid.uuid4().hex[:8]}"
     rng = random.Random(SEED)  # noqa: S311 - replayable run lengths
     print(f"KUBETRAIN_TEST_FAULT_SEED={SEED} jobs={COMPACTION_JOBS}")
@@ -266,25 +266,41 @@ def test_etcd_compaction_410_while_jobs_run_relists_and_converges(
         _submit(server, project, _job(f"c{i}", project, f"{rng.randint(1, 4)}s"), f"c-{i}")
         for i in range(COMPACTION_JOBS)
     ]
-    # Some running, some done, some still queued when the watches stop.
+    # Every Job created (so nothing waits for kube-controller-manager to reconnect after
+    # the restart, which takes up to a minute), and the first running.
     eventually(
-        lambda: sum(j["business_status"] == "RUNNING" for j in _all_jobs(server, project)),
+        lambda: (
+            all(j["business_status"] != "CREATED" for j in _all_jobs(server, project))
+            and any(j["business_status"] == "RUNNING" for j in _all_jobs(server, project))
+        ),
         60,
-        what="a job RUNNING",
+        what="every job dispatched and one RUNNING",
     )
     before = _relists(server)
     assert server.proc is not None
     server.proc.send_signal(signal.SIGSTOP)
     try:
-        time.sleep(5)  # the jobs go on in the cluster, unseen
+        eventually(
+            lambda: (
+                all(
+                    any(
+                        c.type == "Complete" and c.status == "True"
+                        for c in j.status.conditions or []
+                    )
+                    for j in kube.list(Job, namespace=project)
+                )
+                and len(list(kube.list(Job, namespace=project))) == len(ids)
+            ),
+            90,
+            what="every Job Complete in Kubernetes, unseen by kubetrain",
+        )
         revision = compact_etcd(testbed)
         testbed.stop_component("kube-apiserver", timeout=0)
         testbed.start_component("kube-apiserver")
     finally:
         server.proc.send_signal(signal.SIGCONT)
     resumed_at = time.monotonic()
-    ids += [_submit(server, project, _job(f"d{i}", project, "1s"), f"d-{i}") for i in range(3)]
-    _wait_all_finished(server, project, len(ids), timeout=120 + len(ids))
+    _wait_all_finished(server, project, len(ids), timeout=60)
     after = _relists(server)
     gone = {
         resource: after.get((resource, "gone"), 0) - before.get((resource, "gone"), 0)
