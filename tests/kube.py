@@ -2,13 +2,17 @@
 
 from __future__ import annotations
 
+import json
 import time
+import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 
 import pytest
 from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
+
+from kubetrain.testbed.cluster import Testbed
 
 T = TypeVar("T")
 
@@ -42,3 +46,20 @@ def get(kube: Client, kind: Any, name: str, namespace: str | None = None) -> Any
 def create(kube: Client, manifest: dict[str, Any], namespace: str | None = None) -> Any:
     obj: Any = from_dict(manifest)
     return kube.create(obj, namespace=namespace)
+
+
+def compact_etcd(testbed: Testbed) -> int:
+    """Compact etcd at its current revision through its HTTP gateway; returns the revision.
+    Every older resourceVersion is then gone from etcd (a watch from one is `410 Gone`)."""
+    base = f"http://127.0.0.1:{testbed.state().ports.etcd_client}/v3/kv"
+
+    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
+        request = urllib.request.Request(  # noqa: S310 - loopback etcd
+            f"{base}/{path}", data=json.dumps(body).encode(), method="POST"
+        )
+        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
+            return dict(json.load(resp))
+
+    revision = int(post("range", {"key": "AA=="})["header"]["revision"])
+    post("compaction", {"revision": str(revision), "physical": True})
+    return revision

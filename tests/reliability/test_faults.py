@@ -14,6 +14,8 @@ import itertools
 import json
 import os
 import random
+import re
+import signal
 import threading
 import time
 import uuid
@@ -32,12 +34,13 @@ from lightkube.resources.core_v1 import Namespace
 from kubetrain.domain.states import BusinessState, can_move
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server
-from tests.kube import eventually
+from tests.kube import compact_etcd, eventually
 from tests.pg import PostgresServer
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
 JOBS = int(os.environ.get("KUBETRAIN_TEST_FAULT_JOBS", "40"))
+COMPACTION_JOBS = max(5, JOBS // 2)
 KILLS = int(os.environ.get("KUBETRAIN_TEST_FAULT_KILLS", "4"))
 SEED = int(os.environ.get("KUBETRAIN_TEST_FAULT_SEED", str(random.randrange(1 << 30))))  # noqa: S311 - kill moments, not secrets
 FATE = "testbed.kubetrain.io"
@@ -204,13 +207,111 @@ def test_api_server_down_20s_during_submissions(
             index += 1
             time.sleep(1)
     finally:
+        restarted = time.monotonic()
         testbed.start_component("kube-apiserver")
-    back_at = time.monotonic()
+    back_at, back_wall = time.monotonic(), datetime.now(UTC)
     _wait_all_finished(server, project, len(ids), timeout=180)
     print(
         f"{len(ids)} jobs ({len(ids) - 5} submitted while the API server was down) finished "
-        f"{time.monotonic() - back_at:.1f} s after it was back"
+        f"{time.monotonic() - back_at:.1f} s after it was back (ready {back_at - restarted:.1f} s "
+        "after its restart)"
     )
+    # Where the time goes: the last of the outage's jobs to reach each state, after `back`.
+    during, last = ids[5:], {}
+    for state in ("QUEUED", "RUNNING", "SUCCEEDED"):
+        reached = [_reached(server, project, job_id, state) for job_id in during]
+        late = [(at - back_wall).total_seconds() for at in reached if at is not None]
+        last[state] = max(late, default=0)
+        print(f"  {state}: {len(late)} of {len(during)}, last {last[state]:.1f} s after")
+    # Our part: every Job created soon after, not once each backoff grown during the
+    # outage has run out (up to 16 s more). The Pods are kube-controller-manager's part:
+    # its informers reconnect with client-go's backoff (up to 30 s, each).
+    assert last["QUEUED"] <= 5, f"the Jobs were created {last['QUEUED']:.1f} s after"
+    assert_consistent(server, kube, project, ids)
+
+
+def _reached(server: Server, project: str, job_id: str, state: str) -> datetime | None:
+    """When the job's history first enters `state`, if it does."""
+    for row in _history(server, project, job_id):
+        if row.get("kind", "business") == "business" and row["to_state"] == state:
+            return datetime.fromisoformat(row["at"].replace("Z", "+00:00"))
+    return None
+
+
+RELISTS = re.compile(r"^kubetrain_watch_relists_total\{([^}]*)\} (\S+)$", re.M)
+
+
+def _relists(server: Server) -> dict[tuple[str, str], float]:
+    """kubetrain_watch_relists_total by (resource, cause), from the server's /metrics."""
+    text = httpx.get(f"{server.url}/metrics", timeout=10).text
+    out = {}
+    for labels, value in RELISTS.findall(text):
+        fields = dict(re.findall(r'(\w+)="([^"]*)"', labels))
+        out[(fields["resource"], fields["cause"])] = float(value)
+    return out
+
+
+def test_etcd_compaction_410_while_jobs_run_relists_and_converges(
+    server: Server, kube: Client, testbed: Testbed
+) -> None:
+    """kubetrain's watches fall behind a compaction: the process is frozen (SIGSTOP) while
+    its jobs run to the end in the cluster, etcd is compacted at its current revision, and
+    the API server is restarted so that its watch cache, which would otherwise replay recent
+    versions, starts empty at the compacted revision. Resumed, each watch asks for a version
+    that is gone, gets a real `410 Gone`, and only a relist tells how the jobs ended."""
+    project = f"compact-{uuid.uuid4().hex[:8]}"
+    rng = random.Random(SEED)  # noqa: S311 - replayable run lengths
+    print(f"KUBETRAIN_TEST_FAULT_SEED={SEED} jobs={COMPACTION_JOBS}")
+    ids = [
+        _submit(server, project, _job(f"c{i}", project, f"{rng.randint(1, 4)}s"), f"c-{i}")
+        for i in range(COMPACTION_JOBS)
+    ]
+    # Every Job created (so nothing waits for kube-controller-manager to reconnect after
+    # the restart, which takes up to a minute), and the first running.
+    eventually(
+        lambda: (
+            all(j["business_status"] != "CREATED" for j in _all_jobs(server, project))
+            and any(j["business_status"] == "RUNNING" for j in _all_jobs(server, project))
+        ),
+        60,
+        what="every job dispatched and one RUNNING",
+    )
+    before = _relists(server)
+    assert server.proc is not None
+    server.proc.send_signal(signal.SIGSTOP)
+    try:
+        eventually(
+            lambda: (
+                all(
+                    any(
+                        c.type == "Complete" and c.status == "True"
+                        for c in j.status.conditions or []
+                    )
+                    for j in kube.list(Job, namespace=project)
+                )
+                and len(list(kube.list(Job, namespace=project))) == len(ids)
+            ),
+            90,
+            what="every Job Complete in Kubernetes, unseen by kubetrain",
+        )
+        revision = compact_etcd(testbed)
+        testbed.stop_component("kube-apiserver", timeout=0)
+        testbed.start_component("kube-apiserver")
+    finally:
+        server.proc.send_signal(signal.SIGCONT)
+    resumed_at = time.monotonic()
+    _wait_all_finished(server, project, len(ids), timeout=60)
+    after = _relists(server)
+    gone = {
+        resource: after.get((resource, "gone"), 0) - before.get((resource, "gone"), 0)
+        for resource in ("jobs", "pods")
+    }
+    print(
+        f"etcd compacted at revision {revision}; relists after 410 Gone: {gone}; "
+        f"{len(ids)} jobs finished {time.monotonic() - resumed_at:.1f} s after kubetrain resumed"
+    )
+    assert gone["jobs"] >= 1, f"the Jobs watch did not relist after 410 Gone: {after}"
+    assert gone["pods"] >= 1, f"the Pods watch did not relist after 410 Gone: {after}"
     assert_consistent(server, kube, project, ids)
 
 
@@ -287,6 +388,7 @@ def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
 
 LEASE_DURATION = 15.0  # LeaderElector's default
 RETRY_PERIOD = 2.0  # how often a standby tries the Lease
+TAKEOVER_MARGIN = 1.0  # the takeover's GET and PUT, and the log line, on 2 shared cores
 
 
 def _leader_since(log: Path) -> datetime | None:
@@ -337,9 +439,10 @@ def test_two_replicas_one_leader_and_the_standby_takes_over(
         )
         takeover = (took - killed_at).total_seconds()
         print(f"standby took over {takeover:.1f} s after the leader's SIGKILL")
-        # A standby counts the duration from when it saw the last renewal (up to one
-        # retry period late, as client-go does) and notices expiry at its next try.
-        assert takeover <= LEASE_DURATION + 2 * RETRY_PERIOD + 1
+        # The standby watches the Lease, so it sees the last renewal (at most one retry
+        # period before the kill) as it is written, and wakes when the duration counted
+        # from that sight is up: at most the lease duration, plus a request and the log.
+        assert takeover <= LEASE_DURATION + TAKEOVER_MARGIN
         _wait_all_finished(standby, project, len(ids), timeout=60)
         assert_consistent(standby, kube, project, ids)
     finally:

@@ -18,6 +18,7 @@ from kubetrain.store import (
     mark_dispatched,
     record_dispatch_failure,
     request_cancel,
+    retry_backed_off_now,
 )
 from tests.store.builders import T0, at, new_job
 
@@ -211,3 +212,23 @@ def test_cancelled_while_the_create_was_in_flight_stays_due_for_deletion(db: Dat
     assert deletions(db, 3) == [job.id]
     with db.read_only() as session:
         assert get_job(session, job.project, job.id).business_state == BusinessState.CANCELLED
+
+
+def test_after_an_outage_backed_off_jobs_are_due_at_once(db: Database) -> None:
+    with db.transaction() as session:
+        failed = [new_job(session, name=f"failed-{i}", now=at(0)) for i in range(3)]
+        fresh = new_job(session, name="never-tried", now=at(0))
+        queued = new_job(session, name="queued", now=at(0), state=BusinessState.QUEUED)
+    for attempts, job in enumerate(failed, start=3):
+        for n in range(attempts):  # backoffs of 4, 8 and 16 s by the end
+            with db.transaction() as session:
+                record_dispatch_failure(
+                    session, job.id, raw_reason="ConnectError",
+                    raw_message="connection refused", now=at(n),
+                )  # fmt: skip
+    with db.transaction() as session:
+        mark_dispatched(session, queued.id, k8s_job_name=f"kt-{queued.id}", now=at(1))
+    assert claimed_ids(db, 5) == [fresh.id]  # the others back off until 6, 11 and 20 s
+    with db.transaction() as session:
+        assert retry_backed_off_now(session, now=at(5)) == 3  # not the queued one
+    assert sorted(claimed_ids(db, 5)) == sorted(job.id for job in failed)

@@ -4,8 +4,6 @@ relist after etcd compaction makes the watch's resourceVersion `410 Gone`."""
 from __future__ import annotations
 
 import asyncio
-import json
-import urllib.request
 from typing import Any
 
 import pytest
@@ -14,29 +12,13 @@ from lightkube import Client
 from kubetrain.cluster.client import http_client, load_config
 from kubetrain.cluster.reflector import Reflector
 from kubetrain.testbed.cluster import Testbed
-from tests.kube import create
+from tests.kube import compact_etcd, create
 
 pytestmark = pytest.mark.testbed
 
 
 def configmap(name: str) -> dict[str, Any]:
     return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {}}
-
-
-def compact_etcd(testbed: Testbed) -> int:
-    """Compact etcd at its current revision through its HTTP gateway."""
-    base = f"http://127.0.0.1:{testbed.state().ports.etcd_client}/v3/kv"
-
-    def post(path: str, body: dict[str, Any]) -> dict[str, Any]:
-        request = urllib.request.Request(  # noqa: S310 - loopback etcd
-            f"{base}/{path}", data=json.dumps(body).encode(), method="POST"
-        )
-        with urllib.request.urlopen(request, timeout=10) as resp:  # noqa: S310
-            return dict(json.load(resp))
-
-    revision = int(post("range", {"key": "AA=="})["header"]["revision"])
-    post("compaction", {"revision": str(revision), "physical": True})
-    return revision
 
 
 async def until(predicate: Any, timeout: float = 20.0) -> None:

@@ -5,7 +5,9 @@ The API only commits the record (an outbox) and returns; this loop creates
 the Job. Creation is idempotent by the deterministic name, so a crash between
 the create and the commit that records it repeats nothing. While the API
 server is unreachable or refuses, the job stays CREATED/JOB_NOT_CREATED with
-the raw error, and is retried with backoff.
+the raw error, and is retried with backoff; the first create that succeeds
+after a round in which every create failed (an outage) makes all the backed-off
+jobs due at once.
 """
 
 from __future__ import annotations
@@ -45,6 +47,7 @@ from kubetrain.store import (
     mark_dispatched,
     record_dispatch_failure,
     resolve_job_dataset,
+    retry_backed_off_now,
     set_status_token,
 )
 
@@ -74,6 +77,9 @@ class Dispatcher:
         self.wake = asyncio.Event()
         self.created = 0
         self.failures = 0
+        self._unreachable = 0  # creates that failed for want of an answering API server
+        # The last round that tried saw only such failures and no create: an outage.
+        self._failing = False
         self._namespaces: set[str] = set()
 
     def notify(self) -> None:
@@ -102,11 +108,25 @@ class Dispatcher:
         """Create the Jobs of due records and delete those of cancelled ones;
         True when a full batch was claimed (more may be waiting)."""
         creates, deletes = await asyncio.to_thread(self._claim, limit)
+        created, unreachable = self.created, self._unreachable
         await asyncio.gather(
             *(self._dispatch(job_id) for job_id in creates),
             *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
         )
+        if self.created > created and self._failing:
+            # The API server answers again: the jobs that failed meanwhile need not sit
+            # out backoffs grown during the outage. None of our claims is in flight now.
+            released = await asyncio.to_thread(self._retry_backed_off)
+            log.info("creates succeed again: %d backed-off jobs retried now", released)
+            self._failing = False
+            return True
+        if self._unreachable > unreachable and self.created == created:
+            self._failing = True
         return len(creates) == limit or len(deletes) == limit
+
+    def _retry_backed_off(self) -> int:
+        with self.db.transaction() as session:
+            return retry_backed_off_now(session)
 
     def _claim(self, limit: int) -> tuple[list[str], list[tuple[str, str, str]]]:
         with self.db.transaction() as session:
@@ -155,6 +175,7 @@ class Dispatcher:
                 )
         except (ApiError, httpx.HTTPError, OSError, JobConflictError) as exc:
             self.failures += 1
+            self._unreachable += _unreachable(exc)
             raw_reason, raw_message = _describe(exc)
             DISPATCHER_FAILURES.labels(raw_reason).inc()
             log.warning(
@@ -232,6 +253,14 @@ class Dispatcher:
     def _dispatched(self, job_id: str, name: str) -> None:
         with self.db.transaction() as session:
             mark_dispatched(session, job_id, k8s_job_name=name)
+
+
+def _unreachable(exc: BaseException) -> bool:
+    """The API server did not answer, or answered that it cannot now: an outage, unlike a
+    refusal of this one Job (a quota, a conflict) that retrying sooner would not help."""
+    if isinstance(exc, ApiError):
+        return exc.status.code in (429, 500, 502, 503, 504)
+    return isinstance(exc, httpx.TransportError | OSError)
 
 
 def _describe(exc: BaseException) -> tuple[str, str]:

@@ -77,6 +77,7 @@ from kubetrain.store.outbox import (
     mark_deleted,
     mark_dispatched,
     record_dispatch_failure,
+    retry_backed_off_now,
 )
 from kubetrain.store.progress import (
     MAX_STEP_REPORTS,
@@ -173,6 +174,7 @@ __all__ = [
     "request_cancel",
     "resolve_job_dataset",
     "resume_lineage",
+    "retry_backed_off_now",
     "revoke_token",
     "set_status_token",
     "spec_digest",

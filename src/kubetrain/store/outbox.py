@@ -9,7 +9,10 @@ The API commits a `CREATED` job and returns; the dispatcher then loops:
 3. `mark_dispatched` or `record_dispatch_failure` (a second transaction).
 
 Creation is idempotent by the Job's deterministic name, so a retry after a lost
-answer is safe. A claimed job with `cancel_requested` set should be finished
+answer is safe. Failures back off per job (1 s, 2 s, 4 s ...); when the API
+server answers again after an outage, `retry_backed_off_now` makes every job
+waiting out a backoff due at once, rather than each sleeping out its own
+(up to 32 s after a 30 s outage). A claimed job with `cancel_requested` set should be finished
 as `CANCELLED` rather than created.
 """
 
@@ -18,7 +21,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, select
+from sqlalchemy import ColumnElement, and_, select, update
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -138,6 +141,24 @@ def record_dispatch_failure(
     job.next_dispatch_at = now + backoff(job.dispatch_attempts)
     job.updated_at = now
     return job
+
+
+def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> int:
+    """Make due now every `CREATED` job that waits out the backoff of a failed create;
+    returns how many. For the dispatcher to call once the API server answers again, with
+    none of its own claims in flight (it would claim those twice)."""
+    now = now if now is not None else datetime.now(UTC)
+    result = session.execute(
+        update(Job)
+        .where(
+            Job.business_state == BusinessState.CREATED,
+            Job.last_dispatch_error.is_not(None),
+            Job.next_dispatch_at > now,
+        )
+        .values(next_dispatch_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
 
 
 def claim_due_deletions(

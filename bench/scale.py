@@ -1,0 +1,553 @@
+"""Scale: how kubetrain's costs grow with the number of jobs it tracks.
+
+On a `large` pool testbed (500 nodes x 8 GPUs, 20 CPU nodes), one `kubetrain
+serve` (API, dispatcher, syncer, leader election; SQLite) gets jobs of 1 GPU
+through the API in steps, ramping the total to each of --sizes; every job runs
+through KWOK's stages (Pending, Running for --run, Succeeded) to SUCCEEDED
+before the next step starts. Per step, in the same run:
+
+* submission: the step's POSTs per second (8 client threads);
+* dispatcher: Kubernetes Jobs created per second (the dispatcher's
+  CREATED -> QUEUED commits), against a bare client creating as many suspended
+  Jobs, 50 at a time (the dispatcher's batch), in another namespace of the same
+  API server just after;
+* propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
+  each against when a bare watch in this process saw the Pod Running or the Job
+  Complete; both from the API server's own timestamps (container `startedAt`,
+  Job `completionTime`, whole seconds);
+* the server process: CPU seconds used in the step (per job), RSS after it;
+* the database's size (SQLite's pages in use).
+
+Growth is judged per job: KB of RSS per job added, CPU ms per job, and the
+propagation p99 at each size. Prints a table, writes bench/results/scale.json
+and bench/results/scale.svg. Everything is stopped at the end, also on error.
+
+    .venv/bin/python bench/scale.py [--sizes 500,1000,2000] [--run 2s]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import signal
+import ssl
+import sys
+import tempfile
+import threading
+import time
+import uuid
+from contextlib import ExitStack
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import httpx2 as httpx
+from _common import RESULTS, Serve, percentile, table, training_job
+from sqlalchemy import select, text
+
+from kubetrain.domain.manifest import LABEL_JOB_ID
+from kubetrain.store import Database
+from kubetrain.store.models import Transition, TransitionKind
+from kubetrain.testbed.cluster import Testbed
+
+FATE = "testbed.kubetrain.io"
+PROJECT = "scale"
+TARGET_RATIO = 3.0  # propagation p99 against the bare watch's
+TARGET_KB_PER_JOB = 50.0
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def _ts(value: str | None) -> float | None:
+    return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp() if value else None
+
+
+class BareWatch(threading.Thread):
+    """A plain watch of one path: when each job first met `seen`, and the API server's
+    own timestamp for it."""
+
+    def __init__(self, testbed: Testbed, path: str, seen: Any) -> None:
+        super().__init__(daemon=True)
+        context = ssl.create_default_context(cafile=str(testbed.pki.ca_cert))
+        context.load_cert_chain(str(testbed.pki.admin_cert), str(testbed.pki.admin_key))
+        self.client = httpx.Client(base_url=testbed.server, verify=context, timeout=None)
+        self.path, self.predicate = path, seen
+        self.seen: dict[str, tuple[float, float | None]] = {}  # job id -> (seen_at, k8s time)
+        self.error: str | None = None
+        self.ready = threading.Event()
+        self.stopped = threading.Event()
+
+    def run(self) -> None:
+        params = {"watch": "1", "labelSelector": LABEL_JOB_ID}
+        while not self.stopped.is_set():
+            try:
+                with self.client.stream("GET", self.path, params=params) as response:
+                    response.raise_for_status()
+                    self.ready.set()
+                    for line in response.iter_lines():
+                        if line:
+                            self._event(json.loads(line), time.time())
+            except Exception as exc:
+                if not self.stopped.is_set():
+                    self.error = repr(exc)[:300]
+                    time.sleep(0.2)
+
+    def _event(self, event: dict[str, Any], now: float) -> None:
+        obj = event.get("object") or {}
+        job_id = (obj.get("metadata", {}).get("labels") or {}).get(LABEL_JOB_ID)
+        if job_id and job_id not in self.seen:
+            found, at = self.predicate(obj)
+            if found:
+                self.seen[job_id] = (now, at)
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.client.close()
+
+
+def pod_running(pod: dict[str, Any]) -> tuple[bool, float | None]:
+    for container in (pod.get("status") or {}).get("containerStatuses") or []:
+        running = (container.get("state") or {}).get("running")
+        if running is not None:
+            return True, _ts(running.get("startedAt"))
+    return False, None
+
+
+def job_complete(job: dict[str, Any]) -> tuple[bool, float | None]:
+    status = job.get("status") or {}
+    for condition in status.get("conditions") or []:
+        if condition.get("type") == "Complete" and condition.get("status") == "True":
+            return True, _ts(status.get("completionTime") or condition.get("lastTransitionTime"))
+    return False, None
+
+
+def transitions(db: Database, state: str) -> dict[str, float]:
+    """Job id -> the `at` of its first business transition into `state`."""
+    with db.read_only() as session:
+        rows = session.execute(
+            select(Transition.job_id, Transition.at).where(
+                Transition.kind == TransitionKind.BUSINESS, Transition.to_state == state
+            )
+        ).all()
+    out: dict[str, float] = {}
+    for job_id, at in rows:
+        out[job_id] = min(out.get(job_id, at.timestamp()), at.timestamp())
+    return out
+
+
+def submit(server: Serve, names: list[str], threads: int, run: str) -> dict[str, float]:
+    """POST each job; job id -> when its 201 came back."""
+    done: dict[str, float] = {}
+    errors: list[str] = []
+    lock = threading.Lock()
+
+    def worker(index: int) -> None:
+        with server.client() as client:
+            for name in names[index::threads]:
+                body = training_job(name, PROJECT, {f"{FATE}/run": run})
+                body["spec"]["resources"]["gpus"] = 1
+                reply = client.post(
+                    f"/api/v1/projects/{PROJECT}/jobs", json=body, headers={"Idempotency-Key": name}
+                )
+                with lock:
+                    if reply.status_code == 201:
+                        done[reply.json()["id"]] = time.time()
+                    else:
+                        errors.append(f"{reply.status_code} {reply.text[:200]}")
+
+    pool = [threading.Thread(target=worker, args=(t,)) for t in range(threads)]
+    for thread in pool:
+        thread.start()
+    for thread in pool:
+        thread.join()
+    if errors:
+        raise RuntimeError(f"{len(errors)} submissions failed, first: {errors[0]}")
+    return done
+
+
+def bare_creates(testbed: Testbed, count: int, concurrency: int = 50) -> float:
+    """Jobs/s for a bare client creating `count` suspended Jobs in a namespace of its own
+    (deleted after), `concurrency` in flight as the dispatcher's batch."""
+    context = ssl.create_default_context(cafile=str(testbed.pki.ca_cert))
+    context.load_cert_chain(str(testbed.pki.admin_cert), str(testbed.pki.admin_key))
+    namespace = f"scale-bare-{uuid.uuid4().hex[:6]}"
+
+    def manifest(i: int) -> dict[str, Any]:
+        container = {
+            "name": "trainer",
+            "image": "registry.example/trainer:2026-08",
+            "command": ["python", "train.py"],
+            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
+        }
+        return {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "metadata": {"name": f"bare-{i}", "labels": {"bench": "scale"}},
+            "spec": {
+                "suspend": True,  # no Pods: only the create is measured
+                "backoffLimit": 0,
+                "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
+            },
+        }
+
+    async def go() -> float:
+        async with httpx.AsyncClient(base_url=testbed.server, verify=context, timeout=60) as http:
+            body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+            (await http.post("/api/v1/namespaces", json=body)).raise_for_status()
+            limit = asyncio.Semaphore(concurrency)
+            path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+
+            async def one(i: int) -> None:
+                async with limit:
+                    (await http.post(path, json=manifest(i))).raise_for_status()
+
+            began = time.monotonic()
+            await asyncio.gather(*(one(i) for i in range(count)))
+            rate = count / (time.monotonic() - began)
+            await http.delete(f"/api/v1/namespaces/{namespace}")
+            return rate
+
+    return asyncio.run(go())
+
+
+def database_bytes(db: Database) -> int:
+    """The database's size as SQLite counts it (pages in use, the WAL's included), not the
+    files' (the WAL file grows and shrinks with checkpoints, whatever the data)."""
+    with db.read_only() as session:
+        pages = session.execute(text("PRAGMA page_count")).scalar_one()
+        free = session.execute(text("PRAGMA freelist_count")).scalar_one()
+        size = session.execute(text("PRAGMA page_size")).scalar_one()
+    return int((pages - free) * size)
+
+
+def process_sample(pid: int) -> tuple[float, int]:
+    """(CPU seconds so far, RSS bytes) of a process, all its threads."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    cpu = (int(fields[11]) + int(fields[12])) / CLOCK_TICKS  # utime, stime
+    rss = 0
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            rss = int(line.split()[1]) * 1024
+    return cpu, rss
+
+
+def stats(values: list[float]) -> dict[str, float]:
+    return {
+        "n": len(values),
+        "p50_s": round(percentile(values, 50), 3),
+        "p99_s": round(percentile(values, 99), 3),
+    }
+
+
+def lags(ids: list[str], db_at: dict[str, float], watch: BareWatch) -> dict[str, dict[str, float]]:
+    both = [j for j in ids if j in db_at and j in watch.seen and watch.seen[j][1] is not None]
+    return {
+        "watch": stats([watch.seen[j][0] - (watch.seen[j][1] or 0) for j in both]),
+        "db": stats([db_at[j] - (watch.seen[j][1] or 0) for j in both]),
+        "db_minus_watch": stats([db_at[j] - watch.seen[j][0] for j in both]),
+    }
+
+
+def step(
+    args: argparse.Namespace,
+    server: Serve,
+    db: Database,
+    testbed: Testbed,
+    watches: tuple[BareWatch, BareWatch],
+    size: int,
+    previous: int,
+) -> dict[str, Any]:
+    pods, jobs = watches
+    assert server.proc is not None
+    cpu0, _ = process_sample(server.proc.pid)
+    names = [f"s{i}" for i in range(previous, size)]
+    began = time.monotonic()
+    submitted = submit(server, names, args.threads, args.run)
+    submit_s = time.monotonic() - began
+    ids = list(submitted)
+    print(f"  {len(ids)} submitted in {submit_s:.1f} s", flush=True)
+    deadline = time.monotonic() + args.timeout
+    succeeded: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        succeeded = transitions(db, "SUCCEEDED")
+        if all(j in succeeded for j in ids) and all(j in jobs.seen for j in ids):
+            break
+        time.sleep(2)
+    all_done_s = time.monotonic() - began
+    finished = sum(j in succeeded for j in ids)
+    cpu1, rss = process_sample(server.proc.pid)
+    queued = transitions(db, "QUEUED")
+    dispatched = sorted(queued[j] for j in ids if j in queued)
+    dispatch_lag = [queued[j] - submitted[j] for j in ids if j in queued]
+    dispatch_rate = (
+        len(dispatched) / (dispatched[-1] - dispatched[0]) if len(dispatched) > 1 else 0.0
+    )
+    bare_rate = bare_creates(testbed, min(len(ids), args.bare_max))
+    db_bytes = database_bytes(db)
+    result = {
+        "jobs_total": size,
+        "jobs_added": len(ids),
+        "finished": finished,
+        "submit_per_s": round(len(ids) / submit_s, 1),
+        "dispatch_per_s": round(dispatch_rate, 1),
+        "bare_create_per_s": round(bare_rate, 1),
+        "dispatch_lag": stats(dispatch_lag),
+        "running": lags(ids, transitions(db, "RUNNING"), pods),
+        "succeeded": lags(ids, succeeded, jobs),
+        "step_s": round(all_done_s, 1),
+        "cpu_s": round(cpu1 - cpu0, 1),
+        "cpu_ms_per_job": round(1000 * (cpu1 - cpu0) / max(1, len(ids)), 1),
+        "rss_mb": round(rss / 2**20, 1),
+        "db_mb": round(db_bytes / 2**20, 2),
+    }
+    print(
+        f"  {finished}/{len(ids)} SUCCEEDED, step {all_done_s:.0f} s; "
+        f"RSS {result['rss_mb']} MB, DB {result['db_mb']} MB",
+        flush=True,
+    )
+    return result
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--sizes", default="500,1000,2000", help="total jobs at each point")
+    parser.add_argument("--run", default="2s", help="how long each Pod runs (a Go duration)")
+    parser.add_argument("--threads", type=int, default=8, help="submitting client threads")
+    parser.add_argument("--pool", default="large")
+    parser.add_argument("--bare-max", type=int, default=1000, help="at most this many bare Jobs")
+    parser.add_argument("--timeout", type=float, default=1200, help="seconds per step, at most")
+    args = parser.parse_args()
+    # Stopped early (SIGTERM), the testbed and the server still go, and the steps so far stay.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    try:
+        sizes = sorted({int(s) for s in args.sizes.split(",")})
+    except ValueError:
+        parser.error(f"--sizes must be comma-separated integers, not {args.sizes!r}")
+    if not sizes or sizes[0] <= 0:
+        parser.error("--sizes needs positive sizes")
+    report: dict[str, Any] = {
+        "sizes": sizes,
+        "pool": args.pool,
+        "run": args.run,
+        "database": "sqlite",
+        "server": "kubetrain serve (API + dispatcher + syncer, leader-elected)",
+        "steps": [],
+    }
+    with tempfile.TemporaryDirectory(prefix="kubetrain-scale-") as tmp, ExitStack() as stack:
+        root = Path(tmp)
+        url = f"sqlite:///{root / 'scale.db'}"
+        began = time.monotonic()
+        testbed = Testbed.up(root / "testbed", args.pool, timeout=600)
+        stack.callback(testbed.down)
+        report["testbed_up_s"] = round(time.monotonic() - began, 1)
+        print(f"testbed ({args.pool}) up in {report['testbed_up_s']} s", flush=True)
+        server = Serve(url, root / "serve.log", kubeconfig=testbed.kubeconfig).start()
+        stack.callback(server.stop)
+        watches = (
+            BareWatch(testbed, "/api/v1/pods", pod_running),
+            BareWatch(testbed, "/apis/batch/v1/jobs", job_complete),
+        )
+        for watch in watches:
+            watch.start()
+            stack.callback(watch.stop)
+            if not watch.ready.wait(30):
+                raise RuntimeError(f"a bare watch did not connect: {watch.error}")
+        db = Database(url)
+        stack.callback(db.dispose)
+        assert server.proc is not None
+        report["rss_mb_idle"] = round(process_sample(server.proc.pid)[1] / 2**20, 1)
+        previous = 0
+        for size in sizes:
+            print(f"step to {size} jobs", flush=True)
+            result = step(args, server, db, testbed, watches, size, previous)
+            report["steps"].append(result)
+            previous = size
+            _save(report)  # a long run keeps what it measured so far
+            if result["finished"] < result["jobs_added"]:
+                print("  not all finished within --timeout: stopping the ramp", flush=True)
+                break
+        server_log = server.log.read_text(errors="replace")
+    report["server_log_errors"] = sum('"ERROR"' in line for line in server_log.splitlines())
+    verdict = judge(report)
+    report["verdict"] = verdict
+    _save(report)
+    print_table(report)
+    for line in verdict["lines"]:
+        print(line)
+    print(f"wrote {RESULTS / 'scale.json'} and {RESULTS / 'scale.svg'}")
+    return 0 if all(s["finished"] == s["jobs_added"] for s in report["steps"]) else 1
+
+
+def judge(report: dict[str, Any]) -> dict[str, Any]:
+    """The targets, and how each cost grows from the first to the last step."""
+    steps = report["steps"]
+    lines = []
+    ratios = [
+        s[which]["db"]["p99_s"] / s[which]["watch"]["p99_s"]
+        for s in steps
+        for which in ("running", "succeeded")
+        if s[which]["watch"]["n"]
+    ]
+    worst = max(ratios, default=float("nan"))
+    lines.append(
+        f"propagation p99 / bare watch p99: worst {worst:.2f} (target <= {TARGET_RATIO}): "
+        + ("met" if worst <= TARGET_RATIO else "MISSED")
+    )
+    kb_per_job = []
+    rss_before = report["rss_mb_idle"]
+    for s in steps:
+        kb_per_job.append(round(1024 * (s["rss_mb"] - rss_before) / s["jobs_added"], 1))
+        rss_before = s["rss_mb"]
+    worst_kb = max(kb_per_job, default=float("nan"))
+    lines.append(
+        f"RSS growth per job added, by step: {kb_per_job} KB (target < {TARGET_KB_PER_JOB}): "
+        + ("met" if worst_kb < TARGET_KB_PER_JOB else "MISSED")
+    )
+    if len(steps) > 1:
+        first, last = steps[0], steps[-1]
+        growth = {
+            "cpu_ms_per_job": round(last["cpu_ms_per_job"] / first["cpu_ms_per_job"], 2),
+            "db_bytes_per_job": round(
+                (last["db_mb"] / last["jobs_total"]) / (first["db_mb"] / first["jobs_total"]), 2
+            ),
+            "succeeded_p99": round(
+                last["succeeded"]["db"]["p99_s"] / first["succeeded"]["db"]["p99_s"], 2
+            ),
+        }
+        lines.append(
+            f"per-job cost at {last['jobs_total']} jobs / at {first['jobs_total']} "
+            f"(1.0 = linear total): {growth}"
+        )
+    else:
+        growth = {}
+    return {
+        "worst_ratio_p99": worst,
+        "rss_kb_per_job": kb_per_job,
+        "growth": growth,
+        "lines": lines,
+    }
+
+
+def print_table(report: dict[str, Any]) -> None:
+    header = [
+        "jobs",
+        "submit/s",
+        "dispatch/s",
+        "bare/s",
+        "RUN p50",
+        "RUN p99",
+        "watch p99",
+        "SUCC p50",
+        "SUCC p99",
+        "watch p99",
+        "CPU ms/job",
+        "RSS MB",
+        "DB MB",
+    ]
+    rows = [
+        [
+            s["jobs_total"],
+            s["submit_per_s"],
+            s["dispatch_per_s"],
+            s["bare_create_per_s"],
+            s["running"]["db"]["p50_s"],
+            s["running"]["db"]["p99_s"],
+            s["running"]["watch"]["p99_s"],
+            s["succeeded"]["db"]["p50_s"],
+            s["succeeded"]["db"]["p99_s"],
+            s["succeeded"]["watch"]["p99_s"],
+            s["cpu_ms_per_job"],
+            s["rss_mb"],
+            s["db_mb"],
+        ]
+        for s in report["steps"]
+    ]
+    print(table(header, rows, [7, 10, 11, 8, 9, 9, 10, 9, 9, 10, 11, 8, 8]))
+    print(
+        "propagation in s from the API server's timestamp (startedAt / completionTime) to the "
+        "DB transition; `watch` is the bare watch's, same timestamp"
+    )
+
+
+def _save(report: dict[str, Any]) -> None:
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "scale.json").write_text(json.dumps(report, indent=2))
+    if report["steps"]:
+        (RESULTS / "scale.svg").write_text(svg(report))
+
+
+def svg(report: dict[str, Any]) -> str:
+    """Four small line charts against the job count, in plain SVG (no plotting library)."""
+    steps = report["steps"]
+    x = [s["jobs_total"] for s in steps]
+    panels = [
+        (
+            "throughput (jobs/s)",
+            {
+                "submit": [s["submit_per_s"] for s in steps],
+                "dispatch": [s["dispatch_per_s"] for s in steps],
+                "bare create": [s["bare_create_per_s"] for s in steps],
+            },
+        ),
+        (
+            "propagation p99 (s)",
+            {
+                "RUNNING, DB": [s["running"]["db"]["p99_s"] for s in steps],
+                "RUNNING, bare watch": [s["running"]["watch"]["p99_s"] for s in steps],
+                "SUCCEEDED, DB": [s["succeeded"]["db"]["p99_s"] for s in steps],
+                "SUCCEEDED, bare watch": [s["succeeded"]["watch"]["p99_s"] for s in steps],
+            },
+        ),
+        (
+            "server RSS and database (MB)",
+            {"RSS": [s["rss_mb"] for s in steps], "DB": [s["db_mb"] for s in steps]},
+        ),
+        ("server CPU per job (ms)", {"CPU": [s["cpu_ms_per_job"] for s in steps]}),
+    ]
+    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
+    width, height, pad = 420, 260, 50
+    parts = [
+        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * width}" height="{2 * height}" '
+        'font-family="sans-serif" font-size="11">'
+    ]
+    for index, (title, series) in enumerate(panels):
+        ox, oy = (index % 2) * width, (index // 2) * height
+        values = [v for vs in series.values() for v in vs if v == v]  # NaN dropped
+        top = max(values, default=1.0) * 1.1 or 1.0
+        right = max(x) * 1.05
+
+        def px(
+            vx: float, vy: float, ox: float = ox, oy: float = oy, top: float = top, r: float = right
+        ) -> str:
+            return (
+                f"{ox + pad + vx / r * (width - 2 * pad):.1f},"
+                f"{oy + height - pad - vy / top * (height - 2 * pad):.1f}"
+            )
+
+        parts.append(f'<text x="{ox + pad}" y="{oy + 20}" font-weight="bold">{title}</text>')
+        axes = f"{px(0, top)} {px(0, 0)} {px(right, 0)}"
+        parts.append(f'<polyline fill="none" stroke="black" points="{axes}"/>')
+        for tick in (0.0, top / 2, top / 1.1):
+            parts.append(f'<text x="{ox + 4}" y="{px(0, tick).split(",")[1]}">{tick:.3g}</text>')
+        for vx in x:
+            bx, by = px(vx, 0).split(",")
+            parts.append(f'<text x="{bx}" y="{float(by) + 14}" text-anchor="middle">{vx}</text>')
+        for n, (name, vs) in enumerate(series.items()):
+            colour = colours[n % len(colours)]
+            points = " ".join(px(vx, vy) for vx, vy in zip(x, vs, strict=True) if vy == vy)
+            parts.append(f'<polyline fill="none" stroke="{colour}" points="{points}"/>')
+            parts += [
+                f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="2.5" fill="{colour}"/>'
+                for p in points.split()
+            ]
+            parts.append(
+                f'<text x="{ox + width - pad - 120}" y="{oy + 36 + 13 * n}" fill="{colour}">'
+                f"{name}</text>"
+            )
+    parts.append("</svg>")
+    return "\n".join(parts)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
