@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from kubetrain.domain.nodes import NodeInfo, parse_node, pod_requests
+from kubetrain.domain.nodes import NodeInfo, Taint, parse_node, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, meta_namespace, text
 
 __all__ = ["JOB_NAME_LABELS", "Snapshot", "SnapshotError", "SnapshotIndex"]
@@ -363,11 +363,22 @@ class SnapshotIndex:
 
     def _parse_nodes(self, snap: Snapshot) -> tuple[NodeInfo, ...]:
         parsed = []
+        # Nodes of one pool share one allocatable and one taints object: the fit
+        # analysis groups nodes by identity before it compares values.
+        allocatables: dict[tuple[tuple[str, Decimal], ...], Mapping[str, Decimal]] = {}
+        taints: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
         for node in snap.nodes:
             info = parse_node(node)
             if info is None:
                 self.problems.append("a Node without a name was left out")
                 continue
+            info = replace(
+                info,
+                allocatable=allocatables.setdefault(
+                    tuple(sorted(info.allocatable.items())), info.allocatable
+                ),
+                taints=taints.setdefault(info.taints, info.taints),
+            )
             parsed.append(info)
             self.problems.extend(info.problems)
         return tuple(sorted(parsed, key=lambda n: n.name))
@@ -383,4 +394,9 @@ class SnapshotIndex:
             requested = usage[node]
             for key, value in pod_requests(get(pod, "spec")).items():
                 requested[key] = requested.get(key, Decimal(0)) + value
-        return usage
+        # Equal usage, one object (see _parse_nodes).
+        shared: dict[tuple[tuple[str, Decimal], ...], dict[str, Decimal]] = {}
+        return {
+            node: shared.setdefault(tuple(sorted(used.items())), used)
+            for node, used in usage.items()
+        }
