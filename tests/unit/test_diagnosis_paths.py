@@ -227,28 +227,10 @@ def test_a_job_failed_after_an_eviction_says_evicted() -> None:
     assert [b.reason for b in d.blockers] == [R.EVICTED, R.BACKOFF_LIMIT_EXCEEDED]
 
 
-def test_unexpected_admission_error_is_gpu_allocation_failed() -> None:
-    data = dump("preflight-failed")
-    pod = items(data, "Pod")[0]
-    pod["status"] = {
-        "phase": "Failed",
-        "reason": "UnexpectedAdmissionError",
-        "message": "Allocate failed due to requested number of devices unavailable for "
-        "nvidia.com/gpu. Requested: 1, Available: 0, which is unexpected",
-    }
-    d = run(data)
-    assert (d.state, d.reason, d.link) == (S.FAILED, R.GPU_ALLOCATION_FAILED, Link.DEVICE_PLUGIN)
-    assert d.raw_reason == "UnexpectedAdmissionError"
-
-
 def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> None:
+    # The recorded Job's own condition (kubetrain's podFailurePolicy), its Pod gone.
     data = without(dump("preflight-failed"), "Pod")
-    cond = the_job(data)["status"]["conditions"][-1]
-    cond["reason"] = "PodFailurePolicy"
-    cond["message"] = (
-        "Container trainer for pod ns/kt-x failed with exit code 86 matching FailJob rule at "
-        "index 1"
-    )
+    assert the_job(data)["status"]["conditions"][-1]["reason"] == "PodFailurePolicy"
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
 

@@ -406,7 +406,9 @@ class _Reader:
             node = _scheduled_node(events)
             raw_reason = text(last, "reason") if last else None
             raw_message = text(last, "message") if last else None
-            if last is None and self.node_gone(node):
+            explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
+            if not explained and self.node_gone(node):
+                # Pod garbage collection writes no event: the vanished Node says it.
                 raw_reason, raw_message = _node_not_found(node or "")
             uid = next(
                 (

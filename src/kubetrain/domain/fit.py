@@ -367,11 +367,12 @@ def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
         closeness, deciding = 1, tuple(resources)
     # The scheduler stops at the first failing filter (our own readiness check is
     # not one: it filters on the not-ready taint); NodeResourcesFit reports every
-    # short resource at once.
+    # short resource at once, and runs before the volume filters.
     scheduler_rules = [c for c in rules if c.token is not Filter.NOT_READY]
+    before_resources = [c for c in scheduler_rules if c.token is not Filter.VOLUME_NODE_AFFINITY]
     first: tuple[tuple[Filter, str | None], ...]
-    if scheduler_rules:
-        head = scheduler_rules[0]
+    if before_resources or (scheduler_rules and not resources):
+        head = (before_resources or scheduler_rules)[0]
         first = ((head.token, head.key if head.token is Filter.UNTOLERATED_TAINT else None),)
     else:
         first = tuple(
