@@ -243,28 +243,19 @@ def test_a_failed_attempt_with_a_retry_pending_is_queued_with_its_cause() -> Non
     assert (d.state, d.reason) == (S.QUEUED, R.OOM_KILLED)
 
 
-def test_crash_loop_backoff() -> None:
-    data = dump("config-error")
-    status = items(data, "Pod")[0]["status"]["containerStatuses"][0]
-    status["state"] = {
-        "waiting": {
-            "reason": "CrashLoopBackOff",
-            "message": "back-off 5m0s restarting failed container",
-        }
-    }
-    status["lastState"] = {"terminated": {"exitCode": 1, "reason": "Error"}}
+def test_an_out_of_gpu_admission_is_gpu_allocation_failed() -> None:
+    # The kubelet's own resource check at admission (its allocatable shrank since the
+    # scheduler counted): reason OutOf<resource>, on the recorded rejected Pod.
+    data = dump("gpu-allocation-failed")
+    pod = items(data, "Pod")[0]
+    pod["status"]["reason"] = "OutOfnvidia.com/gpu"
+    pod["status"]["message"] = "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu"
     d = run(data)
-    assert (d.state, d.reason, d.raw_reason) == (S.QUEUED, R.CRASH_LOOP, "CrashLoopBackOff")
-    assert "Last exit code 1" in d.explanation
-
-
-def test_a_bound_pod_without_failure_events_is_container_creating() -> None:
-    data = dump("mount-failed")
-    data["items"] = [i for i in data["items"] if i.get("reason") != "FailedMount"]
-    d = run(data)
-    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CREATING, True)
-    marks = {m.link: m.state for m in d.chain}
-    assert marks[Link.RUNTIME] is ChainState.ACTIVE
+    assert (d.state, d.reason, d.raw_reason) == (
+        S.FAILED,
+        R.GPU_ALLOCATION_FAILED,
+        "OutOfnvidia.com/gpu",
+    )
 
 
 def test_a_pod_without_a_verdict_yet_is_scheduling() -> None:
