@@ -376,7 +376,7 @@ CASES: dict[str, Expected] = {
         ((R.CRASH_LOOP, None),),
         "CrashLoopBackOff",
         "back-off 10s restarting failed container=trainer",
-        chain={Link.TRAINING: ChainState.BLOCKING},
+        chain={Link.RUNTIME: ChainState.PASSED, Link.TRAINING: ChainState.BLOCKING},
         explanation="Last exit code 3: CUDA error: an illegal memory access",
     ),
     # The kubelets report NotReady; the node-lifecycle controller's taint keeps Pods off.

@@ -1296,7 +1296,9 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
 def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], Link]:
     if text(pod, "spec", "nodeName"):
         findings = _waiting(reader, pod)
-        return findings, Link.RUNTIME
+        # A container in CrashLoopBackOff was created and ran: the runtime passed.
+        crashing = findings[0].reason is R.CRASH_LOOP
+        return findings, Link.TRAINING if crashing else Link.RUNTIME
     scheduled = _conditions(pod).get("PodScheduled")
     gates = [g for g in (text(g, "name") for g in as_list(pod, "spec", "schedulingGates")) if g]
     created = timestamp(pod, "metadata", "creationTimestamp")
