@@ -39,8 +39,16 @@ def the_job(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def facts(data: dict[str, Any], **overrides: Any) -> JobFacts:
-    job = the_job(data)
-    name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    if items(data, "Job"):
+        job = the_job(data)
+        name, namespace = job["metadata"]["name"], job["metadata"]["namespace"]
+    else:
+        # Deleted behind our back: the Job's name and namespace, from its events.
+        ((namespace, name),) = {
+            (e["involvedObject"]["namespace"], e["involvedObject"]["name"])
+            for e in items(data, "Event")
+            if e["involvedObject"]["kind"] == "Job"
+        }
     values: dict[str, Any] = {
         "name": name,
         "k8s_name": name,

@@ -11,7 +11,7 @@ import pytest
 from kubetrain.domain.diagnosis import ChainState, Diagnosis
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
-from tests.unit.diagnosis_helpers import SNAPSHOTS, recorded
+from tests.unit.diagnosis_helpers import SNAPSHOTS, dump, items, recorded, the_job
 
 pytestmark = pytest.mark.unit
 
@@ -61,13 +61,15 @@ CASES: dict[str, Expected] = {
         },
         explanation="exited with code 1: loss is NaN at step 120",
     ),
+    # kubetrain's podFailurePolicy fails the Job at the preflight's exit code: no
+    # backoff-limit verdict beside it.
     "preflight-failed": Expected(
         S.FAILED,
         R.PREFLIGHT_FAILED,
         None,
-        ((R.PREFLIGHT_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        ((R.PREFLIGHT_FAILED, None),),
         "Error",
-        "preflight: GPU visible: expected 1, found 0",
+        "preflight failed: gpu-visible: expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES",
         chain={
             Link.VOLUME: ChainState.PASSED,
             Link.PREFLIGHT: ChainState.FAILED,
@@ -343,6 +345,96 @@ CASES: dict[str, Expected] = {
         "CreateContainerConfigError",
         'secret "wandb" not found',
     ),
+    "container-creating": Expected(
+        S.QUEUED,
+        R.CONTAINER_CREATING,
+        True,
+        ((R.CONTAINER_CREATING, None),),
+        "ContainerCreating",
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.ACTIVE},
+        explanation="On node gpu-h100-",
+    ),
+    "gpu-allocation-failed": Expected(
+        S.FAILED,
+        R.GPU_ALLOCATION_FAILED,
+        None,
+        ((R.GPU_ALLOCATION_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "UnexpectedAdmissionError",
+        "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
+        "Requested: 1, Available: 0, which is unexpected",
+        chain={
+            Link.GPU_NODE: ChainState.PASSED,
+            Link.DEVICE_PLUGIN: ChainState.FAILED,
+            Link.RUNTIME: ChainState.NOT_REACHED,
+        },
+    ),
+    # A Job that is not kubetrain's (restartPolicy OnFailure): only such a Pod loops.
+    "crash-loop": Expected(
+        S.QUEUED,
+        R.CRASH_LOOP,
+        False,
+        ((R.CRASH_LOOP, None),),
+        "CrashLoopBackOff",
+        "back-off 10s restarting failed container=trainer",
+        chain={Link.RUNTIME: ChainState.PASSED, Link.TRAINING: ChainState.BLOCKING},
+        explanation="Last exit code 3: CUDA error: an illegal memory access",
+    ),
+    # The kubelets report NotReady; the node-lifecycle controller's taint keeps Pods off.
+    "node-not-ready": Expected(
+        S.QUEUED,
+        R.NODE_NOT_READY,
+        True,
+        ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }",
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.BLOCKING},
+        nodes={"gpu-h100-0": (False, "NotReady"), "cpu-0": (False, "no nvidia.com/gpu")},
+        explanation="node.kubernetes.io/not-ready",
+    ),
+    "volume-node-conflict": Expected(
+        S.QUEUED,
+        R.VOLUME_NODE_CONFLICT,
+        False,
+        ((R.VOLUME_NODE_CONFLICT, 2), (R.INSUFFICIENT_GPU, 2)),
+        "Unschedulable",
+        "2 node(s) didn't match PersistentVolume's node affinity",
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+    ),
+    # Caught between the Node's deletion and Pod garbage collection: the Pod's
+    # status still says Running.
+    "node-lost": Expected(
+        S.QUEUED,
+        R.NODE_LOST,
+        True,
+        ((R.NODE_LOST, None),),
+        "NotFound",
+        "not found",
+        chain={Link.GPU_NODE: ChainState.BLOCKING, Link.JOB: ChainState.NOT_REACHED},
+        explanation="no longer exists",
+    ),
+    # After Pod garbage collection failed and removed the Pod (it writes no event):
+    # the new Pod waits for GPUs, and the vanished node says why it is back in line.
+    "node-lost-replaced": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        True,
+        ((R.INSUFFICIENT_GPU, 3), (R.NODE_LOST, None)),
+        "Unschedulable",
+        "3 Insufficient nvidia.com/gpu",
+        chain=SCHEDULER_BLOCKING,
+        nodes={"gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 8")},
+        attempts=2,
+    ),
+    # Deleted with kubectl: no Job, its Pod gone with it (garbage collector).
+    "job-deleted": Expected(
+        S.FAILED,
+        R.JOB_DELETED,
+        None,
+        ((R.JOB_DELETED, None),),
+        None,
+        chain={Link.CONTROL_PLANE: ChainState.FAILED},
+        explanation="is gone from namespace",
+    ),
     "scheduling-gated": Expected(
         S.QUEUED,
         R.SCHEDULING_GATED,
@@ -423,10 +515,17 @@ def test_attempts(case: tuple[str, Diagnosis, Expected]) -> None:
     assert all(a.pod_name.startswith(f"kt-{name}-") for a in d.attempts)
 
 
+# What leaves no time in the snapshot: a deleted Node, a deleted Job.
+NO_SINCE = {"node-lost", "job-deleted"}
+
+
 def test_since_is_set_for_everything_but_running_nothing(
     case: tuple[str, Diagnosis, Expected],
 ) -> None:
-    _, d, _ = case
+    name, d, _ = case
+    if name in NO_SINCE:
+        assert d.since is None
+        return
     assert d.since is not None
     assert d.since.tzinfo is not None
 
@@ -487,6 +586,9 @@ def _agreement_notes(d: Diagnosis) -> list[str]:
         "no-gpu-nodes",
         "insufficient-cpu",
         "cordoned",
+        "node-not-ready",
+        "volume-node-conflict",
+        "node-lost-replaced",
     ],
 )
 def test_node_table_agrees_with_the_schedulers_counts(name: str) -> None:
@@ -517,3 +619,33 @@ def test_insufficient_gpu_says_how_many_are_free_and_allocatable() -> None:
     never = recorded("insufficient-gpu")
     assert "waiting will not help" in never.action
     assert "8" in never.action
+
+
+def test_a_lost_node_is_named_on_its_attempt_and_uses_no_retry() -> None:
+    d = recorded("node-lost-replaced")
+    lost = d.blockers[1]
+    assert (lost.reason, lost.link, lost.waitable) == (R.NODE_LOST, Link.GPU_NODE, True)
+    first = d.attempts[0]
+    assert (first.phase, first.raw_reason) == (None, "NotFound")
+    assert first.raw_message == f'nodes "{first.node}" not found'
+    assert first.node not in {n.name for n in d.nodes}
+    # kubetrain's podFailurePolicy ignored the disruption: the Job counts no failure.
+    assert "failed" not in the_job(dump("node-lost-replaced"))["status"]
+
+
+def test_a_pod_still_running_on_a_deleted_node_waits_as_node_lost() -> None:
+    d = recorded("node-lost")
+    (attempt,) = d.attempts
+    assert attempt.phase == "Running"  # what the Pod says; its node is gone
+    assert d.raw_message == f'nodes "{attempt.node}" not found'
+    assert CATALOG[R.NODE_LOST].actor == d.actor
+
+
+def test_a_crash_loop_is_only_a_pod_restarted_in_place() -> None:
+    pod = items(dump("crash-loop"), "Pod")[0]
+    assert pod["spec"]["restartPolicy"] == "OnFailure"
+    assert all(
+        p["spec"]["restartPolicy"] == "Never"
+        for name in ("exit-nonzero", "preflight-failed", "node-lost")
+        for p in items(dump(name), "Pod")
+    )

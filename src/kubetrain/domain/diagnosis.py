@@ -375,6 +375,11 @@ class _Reader:
         found = self.index.events_by_object.get((kind, self.job.namespace, name), [])
         return sorted(found, key=_event_time_key)
 
+    def node_gone(self, node: str | None) -> bool:
+        """True when the snapshot lists Nodes and `node` is not among them: deleted
+        (scaled down, the instance gone). A snapshot without Nodes says nothing."""
+        return bool(node) and bool(self.nodes_by_name) and node not in self.nodes_by_name
+
     def pod_events(self, pod: object, *reasons: str) -> list[dict[str, Any]]:
         uid = text(pod, "metadata", "uid")
         return [
@@ -403,6 +408,13 @@ class _Reader:
                 if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
             ]
             last = telling[-1] if telling else None
+            node = _scheduled_node(events)
+            raw_reason = text(last, "reason") if last else None
+            raw_message = text(last, "message") if last else None
+            explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
+            if not explained and self.node_gone(node):
+                # Pod garbage collection writes no event: the vanished Node says it.
+                raw_reason, raw_message = _node_not_found(node or "")
             uid = next(
                 (
                     text(e, "involvedObject", "uid")
@@ -416,11 +428,11 @@ class _Reader:
                     number=0,
                     pod_name=name,
                     pod_uid=uid or "",
-                    node=_scheduled_node(events),
+                    node=node,
                     phase=None,
                     container_state=None,
-                    raw_reason=text(last, "reason") if last else None,
-                    raw_message=text(last, "message") if last else None,
+                    raw_reason=raw_reason,
+                    raw_message=raw_message,
                     exit_code=None,
                     termination_message=None,
                     started_at=next(
@@ -486,6 +498,11 @@ def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
         ):
             return _event_first_time(event)
     return None
+
+
+def _node_not_found(node: str) -> tuple[str, str]:
+    # What the API server answers for the Node now: the raw evidence of a lost node.
+    return "NotFound", f'nodes "{node}" not found'
 
 
 def _scheduled_node(events: Sequence[object]) -> str | None:
@@ -1284,7 +1301,9 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
 def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], Link]:
     if text(pod, "spec", "nodeName"):
         findings = _waiting(reader, pod)
-        return findings, Link.RUNTIME
+        # A container in CrashLoopBackOff was created and ran: the runtime passed.
+        crashing = findings[0].reason is R.CRASH_LOOP
+        return findings, Link.TRAINING if crashing else Link.RUNTIME
     scheduled = _conditions(pod).get("PodScheduled")
     gates = [g for g in (text(g, "name") for g in as_list(pod, "spec", "schedulingGates")) if g]
     created = timestamp(pod, "metadata", "creationTimestamp")
@@ -1349,6 +1368,11 @@ def _active(reader: _Reader) -> _Outcome:
         _, detail = _state(_main_status(pod))
         since = timestamp(detail, "startedAt") or timestamp(pod, "status", "startTime")
         node = text(pod, "spec", "nodeName")
+        if reader.node_gone(node):
+            # Its status says Running, but nothing can run on a deleted node: Pod
+            # garbage collection fails the Pod within a minute (DisruptionTarget
+            # DeletionByPodGC) and the Job makes a new one. Until then the job waits.
+            return _Outcome(S.QUEUED, [_lost_node(reader, pod, node or "")], _reached(reader))
         reported = reader.job.reported_phase
         if reported and reported[0] == text(pod, "metadata", "name") and reported[1] == "PREFLIGHT":
             return _Outcome(
@@ -1429,7 +1453,30 @@ _GONE_EVENTS = {
 }
 
 
+def _lost_node(reader: _Reader, pod: Mapping[str, Any], node: str) -> _Finding:
+    number = next((a.number for a in reader.attempts if a.pod_name == meta_name(pod)), None)
+    raw_reason, raw_message = _node_not_found(node)
+    return _Finding(
+        R.NODE_LOST,
+        f"attempt {number}: its node {node} no longer exists; the Pod will be failed and replaced",
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        # A deleted Node leaves no time behind in the snapshot.
+        since=None,
+    )
+
+
 def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
+    if attempt.raw_reason == "NotFound" and reader.node_gone(attempt.node):
+        # No event says why it went, and its node is gone too: Pod garbage
+        # collection removed it with the node (it writes no event).
+        return _Finding(
+            R.NODE_LOST,
+            f"attempt {attempt.number}: its node {attempt.node} no longer exists",
+            raw_reason=attempt.raw_reason,
+            raw_message=attempt.raw_message,
+            current=False,
+        )
     for event in reversed(reader.events("Pod", attempt.pod_name)):
         code = _GONE_EVENTS.get(text(event, "reason") or "")
         if code is not None:

@@ -367,11 +367,12 @@ def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
         closeness, deciding = 1, tuple(resources)
     # The scheduler stops at the first failing filter (our own readiness check is
     # not one: it filters on the not-ready taint); NodeResourcesFit reports every
-    # short resource at once.
+    # short resource at once, and runs before the volume filters.
     scheduler_rules = [c for c in rules if c.token is not Filter.NOT_READY]
+    before_resources = [c for c in scheduler_rules if c.token is not Filter.VOLUME_NODE_AFFINITY]
     first: tuple[tuple[Filter, str | None], ...]
-    if scheduler_rules:
-        head = scheduler_rules[0]
+    if before_resources or (scheduler_rules and not resources):
+        head = (before_resources or scheduler_rules)[0]
         first = ((head.token, head.key if head.token is Filter.UNTOLERATED_TAINT else None),)
     else:
         first = tuple(
@@ -405,17 +406,39 @@ def analyze_fit(
     resources_only = [r for r in checked if r != "pods"]
     zero = Decimal(0)
     empty: Mapping[str, Decimal] = {}
-    # Group the nodes by what the Pod looks at; each group is evaluated once.
-    groups: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    # Group the nodes by what the Pod looks at; each group is evaluated once. The
+    # snapshot index shares equal allocatable, usage and taint objects between
+    # nodes, so a first pass groups by identity (cheap to hash) and only one node
+    # per identity group has its values compared.
+    by_identity: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    labels_looked_at = pod.label_keys
     for node in nodes:
         used = usage.get(node.name, empty)
-        amounts = tuple([(node.allocatable.get(r, zero), used.get(r, zero)) for r in checked])
-        key = (pod.rule_key(node), amounts)
+        ident = (
+            id(node.allocatable),
+            id(used),
+            id(node.taints),
+            node.ready,
+            node.unschedulable,
+            tuple([node.labels.get(k) for k in labels_looked_at]) if labels_looked_at else (),
+            node.name if pod.by_name else None,
+        )
+        same = by_identity.get(ident)
+        if same is None:
+            by_identity[ident] = [node]
+        else:
+            same.append(node)
+    groups: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    for members in by_identity.values():
+        sample = members[0]
+        used = usage.get(sample.name, empty)
+        amounts = tuple([(sample.allocatable.get(r, zero), used.get(r, zero)) for r in checked])
+        key = (pod.rule_key(sample), amounts)
         group = groups.get(key)
         if group is None:
-            groups[key] = [node]
+            groups[key] = list(members)
         else:
-            group.append(node)
+            group.extend(members)
     positions = {r: i for i, r in enumerate(checked)}
     advertised = {
         r: any(amounts[positions[r]][0] > 0 for _, amounts in groups) for r in resources_only

@@ -223,6 +223,27 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
             )
 
 
+def pod_failure_policy() -> dict[str, Any]:
+    """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
+    without using a retry; the preflight's exit code fails the Job at once."""
+    return {
+        "rules": [
+            {
+                "action": "Ignore",
+                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+            },
+            {
+                "action": "FailJob",
+                "onExitCodes": {
+                    "containerName": CONTAINER_NAME,
+                    "operator": "In",
+                    "values": [PREFLIGHT_EXIT_CODE],
+                },
+            },
+        ]
+    }
+
+
 def render_job(
     job_id: str,
     job: TrainingJob,
@@ -371,22 +392,7 @@ def render_job(
     if spec.max_runtime is not None:
         job_spec["activeDeadlineSeconds"] = duration_seconds(spec.max_runtime)
     job_spec["podReplacementPolicy"] = "Failed"
-    job_spec["podFailurePolicy"] = {
-        "rules": [
-            {
-                "action": "Ignore",
-                "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
-            },
-            {
-                "action": "FailJob",
-                "onExitCodes": {
-                    "containerName": CONTAINER_NAME,
-                    "operator": "In",
-                    "values": [PREFLIGHT_EXIT_CODE],
-                },
-            },
-        ]
-    }
+    job_spec["podFailurePolicy"] = pod_failure_policy()
     job_spec["template"] = {"metadata": template_meta, "spec": pod}
 
     return {

@@ -140,6 +140,8 @@ _PATTERNS: tuple[tuple[Filter, re.Pattern[str]], ...] = tuple(
         (Filter.TOPOLOGY_SPREAD, _N + r"didn't match pod topology spread constraints(?: "
                                       r"\(missing required label\))?"),
         (Filter.VOLUME_NODE_AFFINITY, _N + r"had volume node affinity conflict"),
+        # The wording of 1.3x (recorded: volume-node-conflict.json).
+        (Filter.VOLUME_NODE_AFFINITY, _N + r"didn't match PersistentVolume's node affinity"),
         (Filter.VOLUME_ZONE, _N + r"had no available volume zone"),
         (Filter.VOLUME_BIND, _N + r"didn't find available persistent volumes to bind"),
         (Filter.VOLUME_LIMIT, _N + r"exceed max volume count"),

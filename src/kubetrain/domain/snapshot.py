@@ -21,12 +21,12 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from decimal import Decimal
 from functools import cached_property
 from typing import Any
 
-from kubetrain.domain.nodes import NodeInfo, parse_node, pod_requests
+from kubetrain.domain.nodes import NodeInfo, Taint, parse_node, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, meta_namespace, text
 
 __all__ = [
@@ -127,13 +127,31 @@ class NodeState:
         """From `parse_node`'s results (None: a Node without a name) and the usage."""
         problems: list[str] = []
         nodes = []
+        # Nodes of one pool share one allocatable and one taints object, and equal
+        # usage one mapping: the fit analysis groups nodes by identity before it
+        # compares values (hashing Decimals per node was most of its cost).
+        allocatables: dict[tuple[tuple[str, Decimal], ...], Mapping[str, Decimal]] = {}
+        taints: dict[tuple[Taint, ...], tuple[Taint, ...]] = {}
         for info in parsed:
             if info is None:
                 problems.append("a Node without a name was left out")
                 continue
-            nodes.append(info)
+            nodes.append(
+                replace(
+                    info,
+                    allocatable=allocatables.setdefault(
+                        tuple(sorted(info.allocatable.items())), info.allocatable
+                    ),
+                    taints=taints.setdefault(info.taints, info.taints),
+                )
+            )
             problems.extend(info.problems)
-        return cls(tuple(sorted(nodes, key=lambda n: n.name)), usage, tuple(problems))
+        shared: dict[tuple[tuple[str, Decimal], ...], Mapping[str, Decimal]] = {}
+        interned = {
+            node: shared.setdefault(tuple(sorted(used.items())), used)
+            for node, used in usage.items()
+        }
+        return cls(tuple(sorted(nodes, key=lambda n: n.name)), interned, tuple(problems))
 
 
 def bound_requests(pod: Mapping[str, Any]) -> tuple[str, dict[str, Decimal]] | None:
