@@ -5,7 +5,8 @@ weights plus an SGD momentum buffer of the same size, so the state is twice
 --size): the raw sequential write speed of the disk (8 MiB writes + fsync;
 and the same with the writeback started every 32 MiB, as the manager does),
 `torch.save` alone and followed by an fsync, `torch.distributed.checkpoint.save`
-(single process), `CheckpointManager.save` blocking, and the time an async
+(single process), `CheckpointManager.save` blocking, the verification of what
+it wrote (`latest_valid`, the checksum a resume computes), and the time an async
 save blocks the loop next to the time of copying the state into host memory.
 The rows run in rounds (every row once per round, --repeat rounds), so a
 change of the machine's load touches them all alike; the median is reported.
@@ -41,6 +42,7 @@ CHUNK = 8 * MIB
 WRITEBACK_EVERY = 32 * MIB
 DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
 ASYNC = "CheckpointManager.save(blocking=False), blocked"
+VERIFY = "CheckpointManager.latest_valid (checksum, warm cache)"
 NO_RATE = ("copy state to host memory", ASYNC)
 
 
@@ -104,6 +106,9 @@ def main() -> None:
         def managed(index: int) -> None:
             manager.save(index, model=model, optimizer=optimizer)
 
+        def verify(index: int) -> None:
+            assert manager.latest_valid() is not None  # the checksum of what `managed` wrote
+
         def copy_to_host(index: int) -> None:
             {k: v.detach().clone() for k, v in model.state_dict().items()}
             {k: v for k, v in optimizer.state_dict().items()}
@@ -124,6 +129,7 @@ def main() -> None:
             ("torch.save + fsync", plain_fsync),
             ("torch.distributed.checkpoint.save", dcp),
             ("CheckpointManager.save", managed),
+            (VERIFY, verify),
             ("copy state to host memory", copy_to_host),
             (ASYNC, async_save),
         ]
@@ -138,6 +144,9 @@ def main() -> None:
                         leftover.unlink()
                     else:
                         shutil.rmtree(leftover)
+                # Untimed: the journal commit that frees (and, mounted with discard,
+                # trims) what was deleted would otherwise land in the next row's fsync.
+                os.sync()
         async_manager.close()
         manager.close()
     finally:

@@ -64,8 +64,10 @@ class StateFile(io.RawIOBase):
         self._pending = bytearray()
         self._written = 0  # bytes handed to the kernel
         self._writeback_from = 0
+        self._advise = hasattr(os, "posix_fadvise")
         # (offset, length, crc32): the file, in order; crc None: the zip record's CRC
         self._pieces: list[tuple[int, int, int | None]] = []
+        self.read_back = 0  # bytes whose CRC-32 had to be read back from the file (tests, bench)
 
     @property
     def size(self) -> int:
@@ -129,9 +131,13 @@ class StateFile(io.RawIOBase):
     def _start_writeback(self) -> None:
         # Linux starts writeback of dirty pages in the range (without waiting)
         # and drops only pages already clean: the data stays, the disk starts.
-        if hasattr(os, "posix_fadvise"):
+        # Advice only: where it is refused, the fsync does it all.
+        if self._advise:
             length = self._written - self._writeback_from
-            os.posix_fadvise(self._fd, self._writeback_from, length, os.POSIX_FADV_DONTNEED)
+            try:
+                os.posix_fadvise(self._fd, self._writeback_from, length, os.POSIX_FADV_DONTNEED)
+            except OSError:
+                self._advise = False
         self._writeback_from = self._written
 
     def _records(self) -> dict[int, tuple[int, int]]:
@@ -159,6 +165,7 @@ class StateFile(io.RawIOBase):
         return found
 
     def _crc_of_range(self, offset: int, length: int) -> int:
+        self.read_back += length
         crc = 0
         end = offset + length
         while offset < end:
