@@ -2,13 +2,19 @@
 
 One run, one directory, the same state (a model of --size MiB of float32
 weights plus an SGD momentum buffer of the same size, so the state is twice
---size): the raw sequential write speed of the disk (8 MiB writes + fsync),
+--size): the raw sequential write speed of the disk (8 MiB writes + fsync;
+and the same with the writeback started every 32 MiB, as the manager does),
 `torch.save` alone and followed by an fsync, `torch.distributed.checkpoint.save`
-(single process), `CheckpointManager.save` blocking, and the time an async
+(single process), `CheckpointManager.save` blocking, the verification of what
+it wrote (`latest_valid`, the checksum a resume computes), and the time an async
 save blocks the loop next to the time of copying the state into host memory.
-Each is repeated --repeat times; the median is reported.
+The rows run in rounds (every row once per round, --repeat rounds), so a
+change of the machine's load touches them all alike; the median is reported.
 
-    .venv/bin/python bench/checkpoint.py --size 256 --dir /tmp
+    .venv/bin/python bench/checkpoint.py --size 512 --repeat 3 --dir /tmp
+
+Run it with PYTHONPATH pointing at another checkout to measure that
+checkout's CheckpointManager with the same script.
 """
 
 from __future__ import annotations
@@ -21,16 +27,23 @@ import statistics
 import tempfile
 import time
 from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 from typing import Any
 
 import torch
 from _common import RESULTS, table
 
+from kubetrain.runtime import checkpoint
 from kubetrain.runtime.checkpoint import CheckpointManager
 
 MIB = 1 << 20
 CHUNK = 8 * MIB
+WRITEBACK_EVERY = 32 * MIB
+DONTNEED = getattr(os, "POSIX_FADV_DONTNEED", 4)
+ASYNC = "CheckpointManager.save(blocking=False), blocked"
+VERIFY = "CheckpointManager.latest_valid (checksum, warm cache)"
+NO_RATE = ("copy state to host memory", ASYNC)
 
 
 def _model(size_mib: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
@@ -40,15 +53,6 @@ def _model(size_mib: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     model(torch.randn(2, side)).sum().backward()
     optimizer.step()  # creates the momentum buffers
     return model, optimizer
-
-
-def _median(repeat: int, run: Callable[[int], None]) -> float:
-    times = []
-    for index in range(repeat):
-        started = time.perf_counter()
-        run(index)
-        times.append(time.perf_counter() - started)
-    return statistics.median(times)
 
 
 def _fsync(path: Path) -> None:
@@ -71,14 +75,18 @@ def main() -> None:
     state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 2
     work = Path(tempfile.mkdtemp(prefix="kubetrain-bench-", dir=args.dir))
     block = os.urandom(CHUNK)
-    results: dict[str, float] = {}
+    times: dict[str, list[float]] = {}
     try:
 
-        def raw(index: int) -> None:
+        def raw(index: int, writeback: bool = False) -> None:
             path = work / f"raw-{index}"
             with path.open("wb", buffering=0) as out:
-                for _ in range(state_bytes // CHUNK):
+                started = 0
+                for written in range(CHUNK, state_bytes + 1, CHUNK):
                     out.write(block)
+                    if writeback and written - started >= WRITEBACK_EVERY:
+                        os.posix_fadvise(out.fileno(), started, written - started, DONTNEED)
+                        started = written
                 os.fsync(out.fileno())
 
         def plain(index: int) -> None:
@@ -98,6 +106,9 @@ def main() -> None:
         def managed(index: int) -> None:
             manager.save(index, model=model, optimizer=optimizer)
 
+        def verify(index: int) -> None:
+            assert manager.latest_valid() is not None  # the checksum of what `managed` wrote
+
         def copy_to_host(index: int) -> None:
             {k: v.detach().clone() for k, v in model.state_dict().items()}
             {k: v for k, v in optimizer.state_dict().items()}
@@ -108,40 +119,46 @@ def main() -> None:
 
         async_manager = CheckpointManager(work / "async", keep_last=1)
 
-        def async_blocking(index: int) -> None:
-            async_manager.wait()  # the previous write is not the loop's time here
-            started = time.perf_counter()
+        def async_save(index: int) -> None:
             async_manager.save(index, model=model, optimizer=optimizer, blocking=False)
-            results.setdefault("_async", 0.0)
-            results["_async_runs"] = results.get("_async_runs", 0.0) + 1
-            results["_async"] += time.perf_counter() - started
 
-        for name, run in [
+        rows: list[tuple[str, Callable[[int], None]]] = [
             ("raw disk write + fsync", raw),
+            ("raw disk write + fsync, writeback every 32 MiB", partial(raw, writeback=True)),
             ("torch.save", plain),
             ("torch.save + fsync", plain_fsync),
             ("torch.distributed.checkpoint.save", dcp),
             ("CheckpointManager.save", managed),
+            (VERIFY, verify),
             ("copy state to host memory", copy_to_host),
-        ]:
-            results[name] = _median(args.repeat, run)
-            for leftover in work.glob("raw-*"):
-                leftover.unlink()
+            (ASYNC, async_save),
+        ]
         for index in range(args.repeat):
-            async_blocking(index)
+            for name, run in rows:
+                started = time.perf_counter()
+                run(index)
+                times.setdefault(name, []).append(time.perf_counter() - started)
+                async_manager.wait()  # the background write is not the loop's time
+                for leftover in work.glob("*-*"):  # what a row wrote is not the next one's cache
+                    if leftover.is_file():
+                        leftover.unlink()
+                    else:
+                        shutil.rmtree(leftover)
+                # Untimed: the journal commit that frees (and, mounted with discard,
+                # trims) what was deleted would otherwise land in the next row's fsync.
+                os.sync()
         async_manager.close()
-        results["CheckpointManager.save(blocking=False), blocked"] = results.pop(
-            "_async"
-        ) / results.pop("_async_runs")
+        manager.close()
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
-    rows = [
-        (name, seconds, state_bytes / MIB / seconds if "copy" not in name else float("nan"))
+    results = {name: statistics.median(values) for name, values in times.items()}
+    table_rows = [
+        (name, seconds, state_bytes / MIB / seconds if name not in NO_RATE else float("nan"))
         for name, seconds in results.items()
     ]
     print(f"state: {state_bytes / MIB:.0f} MiB, dir: {args.dir}, median of {args.repeat}")
-    print(table(["what", "seconds", "MiB/s"], rows, [52, 10, 10]))
+    print(table(["what", "seconds", "MiB/s"], table_rows, [52, 10, 10]))
     base = results["torch.save"]
     ratios: dict[str, Any] = {
         "managed_vs_torch_save": results["CheckpointManager.save"] / base,
@@ -149,8 +166,11 @@ def main() -> None:
         / results["torch.save + fsync"],
         "managed_vs_raw_bandwidth": results["raw disk write + fsync"]
         / results["CheckpointManager.save"],
-        "async_blocked_vs_host_copy": results["CheckpointManager.save(blocking=False), blocked"]
-        / results["copy state to host memory"],
+        "managed_vs_raw_writeback_bandwidth": results[
+            "raw disk write + fsync, writeback every 32 MiB"
+        ]
+        / results["CheckpointManager.save"],
+        "async_blocked_vs_host_copy": results[ASYNC] / results["copy state to host memory"],
     }
     for key, value in ratios.items():
         print(f"{key}: {value:.2f}")
@@ -162,6 +182,8 @@ def main() -> None:
                 "dir": args.dir,
                 "repeat": args.repeat,
                 "seconds": results,
+                "runs": times,
+                "manager": str(Path(checkpoint.__file__).parent),
                 "ratios": ratios,
             },
             indent=1,

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
+import zipfile
+import zlib
 from pathlib import Path
 
 import pytest
@@ -45,7 +48,13 @@ def test_the_manifest_lists_sizes_checksums_binding_and_pod(tmp_path, monkeypatc
     assert latest == tmp_path / "step-000000000005"
     manifest = json.loads((latest / "MANIFEST.json").read_text())
     assert manifest["pod"] == "job-abc-0-x7"
-    assert manifest["files"]["state.pt"]["size"] == (latest / "state.pt").stat().st_size
+    assert manifest["format"] == 2
+    data = (latest / "state.pt").read_bytes()
+    assert manifest["files"]["state.pt"] == {
+        "size": len(data),
+        "algorithm": "crc32",
+        "checksum": f"{zlib.crc32(data):08x}",
+    }
     assert manifest["binding"]["dataset_version"] == "v1"
     assert len(manifest["binding"]["params_sha256"]) == 64
 
@@ -148,3 +157,75 @@ def test_a_resumed_run_continues_bit_for_bit(tmp_path):
     a = torch.load(whole / "final.pt", weights_only=True)
     b = torch.load(halves / "final.pt", weights_only=True)
     assert all(torch.equal(a[k], b[k]) for k in a)
+
+
+def _big_model_saved(root: Path, steps: list[int]) -> torch.nn.Module:
+    """A model whose weight (2 MiB) torch.save writes in one piece, which the save never hashes."""
+    model = torch.nn.Linear(1024, 512)
+    manager = CheckpointManager(root)
+    for step in steps:
+        with torch.no_grad():
+            model.weight.fill_(step)
+        manager.save(step, model=model, blocking=step % 2 == 0)
+    manager.close()
+    return model
+
+
+def test_a_bit_flipped_in_a_tensor_written_unhashed_is_still_refused(tmp_path):
+    _big_model_saved(tmp_path, [1, 2])
+    state = tmp_path / "step-000000000002" / "state.pt"
+    with zipfile.ZipFile(state) as archive:
+        weight = max(archive.infolist(), key=lambda info: info.file_size)
+    assert weight.file_size == 1024 * 512 * 4
+    raw = bytearray(state.read_bytes())
+    raw[weight.header_offset + 4096 + weight.file_size // 2] ^= 0x10
+    state.write_bytes(bytes(raw))
+    assert CheckpointManager(tmp_path).latest_valid() == tmp_path / "step-000000000001"
+    model = torch.nn.Linear(1024, 512)
+    assert CheckpointManager(tmp_path).resume(model=model) == 1
+    assert float(model.weight.detach()[0, 0]) == 1.0
+
+
+def test_format_1_checkpoints_with_sha256_are_still_read_and_verified(tmp_path):
+    """What the runtime wrote before format 2: {"size", "sha256"} per file."""
+    _saved(tmp_path, [3, 6])
+    for step in (3, 6):
+        path = tmp_path / checkpoint_files.step_dir_name(step)
+        manifest = json.loads((path / "MANIFEST.json").read_text())
+        data = (path / "state.pt").read_bytes()
+        manifest["format"] = 1
+        manifest["files"] = {
+            "state.pt": {"size": len(data), "sha256": hashlib.sha256(data).hexdigest()}
+        }
+        (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    assert CheckpointManager(tmp_path).latest_valid() == tmp_path / "step-000000000006"
+    newest = tmp_path / "step-000000000006" / "state.pt"
+    raw = bytearray(newest.read_bytes())
+    raw[len(raw) // 2] ^= 0x01
+    newest.write_bytes(bytes(raw))
+    found = checkpoint_files.scan(tmp_path, checksums=True)
+    assert [(f.step, f.problem) for f in found] == [
+        (6, "state.pt does not match its sha256"),
+        (3, None),
+    ]
+    assert _resumed_bias(tmp_path) == (3, 3.0)
+
+
+@pytest.mark.parametrize(
+    ("entry", "problem"),
+    [
+        ({"algorithm": "md4", "checksum": "00"}, "manifest entry 'state.pt' has no known checksum"),
+        ({"algorithm": "crc32"}, "manifest entry 'state.pt' has no known checksum"),
+        ({"format": 3}, "manifest is not format 1 or 2"),
+    ],
+)
+def test_a_manifest_without_a_known_checksum_is_refused(tmp_path, entry, problem):
+    _saved(tmp_path, [2])
+    path = tmp_path / "step-000000000002"
+    manifest = json.loads((path / "MANIFEST.json").read_text())
+    if "format" in entry:
+        manifest["format"] = entry["format"]
+    else:
+        manifest["files"]["state.pt"] = {"size": manifest["files"]["state.pt"]["size"], **entry}
+    (path / "MANIFEST.json").write_text(json.dumps(manifest))
+    assert [(f.step, f.problem) for f in checkpoint_files.scan(tmp_path)] == [(2, problem)]

@@ -11,7 +11,8 @@
     manager.close()
 
 A save stages its files in a hidden directory next to the checkpoints (same
-filesystem, so the rename is atomic), hashing while it writes, fsyncs them,
+filesystem, so the rename is atomic), checksummed as written (CRC-32, in one
+pass with torch.save's own: `checkpoint_stream`), fsyncs them,
 writes MANIFEST.json last, fsyncs it and the directory, renames the directory
 into place and fsyncs the root. A Pod killed at any moment leaves either the
 previous set of checkpoints or the new one, plus a staging directory that the
@@ -22,7 +23,6 @@ from __future__ import annotations
 
 import atexit
 import hashlib
-import io
 import json
 import os
 import random
@@ -39,6 +39,7 @@ from typing import IO, TYPE_CHECKING, Any, cast
 
 from kubetrain.runtime import checkpoint_files, progress
 from kubetrain.runtime.checkpoint_files import MANIFEST, STAGING_PREFIX, Found, step_dir_name
+from kubetrain.runtime.checkpoint_stream import StateFile, torch_computes_record_crcs
 from kubetrain.runtime.env import pod_name
 from kubetrain.runtime.errors import CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint
 
@@ -47,8 +48,6 @@ if TYPE_CHECKING:
 
 STATE_FILE = "state.pt"
 BINDING_FIELDS = ("dataset_version", "code_version", "params_sha256")
-# Large writes: the kernel gets whole chunks, the hash sees each byte once.
-WRITE_CHUNK = 8 << 20
 
 __all__ = [
     "CheckpointError",
@@ -230,12 +229,14 @@ class CheckpointManager:
         staging = self.root / f"{STAGING_PREFIX}{step_dir_name(step)}-{uuid.uuid4().hex[:8]}"
         staging.mkdir()
         try:
-            with _HashingWriter(staging / STATE_FILE) as writer:
+            writer = StateFile(staging / STATE_FILE, trust_records=torch_computes_record_crcs())
+            with writer:
                 torch.save(state, cast(IO[bytes], writer))
+                size, crc = writer.size, writer.finish()
             manifest = {
                 "format": checkpoint_files.FORMAT,
                 "step": step,
-                "files": {STATE_FILE: {"size": writer.size, "sha256": writer.sha256()}},
+                "files": {STATE_FILE: checkpoint_files.file_entry(size, crc)},
                 "binding": self.binding,
                 "pod": pod_name(os.environ),
                 "resumedFrom": self.resumed.document() if self.resumed else None,
@@ -257,7 +258,7 @@ class CheckpointManager:
             raise
         self._retain(target)
         if self._reporter is not None:
-            self._reporter.checkpoint(step, writer.size, time.perf_counter() - started)
+            self._reporter.checkpoint(step, size, time.perf_counter() - started)
 
     def _retain(self, newest: Path) -> None:
         """Keeps the newest keep_last valid checkpoints, and never the only valid one."""
@@ -314,48 +315,6 @@ class CheckpointManager:
             self.wait()
         except CheckpointError as exc:
             _warn(str(exc))
-
-
-class _HashingWriter(io.RawIOBase):
-    """A file that hashes and counts what torch.save writes, then fsyncs it on close."""
-
-    def __init__(self, path: Path) -> None:
-        super().__init__()
-        self._file = path.open("wb", buffering=0)
-        self._hash = hashlib.sha256()
-        self._pending = bytearray()
-        self.size = 0
-
-    def writable(self) -> bool:
-        return True
-
-    def write(self, data: Any) -> int:
-        view = memoryview(data).cast("B")
-        self._hash.update(view)
-        self.size += len(view)
-        if len(view) >= WRITE_CHUNK:
-            self._flush_pending()
-            self._file.write(view)
-        else:
-            self._pending += view
-            if len(self._pending) >= WRITE_CHUNK:
-                self._flush_pending()
-        return len(view)
-
-    def _flush_pending(self) -> None:
-        if self._pending:
-            self._file.write(self._pending)
-            self._pending.clear()
-
-    def sha256(self) -> str:
-        return self._hash.hexdigest()
-
-    def close(self) -> None:
-        if not self.closed:
-            self._flush_pending()
-            os.fsync(self._file.fileno())
-            self._file.close()
-        super().close()
 
 
 def _write_synced(path: Path, body: bytes) -> None:
