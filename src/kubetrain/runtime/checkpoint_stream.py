@@ -16,8 +16,9 @@ whole gigabyte to reach the disk. Now:
   A write that matches no record, or torch's CRC turned off
   (`torch.serialization.set_crc32_options(False)`), is checksummed here: the
   result is always `zlib.crc32` of the file, which is what verification
-  computes (`checkpoint_files.verify`), and a mistake here would make a
-  checkpoint unreadable, never a corrupt one readable.
+  computes (`checkpoint_files.verify`): a mistake here, or bytes changed
+  between torch's CRC and the disk, gets a checkpoint refused, never a
+  damaged one accepted.
 * **Writeback starts while torch is still writing.** Every `WRITEBACK_EVERY`
   bytes, `posix_fadvise(DONTNEED)` starts the kernel's asynchronous writeback
   of what was written so far, so the final fsync waits for the tail, not for
