@@ -150,6 +150,20 @@ class Database:
 
     def upgrade(self, revision: str = "head") -> None:
         """Migrate the schema to `revision` (by default the newest), in one transaction."""
+        attempts = 5 if self.dialect == "sqlite" else 1
+        for attempt in range(1, attempts + 1):
+            try:
+                self._upgrade(revision)
+                return
+            except sa_exc.OperationalError as exc:
+                # Replicas starting at once on a new SQLite file: switching it to
+                # WAL, or a read turning into a write, can meet "database is locked"
+                # without the busy handler's wait. The migration rolled back whole.
+                if attempt == attempts or "locked" not in str(exc):
+                    raise
+                time.sleep(0.2 * attempt)
+
+    def _upgrade(self, revision: str) -> None:
         config = self.alembic_config()
         with self.engine.connect() as connection:
             if self.dialect == "sqlite":

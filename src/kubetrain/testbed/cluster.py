@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 import ssl
 import time
 from collections.abc import Callable
@@ -250,6 +251,8 @@ class Testbed:
 
     def start_component(self, component: str, timeout: float = 60.0) -> None:
         state = self.state()
+        if component == "kube-apiserver":
+            _wait_port_free(state.ports.apiserver, time.monotonic() + 20)
         self._start(component, state)
         self._wait_ready(state, time.monotonic() + timeout, only=component)
 
@@ -459,3 +462,14 @@ def _node_ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
         t.key in _NOT_READY_TAINTS for t in taints
     )
+
+
+def _wait_port_free(port: int, deadline: float) -> None:
+    """Until nothing listens on the port (or the deadline): a restarted component
+    must not race the old process's socket."""
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            probe.settimeout(0.5)
+            if probe.connect_ex(("127.0.0.1", port)) != 0:
+                return
+        time.sleep(0.1)

@@ -90,6 +90,7 @@ def stop(pid: int, binary: Path, timeout: float = 15.0) -> bool:
     while time.monotonic() < deadline:
         reap(pid)
         if not is_ours(pid, binary):
+            _wait_exited(pid)
             return True
         time.sleep(0.05)
     with contextlib.suppress(ProcessLookupError):
@@ -97,7 +98,24 @@ def stop(pid: int, binary: Path, timeout: float = 15.0) -> bool:
     while is_ours(pid, binary):
         reap(pid)
         time.sleep(0.05)
+    _wait_exited(pid)
     return True
+
+
+def _wait_exited(pid: int, timeout: float = 30.0) -> None:
+    """Until the process is gone or a zombie. An exiting process drops its memory
+    (so its cmdline reads empty and `is_ours` says no) before it closes its files:
+    a restart in that window found the old API server's port still bound."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        reap(pid)
+        try:
+            state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+        except (OSError, IndexError):
+            return
+        if state in ("Z", "X"):
+            return
+        time.sleep(0.05)
 
 
 def http_ok(url: str, context: ssl.SSLContext | None = None, timeout: float = 2.0) -> bool:
