@@ -229,3 +229,33 @@ def test_a_manifest_without_a_known_checksum_is_refused(tmp_path, entry, problem
         manifest["files"]["state.pt"] = {"size": manifest["files"]["state.pt"]["size"], **entry}
     (path / "MANIFEST.json").write_text(json.dumps(manifest))
     assert [(f.step, f.problem) for f in checkpoint_files.scan(tmp_path)] == [(2, problem)]
+
+
+def test_async_saves_refill_the_same_host_buffers_and_each_keeps_its_own_state(tmp_path):
+    model, optimizer, _ = tiny_training.build()
+    manager = CheckpointManager(tmp_path, keep_last=3)
+    weights: list[dict[str, torch.Tensor]] = []
+    pointers: list[set[int]] = []
+    for step in (1, 2, 3):
+        weights.append({k: v.clone() for k, v in model.state_dict().items()})
+        manager.save(step, model=model, optimizer=optimizer, blocking=False)
+        pointers.append({buffer.data_ptr() for buffer in manager._staging.values()})
+        with torch.no_grad():
+            for parameter in model.parameters():
+                parameter.add_(1.0)
+    manager.close()
+    assert pointers[0]
+    assert pointers[0] == pointers[1] == pointers[2]  # no new allocation
+    for step, expected in zip((1, 2, 3), weights, strict=True):
+        saved = torch.load(tmp_path / f"step-{step:012d}" / "state.pt", weights_only=True)
+        assert all(torch.equal(saved["model"][k], v) for k, v in expected.items())
+
+
+def test_an_async_save_of_a_changed_shape_gets_a_new_buffer(tmp_path):
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model=torch.nn.Linear(4, 2), blocking=False)
+    manager.wait()
+    manager.save(2, model=torch.nn.Linear(8, 2), blocking=False)
+    manager.close()
+    saved = torch.load(tmp_path / "step-000000000002" / "state.pt", weights_only=True)
+    assert saved["model"]["weight"].shape == (2, 8)

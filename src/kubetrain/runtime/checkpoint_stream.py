@@ -23,6 +23,9 @@ whole gigabyte to reach the disk. Now:
   bytes, `posix_fadvise(DONTNEED)` starts the kernel's asynchronous writeback
   of what was written so far, so the final fsync waits for the tail, not for
   the whole file (without it the dirty pages sit in memory until the fsync).
+  The call runs on a thread of its own: starting writeback is work done in
+  the caller (ext4 allocates the delayed blocks and builds the requests
+  there), ~0.2 s per GiB that would otherwise be added to torch's own thread.
 """
 
 from __future__ import annotations
@@ -30,7 +33,9 @@ from __future__ import annotations
 import functools
 import io
 import os
+import queue
 import struct
+import threading
 import zipfile
 import zlib
 from pathlib import Path
@@ -65,7 +70,9 @@ class StateFile(io.RawIOBase):
         self._pending = bytearray()
         self._written = 0  # bytes handed to the kernel
         self._writeback_from = 0
-        self._advise = hasattr(os, "posix_fadvise")
+        self._writeback: _Writeback | None = (
+            _Writeback(self._fd) if hasattr(os, "posix_fadvise") else None
+        )
         # (offset, length, crc32): the file, in order; crc None: the zip record's CRC
         self._pieces: list[tuple[int, int, int | None]] = []
         self.read_back = 0  # bytes whose CRC-32 had to be read back from the file (tests, bench)
@@ -103,14 +110,21 @@ class StateFile(io.RawIOBase):
             if piece is None:  # not a record torch checksummed: read it back
                 piece = self._crc_of_range(offset, length)
             crc = crc32_combine(crc, piece, length)
+        self._stop_writeback()
         os.fsync(self._fd)
         self.close()
         return crc
 
     def close(self) -> None:
-        if not self.closed:
+        if not self.closed and hasattr(self, "_writeback"):  # not when os.open failed
+            self._stop_writeback()
             os.close(self._fd)
         super().close()
+
+    def _stop_writeback(self) -> None:
+        if self._writeback is not None:
+            self._writeback.stop()
+            self._writeback = None
 
     def _flush_pending(self) -> None:
         if self._pending:
@@ -130,15 +144,8 @@ class StateFile(io.RawIOBase):
                 self._start_writeback()
 
     def _start_writeback(self) -> None:
-        # Linux starts writeback of dirty pages in the range (without waiting)
-        # and drops only pages already clean: the data stays, the disk starts.
-        # Advice only: where it is refused, the fsync does it all.
-        if self._advise:
-            length = self._written - self._writeback_from
-            try:
-                os.posix_fadvise(self._fd, self._writeback_from, length, os.POSIX_FADV_DONTNEED)
-            except OSError:
-                self._advise = False
+        if self._writeback is not None:
+            self._writeback.start(self._writeback_from, self._written - self._writeback_from)
         self._writeback_from = self._written
 
     def _records(self) -> dict[int, tuple[int, int]]:
@@ -176,6 +183,37 @@ class StateFile(io.RawIOBase):
             crc = zlib.crc32(chunk, crc)
             offset += len(chunk)
         return crc
+
+
+class _Writeback:
+    """A thread that starts the kernel's writeback of the ranges it is given.
+
+    Linux starts writeback of the dirty pages in a range (without waiting for
+    it) and drops only pages already clean: the data stays, the disk starts.
+    Advice only: where it is refused, the final fsync does it all."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._ranges: queue.SimpleQueue[tuple[int, int] | None] = queue.SimpleQueue()
+        self._thread = threading.Thread(target=self._run, name="kubetrain-writeback", daemon=True)
+        self._thread.start()
+
+    def start(self, offset: int, length: int) -> None:
+        self._ranges.put((offset, length))
+
+    def stop(self) -> None:
+        """Returns once every range given has been advised (the fd may then be closed)."""
+        self._ranges.put(None)
+        self._thread.join()
+
+    def _run(self) -> None:
+        advise = True
+        while (item := self._ranges.get()) is not None:
+            if advise:
+                try:
+                    os.posix_fadvise(self._fd, item[0], item[1], os.POSIX_FADV_DONTNEED)
+                except OSError:
+                    advise = False
 
 
 def torch_computes_record_crcs() -> bool:
