@@ -104,6 +104,12 @@ def test_retention_keeps_the_last_n_and_never_the_only_valid_one(tmp_path):
     assert [(f.step, f.problem) for f in found] == [(6, None)]
 
 
+def test_what_retention_drops_is_gone_once_the_manager_closes(tmp_path):
+    manager = _saved(tmp_path, [1, 2, 3], keep_last=1)
+    manager.close()  # the deletions run in a thread; close waits for them
+    assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_files.step_dir_name(3)]
+
+
 def test_a_staging_directory_left_by_a_kill_is_swept_and_never_read(tmp_path):
     _saved(tmp_path, [2])
     staging = tmp_path / ".staging-step-000000000004-deadbeef"

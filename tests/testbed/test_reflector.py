@@ -79,6 +79,11 @@ def test_list_then_watch_then_relist_after_compaction(
         task = asyncio.create_task(reflector.run())
         await until(lambda: reflector.stats.relists_410 >= 1 and ("DELETED", "b") in seen)
         assert sorted(o["metadata"]["name"] for o in reflector.items.values()) == ["c", "d", "e"]
+        # The server's bookkeeping of who set which field is not kept (memory).
+        served = await asyncio.to_thread(kube.get, ConfigMap, "c", namespace=namespace)
+        assert served.metadata is not None
+        assert served.metadata.managedFields
+        assert all("managedFields" not in o["metadata"] for o in reflector.items.values())
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await http.aclose()

@@ -5,6 +5,11 @@ streams changes from there, with bookmarks so that a reconnect resumes from a
 recent version. A `410 Gone` (the version was compacted away) means events
 were lost: we relist, and emit the differences — including deletions that
 happened while we were not watching, which a watch alone would never report.
+
+Objects are kept without `metadata.managedFields` (the server-side apply
+bookkeeping, nothing kubetrain reads): on a Pod it is a third of the JSON, and
+the cache holds every Pod, Job, Node and Event it follows (client-go users drop
+it with an informer transform for the same reason).
 """
 
 from __future__ import annotations
@@ -118,7 +123,7 @@ class Reflector:
             resp.raise_for_status()
             body = resp.json()
             for item in body.get("items") or []:
-                fresh[item["metadata"]["uid"]] = item
+                fresh[item["metadata"]["uid"]] = _trimmed(item)
             version = body["metadata"].get("resourceVersion")
             token = body["metadata"].get("continue")
             if not token:
@@ -172,7 +177,7 @@ class Reflector:
                     self.resource_version = version
                 if kind == "BOOKMARK":
                     continue
-                uid = obj["metadata"]["uid"]
+                uid = _trimmed(obj)["metadata"]["uid"]
                 if kind == "DELETED":
                     self.items.pop(uid, None)
                 else:
@@ -187,3 +192,8 @@ class Reflector:
         result = self.on_event(kind, obj)
         if result is not None:
             await result
+
+
+def _trimmed(obj: Obj) -> Obj:
+    obj["metadata"].pop("managedFields", None)
+    return obj
