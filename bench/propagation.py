@@ -15,14 +15,20 @@ host's wall clock:
   is whole seconds (RFC 3339 without fraction), so latencies measured from it
   carry up to 1 s of truncation; both columns carry the same.
 
+--layout split runs the production layout instead of the embedded one: an
+API replica (`serve --no-control`) takes the submissions and a control replica
+(`serve --no-api`) runs the dispatcher and the syncer, on the same database;
+the syncer then shares no process (and no GIL) with the API's requests.
+
 Figures: p50/p99 of `db_at - watch_at` (kubetrain's lag behind a bare watch,
 exact), of `watch_at - started_at` and `db_at - started_at`, and the ratio of
 the last two p99s, and where the syncer's rounds spent their time (the
 server's kubetrain_sync_round_seconds). Prints tables and writes
-bench/results/propagation-DATABASE.json.
+bench/results/propagation-DATABASE[-split].json.
 The server, the testbed and PostgreSQL are stopped at the end, also on error.
 
     .venv/bin/python bench/propagation.py [--jobs 1000] [--database sqlite|postgresql]
+        [--layout one|split]
 """
 
 from __future__ import annotations
@@ -204,6 +210,12 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=8, help="submitting client threads")
     parser.add_argument("--database", choices=["sqlite", "postgresql"], default="sqlite")
     parser.add_argument("--pool", default="large")
+    parser.add_argument(
+        "--layout",
+        choices=["one", "split"],
+        default="one",
+        help="one process (embedded), or an API replica and a control replica",
+    )
     parser.add_argument("--run", default="hang", help="a Go duration, or `hang` (default)")
     parser.add_argument("--timeout", type=float, default=600, help="seconds to wait for all")
     args = parser.parse_args()
@@ -213,7 +225,12 @@ def main() -> int:
         "pool": args.pool,
         "database": args.database,
         "pod_annotations": annotations,
-        "server": "kubetrain serve (API + dispatcher + syncer, leader-elected)",
+        "layout": args.layout,
+        "server": (
+            "kubetrain serve (API + dispatcher + syncer, leader-elected)"
+            if args.layout == "one"
+            else "kubetrain serve --no-control (API) + kubetrain serve --no-api (control loops)"
+        ),
     }
     with tempfile.TemporaryDirectory(prefix="kubetrain-bench-") as tmp, ExitStack() as stack:
         root = Path(tmp)
@@ -230,7 +247,16 @@ def main() -> int:
         stack.callback(testbed.down)
         report["testbed_up_s"] = round(time.monotonic() - began, 1)
         print(f"testbed ({args.pool}) up in {report['testbed_up_s']} s", flush=True)
-        server = Serve(url, root / "serve.log", kubeconfig=testbed.kubeconfig).start()
+        if args.layout == "one":
+            server = control = Serve(url, root / "serve.log", kubeconfig=testbed.kubeconfig)
+        else:
+            server = Serve(url, root / "api.log", args=["--no-control"])
+            control = Serve(
+                url, root / "control.log", kubeconfig=testbed.kubeconfig, args=["--no-api"]
+            )
+            control.start()
+            stack.callback(control.stop)
+        server.start()
         stack.callback(server.stop)
         watch = BareWatch(testbed)
         watch.start()
@@ -260,8 +286,10 @@ def main() -> int:
             time.sleep(1)
         report["all_running_s"] = round(time.monotonic() - began, 2)
         report["load_average_at_end"] = [round(x, 2) for x in os.getloadavg()]
-        report["syncer_rounds"] = syncer_rounds(server)
+        report["syncer_rounds"] = syncer_rounds(control)
         server_log = server.log.read_text(errors="replace")
+        if control is not server:
+            server_log += control.log.read_text(errors="replace")
     # Everything is stopped here (ExitStack), even on error.
     both = [j for j in ids if j in in_db and j in watch.seen]
     behind = [in_db[j] - watch.seen[j][0] for j in both]
@@ -318,7 +346,8 @@ def main() -> int:
             )
         )
     RESULTS.mkdir(parents=True, exist_ok=True)
-    path = RESULTS / f"propagation-{args.database}.json"
+    suffix = "" if args.layout == "one" else f"-{args.layout}"
+    path = RESULTS / f"propagation-{args.database}{suffix}.json"
     path.write_text(json.dumps(report, indent=2))
     print(f"wrote {path}")
     return 0 if len(both) == args.jobs else 1

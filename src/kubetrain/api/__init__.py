@@ -8,6 +8,6 @@ Modules: `app` (the factory, error answers, OpenAPI), `jobs` and `datasets`
 JSON), `schemas` (response models), `problems` (the error format).
 """
 
-from kubetrain.api.app import create_app
+from kubetrain.api.app import create_app, create_probe_app
 
-__all__ = ["create_app"]
+__all__ = ["create_app", "create_probe_app"]

@@ -110,6 +110,33 @@ def create_app(
     return app
 
 
+def create_probe_app(
+    settings: ServerSettings,
+    db: Database,
+    *,
+    watch_problems: Callable[..., list[str]] | None = None,
+) -> FastAPI:
+    """What a replica that runs the control loops only (`serve --no-api`) serves:
+    the probes and /metrics, for its Deployment's kubelet and Prometheus; no API."""
+    app = FastAPI(
+        title="kubetrain control loops", version=__version__, docs_url=None, redoc_url=None
+    )
+    app.state.kubetrain = ApiContext(
+        settings=settings,
+        db=db,
+        on_change=None,
+        on_report=None,
+        cluster=None,
+        watch_problems=watch_problems,
+        tokens=VerifiedTokens(settings.token_cache_seconds),
+    )
+    _add_health(app)
+    add_metrics(app, db)
+    _add_error_handlers(app)
+    app.add_middleware(CatchAll)
+    return app
+
+
 # -- health --------------------------------------------------------------------
 
 

@@ -10,9 +10,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import logging
-import signal
 import sys
-from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -37,7 +35,11 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="serve the API only (other replicas run the control loops)",
     )
-    role.add_argument("--no-api", action="store_true", help="run the control loops only")
+    role.add_argument(
+        "--no-api",
+        action="store_true",
+        help="run the control loops only (serving just /healthz, /livez, /readyz, /metrics)",
+    )
     parser.add_argument(
         "--no-leader-elect",
         action="store_true",
@@ -114,11 +116,11 @@ async def _run(
 ) -> None:
     tasks = [asyncio.create_task(control.run(), name="control")] if control else []
     try:
+        import uvicorn
+
+        from kubetrain.api import create_app, create_probe_app
+
         if api:
-            import uvicorn
-
-            from kubetrain.api import create_app
-
             app = create_app(
                 settings,
                 db,
@@ -127,29 +129,23 @@ async def _run(
                 cluster=control.cluster_listing if control else None,
                 watch_problems=control.watch_problems if control else None,
             )
-            server = uvicorn.Server(
-                uvicorn.Config(
-                    app,
-                    host=settings.host,
-                    port=settings.port,
-                    log_level="warning",
-                    access_log=False,
-                    log_config=None,  # uvicorn's lines go through our handler too
-                )
+        else:  # the control loops only: their probes and metrics, on the same address
+            assert control is not None  # --no-api and --no-control exclude each other
+            app = create_probe_app(settings, db, watch_problems=control.watch_problems)
+        server = uvicorn.Server(
+            uvicorn.Config(
+                app,
+                host=settings.host,
+                port=settings.port,
+                log_level="warning",
+                access_log=False,
+                log_config=None,  # uvicorn's lines go through our handler too
             )
-            serving = asyncio.create_task(server.serve(), name="api")
-            done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()  # a control loop that crashed takes the process down
-        else:
-            stop = asyncio.Event()
-            loop = asyncio.get_running_loop()
-            for sig in (signal.SIGINT, signal.SIGTERM):
-                loop.add_signal_handler(sig, stop.set)
-            waiter: asyncio.Task[Any] = asyncio.create_task(stop.wait())
-            done, _ = await asyncio.wait([waiter, *tasks], return_when=asyncio.FIRST_COMPLETED)
-            for task in done:
-                task.result()
+        )
+        serving = asyncio.create_task(server.serve(), name="http")
+        done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_COMPLETED)
+        for task in done:
+            task.result()  # a control loop that crashed takes the process down
     finally:
         for task in tasks:
             task.cancel()
