@@ -18,7 +18,12 @@ pytestmark = pytest.mark.testbed
 
 
 def configmap(name: str) -> dict[str, Any]:
-    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": name}}
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"name": name},
+        "data": {"k": name},
+    }
 
 
 async def until(predicate: Any, timeout: float = 20.0) -> None:
@@ -90,3 +95,43 @@ def test_list_then_watch_then_relist_after_compaction(
 
     reflector = asyncio.run(scenario())
     assert reflector.stats.lists == 2  # the first start and the 410, nothing else
+
+
+def test_a_slim_reflector_keeps_stubs_and_hands_on_whole_objects(
+    testbed: Testbed, kube: Client, namespace: str
+):
+    create(kube, configmap("a"), namespace)
+    handed: list[tuple[str, dict[str, Any]]] = []
+
+    async def scenario() -> Reflector:
+        http = http_client(load_config(testbed.kubeconfig))
+        reflector = Reflector(
+            http,
+            f"/api/v1/namespaces/{namespace}/configmaps",
+            field_selector="metadata.name!=kube-root-ca.crt",
+            on_event=lambda kind, obj: handed.append((kind, obj)),
+            slim=True,
+        )
+        task = asyncio.create_task(reflector.run())
+        await asyncio.wait_for(reflector.synced.wait(), 20)
+        await asyncio.to_thread(create, kube, configmap("b"), namespace)
+        await until(lambda: any(obj["metadata"]["name"] == "b" for _, obj in handed))
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+        await asyncio.to_thread(create, kube, configmap("c"), namespace)
+        await reflector._list()  # a relist hands on what it found, whole
+        await http.aclose()
+        return reflector
+
+    reflector = asyncio.run(scenario())
+    assert [(kind, obj["metadata"]["name"], obj["data"]) for kind, obj in handed] == [
+        ("ADDED", "a", {"k": "a"}),  # the list
+        ("ADDED", "b", {"k": "b"}),  # the watch
+        ("ADDED", "c", {"k": "c"}),  # the relist
+    ]
+    assert sorted(reflector.items) == sorted(obj["metadata"]["uid"] for _, obj in handed)
+    assert all(
+        set(o["metadata"]) <= {"uid", "name", "namespace", "resourceVersion"}
+        for o in reflector.items.values()
+    )
+    assert all(set(o) == {"metadata"} for o in reflector.items.values())

@@ -78,7 +78,13 @@ class ClusterCache:
         self._node_state: NodeState | None = None
         for name, path, selector in _RESOURCES:
             self.reflectors[name] = Reflector(
-                http, path, label_selector=selector, on_event=self._handler(name)
+                http,
+                path,
+                label_selector=selector,
+                on_event=self._handler(name),
+                # Events carry no labels, so every Event of the cluster is listed;
+                # `_events` keeps those about our jobs, the reflector only stubs.
+                slim=name == "events",
             )
 
     def _handler(self, resource: str) -> Callable[[str, Obj], None]:

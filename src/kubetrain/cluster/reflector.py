@@ -57,6 +57,9 @@ class Reflector:
     page_size: int = 500
     watch_timeout: int = 290
     backoff: float = 0.5
+    # Keep only what a relist compares (uid, names, resourceVersion), for a kind
+    # whose handler keeps what it needs itself (Events: the cache keeps ours only).
+    slim: bool = False
     items: dict[str, Obj] = field(default_factory=dict)  # uid -> object
     resource_version: str | None = None
     synced: asyncio.Event = field(default_factory=asyncio.Event)
@@ -130,7 +133,7 @@ class Reflector:
                 break
             params["continue"] = token
         old = self.items
-        self.items = fresh
+        self.items = {uid: self._kept(obj) for uid, obj in fresh.items()}
         self.resource_version = version
         self.stats.lists += 1
         # Emit what changed while we were not watching, deletions included.
@@ -181,10 +184,16 @@ class Reflector:
                 if kind == "DELETED":
                     self.items.pop(uid, None)
                 else:
-                    self.items[uid] = obj
+                    self.items[uid] = self._kept(obj)
                 self.stats.events += 1
                 WATCH_EVENTS.labels(self.resource).inc()
                 await self._emit(kind, obj)
+
+    def _kept(self, obj: Obj) -> Obj:
+        if not self.slim:
+            return obj
+        meta = obj["metadata"]
+        return {"metadata": {k: meta[k] for k in _STUB_FIELDS if k in meta}}
 
     async def _emit(self, kind: str, obj: Obj) -> None:
         if self.on_event is None:
@@ -192,6 +201,9 @@ class Reflector:
         result = self.on_event(kind, obj)
         if result is not None:
             await result
+
+
+_STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion")
 
 
 def _trimmed(obj: Obj) -> Obj:

@@ -93,7 +93,14 @@ class Syncer:
         self.wake.set()
 
     def note_dispatched(self, job_id: str) -> None:
-        self.dispatched_at[job_id] = time.monotonic()
+        now = time.monotonic()
+        self.dispatched_at.pop(job_id, None)  # kept in time order: the oldest first
+        self.dispatched_at[job_id] = now
+        # Past the grace an entry says what its absence says: drop it (one per job).
+        for old, at in list(itertools.islice(self.dispatched_at.items(), 8)):
+            if now - at <= DISPATCH_GRACE:
+                break
+            del self.dispatched_at[old]
         self.mark(job_id)
 
     # -- loops ------------------------------------------------------------------------
