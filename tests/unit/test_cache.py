@@ -139,3 +139,26 @@ def test_node_usage_follows_pods_binding_finishing_and_going():
     pods.on_event("DELETED", pod)
     assert not cache.node_state().usage.get(node)
     assert cache.snapshot(["job-a"]).pods == ()
+
+
+def test_forget_keeps_only_stubs_of_a_finished_jobs_job_and_pods():
+    cache = ClusterCache(http=None)
+    items = feed(cache, "succeeded", "job-f")
+    feed(cache, "running", "job-g")
+    job = next(i for i in items if i["kind"] == "Job")
+    pods = [i for i in items if i["kind"] == "Pod"]
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    cache.forget(ns, name, [p["metadata"]["name"] for p in pods])
+    assert cache.job(ns, name) is None
+    assert job not in cache.jobs()
+    listed = {i["metadata"]["uid"] for i in cache.listing()["items"]}
+    assert not listed & {o["metadata"]["uid"] for o in [job, *pods]}
+    assert [i for i in cache.listing()["items"] if i["kind"] == "Pod"]  # job-g's stays
+    for resource, obj in [("jobs", job), *(("pods", p) for p in pods)]:
+        kept = cache.reflectors[resource].items[obj["metadata"]["uid"]]
+        assert set(kept) == {"metadata"}  # what a relist compares, and the job-id label
+        assert kept["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
+        assert job_id_of(kept) == "job-f"
+    # Should the Job change again, it is followed anew.
+    cache.reflectors["jobs"].on_event("MODIFIED", job)  # type: ignore[misc]
+    assert cache.job(ns, name) is job

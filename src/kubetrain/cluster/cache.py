@@ -147,7 +147,8 @@ class ClusterCache:
         )
 
     def jobs(self) -> list[Obj]:
-        return list(self.reflectors["jobs"].items.values())
+        """Our Jobs, but for those finished, recorded and forgotten."""
+        return list(self._jobs.values())
 
     def job(self, namespace: str, name: str) -> Obj | None:
         return self._jobs.get((namespace, name))
@@ -156,9 +157,11 @@ class ClusterCache:
         """Everything cached, as one `List`: the syncer diagnoses a whole batch of
         jobs from it (`Snapshot.for_job` narrows it per job while node usage
         still counts every Pod), instead of re-reading every node per job."""
-        items: list[Obj] = [
+        items: list[Obj] = [_typed("jobs", o) for o in self._jobs.values()]
+        items += [_typed("pods", o) for pods in self._pods.values() for o in pods.values()]
+        items += [
             _typed(r, o)
-            for r in ("jobs", "pods", "nodes", "pvcs", "quotas")
+            for r in ("nodes", "pvcs", "quotas")
             for o in self.reflectors[r].items.values()
         ]
         items += [_typed("events", e) for kept in self._events.values() for e in kept.values()]
@@ -223,12 +226,19 @@ class ClusterCache:
         return (namespace, name) in self._deleted_jobs
 
     def forget(self, namespace: str, k8s_name: str, pod_names: list[str]) -> None:
-        """Drop kept events once a job is finished and recorded."""
+        """Drop what is kept of a job once it is finished and recorded: its events, and
+        its Job and Pods but for a stub in their reflectors (what a relist compares).
+        A finished job's objects rarely change again; if one does, it is kept anew."""
         for involved in [k8s_name, *pod_names]:
             self._events.pop((namespace, involved), None)
+        job = self._jobs.pop((namespace, k8s_name), None)
+        if job is not None:
+            self.reflectors["jobs"].stub(job["metadata"].get("uid", ""))
         job_id = self._job_by_name.get((namespace, k8s_name))
         if job_id is not None:
             self._event_keys.pop(job_id, None)
+            for uid in self._pods.pop(job_id, {}):
+                self.reflectors["pods"].stub(uid)
 
 
 def _typed(resource: str, obj: Obj) -> Obj:

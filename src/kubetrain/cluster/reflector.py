@@ -189,11 +189,14 @@ class Reflector:
                 WATCH_EVENTS.labels(self.resource).inc()
                 await self._emit(kind, obj)
 
+    def stub(self, uid: str) -> None:
+        """Keeps only a stub of this object until it changes (its handler is done with it)."""
+        obj = self.items.get(uid)
+        if obj is not None:
+            self.items[uid] = _stub(obj)
+
     def _kept(self, obj: Obj) -> Obj:
-        if not self.slim:
-            return obj
-        meta = obj["metadata"]
-        return {"metadata": {k: meta[k] for k in _STUB_FIELDS if k in meta}}
+        return _stub(obj) if self.slim else obj
 
     async def _emit(self, kind: str, obj: Obj) -> None:
         if self.on_event is None:
@@ -203,7 +206,13 @@ class Reflector:
             await result
 
 
-_STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion")
+# Enough for a relist to compare and for a handler to route a DELETED.
+_STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion", "labels")
+
+
+def _stub(obj: Obj) -> Obj:
+    meta = obj["metadata"]
+    return {"metadata": {k: meta[k] for k in _STUB_FIELDS if k in meta}}
 
 
 def _trimmed(obj: Obj) -> Obj:

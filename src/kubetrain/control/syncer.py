@@ -248,7 +248,7 @@ class Syncer:
             self.stats.syncs += 1
             if result.refused is not None:
                 log.warning("%s", result.refused, extra={"job_id": facts.job_id})
-            if diagnosis.state.terminal:
+            if diagnosis.state.terminal and result.refused is None:
                 pods = [a.pod_name for a in diagnosis.attempts]
                 finished.append((facts.namespace, facts.k8s_name, pods))
             if result.changed:
