@@ -26,6 +26,17 @@ def configmap(name: str) -> dict[str, Any]:
     }
 
 
+def configmaps(http: Any, namespace: str, on_event: Any, **options: Any) -> Reflector:
+    """A reflector of the test namespace's ConfigMaps (not the API server's own)."""
+    return Reflector(
+        http,
+        f"/api/v1/namespaces/{namespace}/configmaps",
+        field_selector="metadata.name!=kube-root-ca.crt",
+        on_event=on_event,
+        **options,
+    )
+
+
 async def until(predicate: Any, timeout: float = 20.0) -> None:
     deadline = asyncio.get_running_loop().time() + timeout
     while not predicate():
@@ -43,11 +54,10 @@ def test_list_then_watch_then_relist_after_compaction(
 
     async def scenario() -> Reflector:
         http = http_client(load_config(testbed.kubeconfig))
-        reflector = Reflector(
+        reflector = configmaps(
             http,
-            f"/api/v1/namespaces/{namespace}/configmaps",
-            field_selector="metadata.name!=kube-root-ca.crt",
-            on_event=lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+            namespace,
+            lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
             page_size=2,  # exercises the paginated list
         )
         task = asyncio.create_task(reflector.run())
@@ -105,12 +115,8 @@ def test_a_slim_reflector_keeps_stubs_and_hands_on_whole_objects(
 
     async def scenario() -> Reflector:
         http = http_client(load_config(testbed.kubeconfig))
-        reflector = Reflector(
-            http,
-            f"/api/v1/namespaces/{namespace}/configmaps",
-            field_selector="metadata.name!=kube-root-ca.crt",
-            on_event=lambda kind, obj: handed.append((kind, obj)),
-            slim=True,
+        reflector = configmaps(
+            http, namespace, lambda kind, obj: handed.append((kind, obj)), slim=True
         )
         task = asyncio.create_task(reflector.run())
         await asyncio.wait_for(reflector.synced.wait(), 20)

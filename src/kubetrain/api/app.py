@@ -77,31 +77,20 @@ def create_app(
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
     `watch_problems` (ControlLoops') lets the probes report the watches' health."""
-    app = FastAPI(
+    app = _base_app(
+        settings,
+        db,
         title="kubetrain",
-        version=__version__,
         description=DESCRIPTION,
-        openapi_url="/openapi.json",
-        # The interactive pages load their scripts from a CDN; the document is enough.
-        docs_url=None,
-        redoc_url=None,
-    )
-    app.state.kubetrain = ApiContext(
-        settings=settings,
-        db=db,
         on_change=on_change,
         on_report=on_report,
         cluster=cluster,
         watch_problems=watch_problems,
-        tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     app.include_router(jobs.router)
     app.include_router(datasets.router)
     app.include_router(reports.router)
     web.install(app)
-    _add_health(app)
-    add_metrics(app, db)
-    _add_error_handlers(app)
     # Added last, so outermost: it also answers errors raised by the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CatchAll)
@@ -118,22 +107,45 @@ def create_probe_app(
 ) -> FastAPI:
     """What a replica that runs the control loops only (`serve --no-api`) serves:
     the probes and /metrics, for its Deployment's kubelet and Prometheus; no API."""
+    app = _base_app(settings, db, title="kubetrain control loops", watch_problems=watch_problems)
+    app.add_middleware(CatchAll)
+    return app
+
+
+def _base_app(
+    settings: ServerSettings,
+    db: Database,
+    *,
+    title: str,
+    description: str = "",
+    openapi_url: str | None = "/openapi.json",
+    on_change: Callable[[], None] | None = None,
+    on_report: Callable[[str], None] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
+    watch_problems: Callable[..., list[str]] | None = None,
+) -> FastAPI:
+    """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
-        title="kubetrain control loops", version=__version__, docs_url=None, redoc_url=None
+        title=title,
+        version=__version__,
+        description=description,
+        openapi_url=openapi_url,
+        # The interactive pages load their scripts from a CDN; the document is enough.
+        docs_url=None,
+        redoc_url=None,
     )
     app.state.kubetrain = ApiContext(
         settings=settings,
         db=db,
-        on_change=None,
-        on_report=None,
-        cluster=None,
+        on_change=on_change,
+        on_report=on_report,
+        cluster=cluster,
         watch_problems=watch_problems,
         tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)
     add_metrics(app, db)
     _add_error_handlers(app)
-    app.add_middleware(CatchAll)
     return app
 
 

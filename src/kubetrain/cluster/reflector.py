@@ -180,7 +180,8 @@ class Reflector:
                     self.resource_version = version
                 if kind == "BOOKMARK":
                     continue
-                uid = _trimmed(obj)["metadata"]["uid"]
+                obj = _trimmed(obj)
+                uid = obj["metadata"]["uid"]
                 if kind == "DELETED":
                     self.items.pop(uid, None)
                 else:
