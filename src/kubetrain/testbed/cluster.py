@@ -13,7 +13,7 @@ import shutil
 import socket
 import ssl
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
 from importlib import resources
@@ -249,11 +249,15 @@ class Testbed:
         if pid:
             processes.stop(pid, Path(state.bin_dir) / component, timeout)
 
-    def start_component(self, component: str, timeout: float = 60.0) -> None:
+    def start_component(
+        self, component: str, timeout: float = 60.0, extra_args: Sequence[str] = ()
+    ) -> None:
+        """Start one stopped component; `extra_args` are added to its flags for this run
+        only (a fault test runs the API server without its watch cache, for one)."""
         state = self.state()
         if component == "kube-apiserver":
             _wait_port_free(state.ports.apiserver, time.monotonic() + 20)
-        self._start(component, state)
+        self._start(component, state, extra_args)
         self._wait_ready(state, time.monotonic() + timeout, only=component)
 
     # -- nodes -----------------------------------------------------------------------------
@@ -381,10 +385,9 @@ class Testbed:
             ]
         raise TestbedError(f"unknown component {component!r}")
 
-    def _start(self, component: str, state: State) -> None:
-        pid = processes.start(
-            component, self._argv(component, state), self.log_path(component), self.state_dir
-        )
+    def _start(self, component: str, state: State, extra_args: Sequence[str] = ()) -> None:
+        argv = [*self._argv(component, state), *extra_args]
+        pid = processes.start(component, argv, self.log_path(component), self.state_dir)
         state.pids[component] = pid
         state.save(self.state_file)
 
