@@ -1,22 +1,24 @@
-"""StateFile: the CRC-32 it assembles is zlib's over the file, however torch.save wrote it."""
+"""StateFile and save_state: the CRC-32 is zlib's over the file, however torch.save wrote it."""
 
 from __future__ import annotations
 
 import random
+import zipfile
 import zlib
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 import torch
+import torch.serialization
 
-from kubetrain.runtime.checkpoint_stream import DIRECT_MIN, StateFile, crc32_combine
+from kubetrain.runtime import checkpoint_stream
+from kubetrain.runtime.checkpoint_stream import DIRECT_MIN, StateFile, save_state
 
 pytestmark = pytest.mark.runtime
 
 
 def _mixed_state() -> dict[str, object]:
-    """Large tensors (written unhashed), small ones (gathered), empty, views, other dtypes."""
+    """Large tensors (checksummed beside the write), small ones (gathered), empty, views."""
     generator = torch.Generator().manual_seed(1)
     big = torch.randn(1024, 700, generator=generator)  # 2.7 MiB: one direct write
     return {
@@ -31,58 +33,56 @@ def _mixed_state() -> dict[str, object]:
     }
 
 
-@pytest.fixture
-def torch_crc_off() -> Iterator[None]:
-    torch.serialization.set_crc32_options(False)
-    yield
-    torch.serialization.set_crc32_options(True)
+def _save(path: Path, state: object) -> tuple[StateFile, int, bool]:
+    writer = StateFile(path)
+    without_torch_crc = save_state(state, writer)
+    return writer, writer.finish(), without_torch_crc
 
 
-def _save(path: Path, state: object, *, trust: bool) -> tuple[StateFile, int]:
-    writer = StateFile(path, trust_records=trust)
-    torch.save(state, writer)
-    return writer, writer.finish()
+def _assert_loads_back(path: Path) -> None:
+    loaded = torch.load(path, weights_only=True)
+    for key, value in _mixed_state().items():
+        if isinstance(value, torch.Tensor):
+            assert torch.equal(loaded[key], value), key
+    assert loaded["small"][1] == {"n": 3, "s": "x"}
 
 
-def test_crc32_combine_agrees_with_zlib():
-    rng = random.Random(7)  # noqa: S311 - test data, not secrets
-    for _ in range(200):
-        a = rng.randbytes(rng.choice([0, 1, 5, 1000, rng.randrange(1 << 16)]))
-        b = rng.randbytes(rng.choice([0, 1, 3, 4096, rng.randrange(1 << 16)]))
-        assert crc32_combine(zlib.crc32(a), zlib.crc32(b), len(b)) == zlib.crc32(a + b)
-    zeros = bytes(50 << 20)  # a length with many bits set in x^(8n)
-    assert crc32_combine(zlib.crc32(b"head"), zlib.crc32(zeros), len(zeros)) == zlib.crc32(
-        b"head" + zeros
-    )
-
-
-def test_the_crc_of_a_torch_save_comes_from_its_records_without_reading_back(tmp_path):
+def test_save_state_checksums_the_file_itself_and_torch_does_not(tmp_path):
     path = tmp_path / "state.pt"
-    writer, crc = _save(path, _mixed_state(), trust=True)
+    writer, crc, without_torch_crc = _save(path, _mixed_state())
     data = path.read_bytes()
     assert crc == zlib.crc32(data)
     assert writer.size == len(data)
-    assert writer.read_back == 0  # every large write was a record torch checksummed
-    loaded = torch.load(path, weights_only=True)
-    assert torch.equal(loaded["big_view"], _mixed_state()["big_view"])
+    # This torch's private writer is used: torch computed no CRC of its own (a
+    # torch whose names changed makes this fail, not the saves silently slower).
+    assert without_torch_crc
+    with zipfile.ZipFile(path) as archive:
+        assert all(info.CRC == 0 for info in archive.infolist() if info.file_size)
+    _assert_loads_back(path)
 
 
-def test_with_torch_crc_off_the_tensors_are_checksummed_here(tmp_path, torch_crc_off):
-    trusted, trusted_crc = _save(tmp_path / "trusted.pt", _mixed_state(), trust=True)
-    hashed, hashed_crc = _save(tmp_path / "hashed.pt", _mixed_state(), trust=False)
-    # Told to trust, but the records' CRCs are 0: read back, still right.
-    assert trusted_crc == zlib.crc32((tmp_path / "trusted.pt").read_bytes())
-    assert trusted.read_back > 0
-    assert hashed_crc == zlib.crc32((tmp_path / "hashed.pt").read_bytes())
-    assert hashed.read_back == 0
+def test_on_a_torch_whose_private_save_differs_it_is_torch_save(tmp_path, monkeypatch):
+    # As if this torch's _save took other parameters than the ones save_state passes.
+    monkeypatch.setattr(checkpoint_stream, "_SAVE_PARAMETERS", ("obj", "zip_file"))
+    path = tmp_path / "state.pt"
+    _, crc, without_torch_crc = _save(path, _mixed_state())
+    assert not without_torch_crc
+    assert crc == zlib.crc32(path.read_bytes())
+    with zipfile.ZipFile(path) as archive:
+        assert archive.testzip() is None  # torch.save's own record CRCs, all right
+    _assert_loads_back(path)
 
 
-def test_large_writes_that_are_no_zip_record_are_read_back(tmp_path):
+def test_a_large_write_is_checksummed_before_it_returns(tmp_path):
+    """The caller may reuse or free its buffer once write returns (torch frees the
+    host copy of a GPU tensor): the checksum must already have been taken."""
     path = tmp_path / "blob"
-    writer = StateFile(path, trust_records=True)
-    body = random.Random(3).randbytes(3 * DIRECT_MIN)  # noqa: S311 - test data
+    writer = StateFile(path)
+    body = bytearray(random.Random(3).randbytes(3 * DIRECT_MIN))  # noqa: S311 - test data
+    original = bytes(body)
     writer.write(b"header")
     writer.write(body)
+    body[:] = bytes(len(body))  # the caller's buffer, reused
     writer.write(b"tail")
-    assert writer.finish() == zlib.crc32(b"header" + body + b"tail")
-    assert writer.read_back == len(body)
+    assert writer.finish() == zlib.crc32(b"header" + original + b"tail")
+    assert path.read_bytes() == b"header" + original + b"tail"

@@ -11,8 +11,8 @@
     manager.close()
 
 A save stages its files in a hidden directory next to the checkpoints (same
-filesystem, so the rename is atomic), checksummed as written (CRC-32, in one
-pass with torch.save's own: `checkpoint_stream`), fsyncs them,
+filesystem, so the rename is atomic), checksummed as written (CRC-32, beside
+the write, in place of torch.save's own: `checkpoint_stream`), fsyncs them,
 writes MANIFEST.json last, fsyncs it and the directory, renames the directory
 into place and fsyncs the root. A Pod killed at any moment leaves either the
 previous set of checkpoints or the new one, plus a staging directory that the
@@ -35,11 +35,11 @@ from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from kubetrain.runtime import checkpoint_files, progress
 from kubetrain.runtime.checkpoint_files import MANIFEST, STAGING_PREFIX, Found, step_dir_name
-from kubetrain.runtime.checkpoint_stream import StateFile, torch_computes_record_crcs
+from kubetrain.runtime.checkpoint_stream import StateFile, save_state
 from kubetrain.runtime.env import pod_name
 from kubetrain.runtime.errors import CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint
 
@@ -230,15 +230,13 @@ class CheckpointManager:
                 self._error = exc
 
     def _write(self, step: int, state: dict[str, Any]) -> None:
-        import torch
 
         started = time.perf_counter()
         staging = self.root / f"{STAGING_PREFIX}{step_dir_name(step)}-{uuid.uuid4().hex[:8]}"
         staging.mkdir()
         try:
-            writer = StateFile(staging / STATE_FILE, trust_records=torch_computes_record_crcs())
-            with writer:
-                torch.save(state, cast(IO[bytes], writer))
+            with StateFile(staging / STATE_FILE) as writer:
+                save_state(state, writer)
                 size, crc = writer.size, writer.finish()
             manifest = {
                 "format": checkpoint_files.FORMAT,
