@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import shutil
+import threading
 import zipfile
 import zlib
 from pathlib import Path
@@ -108,6 +110,26 @@ def test_what_retention_drops_is_gone_once_the_manager_closes(tmp_path):
     manager = _saved(tmp_path, [1, 2, 3], keep_last=1)
     manager.close()  # the deletions run in a thread; close waits for them
     assert sorted(p.name for p in tmp_path.iterdir()) == [checkpoint_files.step_dir_name(3)]
+
+
+def test_a_save_returns_before_what_retention_drops_is_deleted(tmp_path, monkeypatch):
+    # Unlinking a 1 GiB checkpoint costs a save ~0.25 s: the deletion must run beside it.
+    release, real_rmtree = threading.Event(), shutil.rmtree
+
+    def held_rmtree(path, *args, **kwargs):
+        if "deleted-" in Path(path).name and not release.wait(10):
+            raise AssertionError("the deletion of a dropped checkpoint was waited for")
+        real_rmtree(path, *args, **kwargs)
+
+    monkeypatch.setattr(shutil, "rmtree", held_rmtree)
+    manager = _saved(tmp_path, [1, 2], keep_last=1)  # returns while step 1 is being deleted
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert names[-1] == checkpoint_files.step_dir_name(2)
+    assert [n for n in names[:-1] if "deleted-" in n], names  # set aside, not yet gone
+    assert manager.latest_valid() == tmp_path / checkpoint_files.step_dir_name(2)
+    release.set()
+    manager.close()
+    assert [p.name for p in tmp_path.iterdir()] == [checkpoint_files.step_dir_name(2)]
 
 
 def test_a_staging_directory_left_by_a_kill_is_swept_and_never_read(tmp_path):
