@@ -1,16 +1,15 @@
-"""What the benchmarks share: a real `kubetrain serve` subprocess, percentiles, tables."""
+"""What the benchmarks share: percentiles, tables, where results go.
+
+The standard library only: bench/checkpoint.py runs where kubetrain.runtime
+runs, in a training image with torch and none of the server's packages.
+"""
 
 from __future__ import annotations
 
 import math
-import sys
 from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
-from kubetrain.local_server import LocalServer
-
-CLI = [sys.executable, "-m", "kubetrain.cli.main"]
 RESULTS = Path(__file__).parent / "results"
 
 
@@ -36,22 +35,3 @@ def table(header: Sequence[str], rows: Sequence[Sequence[object]], widths: Seque
             "".join(cell(v, w, i == 0) for i, (v, w) in enumerate(zip(row, widths, strict=False)))
         )
     return "\n".join(lines)
-
-
-# The benchmarks' server is the one the demo and the end-to-end tests use.
-Serve = LocalServer
-
-
-def training_job(
-    name: str, project: str, annotations: dict[str, str] | None = None
-) -> dict[str, Any]:
-    return {
-        "apiVersion": "kubetrain.io/v1",
-        "kind": "TrainingJob",
-        "metadata": {"name": name, "project": project, "annotations": annotations or {}},
-        "spec": {
-            "image": "registry.example/trainer:2026-08",
-            "command": ["python", "train.py"],
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-        },
-    }

@@ -17,6 +17,12 @@ disk blocks touched for the first time cost several times what they cost
 after (seen here: 2-4 s for a row that takes 0.1-0.7 s from the second round on).
 
     .venv/bin/python bench/checkpoint.py --size 512 --repeat 3 --dir /tmp
+    python bench/checkpoint.py --size 512 --device cuda   # the state on a GPU
+
+With --device cuda the model and its optimizer state live on the GPU: every
+save then starts with a copy to host memory (torch.save's and DCP's too), the
+host-copy rows copy from the GPU, and the held buffers are pinned, as the
+manager's staging buffers are.
 
 Run it with PYTHONPATH pointing at another checkout to measure that
 checkout's CheckpointManager with the same script.
@@ -53,11 +59,12 @@ HELD_COPY = "copy state into host tensors held from the last round"
 NO_RATE = (HOST_COPY, HELD_COPY, ASYNC)
 
 
-def _model(size_mib: int) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
+def _model(size_mib: int, device: str) -> tuple[torch.nn.Module, torch.optim.Optimizer]:
     side = int((size_mib * MIB / 4 / 4) ** 0.5)  # four square float32 layers
     model = torch.nn.Sequential(*[torch.nn.Linear(side, side, bias=False) for _ in range(4)])
+    model = model.to(device)
     optimizer = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
-    model(torch.randn(2, side)).sum().backward()
+    model(torch.randn(2, side, device=device)).sum().backward()
     optimizer.step()  # creates the momentum buffers
     return model, optimizer
 
@@ -76,9 +83,11 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=3)
     parser.add_argument("--warmup", type=int, default=1, help="rounds run first, not counted")
     parser.add_argument("--dir", default=tempfile.gettempdir(), help="where to write")
+    parser.add_argument("--device", default="cpu", help="where the state lives: cpu or cuda")
     args = parser.parse_args()
     torch.set_num_threads(1)
-    model, optimizer = _model(args.size)
+    model, optimizer = _model(args.size, args.device)
+    on_gpu = args.device != "cpu"
     state = {"model": model.state_dict(), "optimizer": optimizer.state_dict()}
     state_bytes = sum(t.numel() * t.element_size() for t in model.state_dict().values()) * 2
     work = Path(tempfile.mkdtemp(prefix="kubetrain-bench-", dir=args.dir))
@@ -121,12 +130,12 @@ def main() -> None:
             assert manager.latest_valid() is not None  # the checksum of what `managed` wrote
 
         def copy_to_host(index: int) -> None:
-            {k: v.detach().clone() for k, v in model.state_dict().items()}
+            {k: v.detach().to("cpu", copy=True) for k, v in model.state_dict().items()}
             {k: v for k, v in optimizer.state_dict().items()}
             for group in optimizer.state.values():
                 for value in group.values():
                     if isinstance(value, torch.Tensor):
-                        value.clone()
+                        value.to("cpu", copy=True)
 
         def tensors() -> list[torch.Tensor]:
             found = list(model.state_dict().values())
@@ -134,7 +143,8 @@ def main() -> None:
                 found += [value for value in group.values() if isinstance(value, torch.Tensor)]
             return found
 
-        held = [torch.empty_like(t) for t in tensors()]  # untimed: allocated once, like staging
+        # Untimed: allocated once, like the manager's staging (pinned, for a GPU's state).
+        held = [torch.empty_like(t, device="cpu", pin_memory=on_gpu) for t in tensors()]
 
         def copy_into_held(index: int) -> None:
             for target, source in zip(held, tensors(), strict=True):
@@ -195,7 +205,7 @@ def main() -> None:
         for name, seconds in results.items()
     ]
     print(
-        f"state: {state_bytes / MIB:.0f} MiB, dir: {args.dir}, "
+        f"state: {state_bytes / MIB:.0f} MiB on {args.device}, dir: {args.dir}, "
         f"{args.repeat} rounds after {args.warmup} warm-up round(s)"
     )
     print(
@@ -225,10 +235,13 @@ def main() -> None:
     for key, value in ratios.items():
         print(f"{key:36s} {value:8.2f} {best_ratios[key]:8.2f}")
     RESULTS.mkdir(exist_ok=True)
-    (RESULTS / "checkpoint.json").write_text(
+    (RESULTS / ("checkpoint-gpu.json" if on_gpu else "checkpoint.json")).write_text(
         json.dumps(
             {
                 "state_mib": state_bytes / MIB,
+                "device": args.device,
+                "device_name": torch.cuda.get_device_name() if on_gpu else None,
+                "torch": torch.__version__,
                 "dir": args.dir,
                 "repeat": args.repeat,
                 "warmup": args.warmup,

@@ -52,7 +52,8 @@ import httpx2 as httpx
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.pg
 
-from _common import RESULTS, Serve, percentile, table, training_job
+from _common import RESULTS, percentile, table
+from _serve import Serve, training_job
 from sqlalchemy import select
 
 from kubetrain.store import Database

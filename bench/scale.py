@@ -44,7 +44,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
-from _common import RESULTS, Serve, percentile, table, training_job
+from _common import RESULTS, percentile, table
+from _serve import Serve, training_job
 from sqlalchemy import select, text
 
 from kubetrain.domain.manifest import LABEL_JOB_ID

@@ -37,7 +37,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.pg
 
-from _common import RESULTS, Serve, percentile, table, training_job
+from _common import RESULTS, percentile, table
+from _serve import Serve, training_job
 
 from kubetrain.store import Database, submit_job
 
