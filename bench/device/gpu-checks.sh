@@ -16,7 +16,7 @@ python=${PYTHON:-python3}
   nproc; free -g | head -2; df -h /tmp | tail -1
 } 2>&1 | tee "$out/machine.txt"
 # --confcutdir: the runtime tier's own conftest only (the top one needs the testbed's packages).
-"$python" -m pytest -p no:cacheprovider --confcutdir=tests/runtime -m gpu tests/runtime \
+"$python" -m pytest -p no:cacheprovider --confcutdir=tests/runtime -m gpu tests/runtime/test_gpu.py \
   -v --durations=5 2>&1 | tee "$out/gpu-tests.log"
 tests=$?
 for device in cuda cpu; do

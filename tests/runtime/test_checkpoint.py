@@ -287,3 +287,14 @@ def test_an_async_save_of_a_changed_shape_gets_a_new_buffer(tmp_path):
     manager.close()
     saved = torch.load(tmp_path / "step-000000000002" / "state.pt", weights_only=True)
     assert saved["model"]["weight"].shape == (2, 8)
+
+
+def test_a_blocking_save_of_a_cpu_state_copies_nothing_and_keeps_the_async_buffers(tmp_path):
+    model, optimizer, _ = tiny_training.build()
+    manager = CheckpointManager(tmp_path)
+    manager.save(1, model=model, optimizer=optimizer, blocking=False)
+    manager.wait()
+    held = {buffer.data_ptr() for buffer in manager._staging.values()}
+    manager.save(2, model=model, optimizer=optimizer)
+    assert {buffer.data_ptr() for buffer in manager._staging.values()} == held
+    manager.close()

@@ -49,12 +49,19 @@ def test_a_cuda_run_resumed_from_its_checkpoint_continues_bit_for_bit(tmp_path, 
     assert all(b[k].is_cuda and torch.equal(a[k], b[k]) for k in a)
 
 
-def test_an_async_save_of_gpu_state_holds_it_as_it_was_when_save_returned(tmp_path):
+@pytest.mark.parametrize("blocking", [True, False], ids=["blocking", "async"])
+def test_saves_of_gpu_state_refill_pinned_buffers_and_hold_the_state_of_their_call(
+    tmp_path, blocking
+):
     model = torch.nn.Sequential(torch.nn.Linear(1024, 1024), torch.nn.Linear(1024, 8)).cuda()
     manager = CheckpointManager(tmp_path)
-    for step in (1, 2):  # the second save refills the pinned buffers of the first
+    pointers = []
+    for step in (1, 2, 3):  # the later saves refill the pinned buffers of the first
         before = {k: v.detach().cpu() for k, v in model.state_dict().items()}
-        manager.save(step, model=model, blocking=False)
+        manager.save(step, model=model, blocking=blocking)
+        assert manager._staging
+        assert all(b.is_pinned() for b in manager._staging.values())
+        pointers.append({b.data_ptr() for b in manager._staging.values()})
         with torch.no_grad():
             for parameter in model.parameters():
                 parameter.add_(1.0)  # training goes on, on the GPU, while the thread writes
@@ -62,6 +69,7 @@ def test_an_async_save_of_gpu_state_holds_it_as_it_was_when_save_returned(tmp_pa
         saved = torch.load(tmp_path / f"step-{step:012d}" / "state.pt", weights_only=True)
         assert all(torch.equal(saved["model"][k], v) for k, v in before.items())
     manager.close()
+    assert pointers[0] == pointers[1] == pointers[2]
 
 
 @pytest.mark.timeout(600)

@@ -103,9 +103,10 @@ class CheckpointManager:
         self.resumed: Resumed | None = None
         self.extra: Any = None  # the `extra` of the checkpoint resumed from
         self._inflight: threading.Thread | None = None
-        # Host buffers of the last background save, refilled by the next one:
-        # a copy into memory already mapped costs a fraction of a fresh clone
-        # (no allocation, no page faults). Held between saves: one copy of the state.
+        # Host buffers of the last save, refilled by the next one: a copy into memory
+        # already mapped (pinned, for GPU tensors) costs a fraction of a fresh one (no
+        # allocation, no page faults). Held between saves: one host copy of what is
+        # copied (a GPU's state; a CPU state for background saves only).
         self._staging: dict[tuple[Any, ...], torch.Tensor] = {}
         self._deleter: threading.Thread | None = None  # removes checkpoints set aside
         self._error: BaseException | None = None
@@ -176,7 +177,11 @@ class CheckpointManager:
         blocking: bool = True,
     ) -> None:
         """Saves a checkpoint of `step`. With blocking=False, returns once the state is in host
-        memory and writes it in a background thread (one at a time: a second save waits)."""
+        memory and writes it in a background thread (one at a time: a second save waits).
+
+        GPU tensors are copied into pinned host buffers kept from the save before, in
+        both modes: on an H200 that copy took 0.02 s for 1 GiB where a copy into new
+        pageable memory took 0.68 s (bench/checkpoint.py --device cuda)."""
         if not isinstance(step, int) or step < 0:
             raise ValueError("step must be a non-negative int")
         self.wait()  # also: the staging buffers are free again
@@ -189,7 +194,8 @@ class CheckpointManager:
                 "rng": _get_rng(),
                 "extra": extra,
             },
-            staging=None if blocking else self._staging,
+            staging=self._staging,
+            copy_host_tensors=not blocking,
         )
         if blocking:
             self._write(step, state)
@@ -374,14 +380,17 @@ def _load(path: Path) -> dict[str, Any]:
     return state
 
 
-def _host_copy(state: Any, *, staging: dict[tuple[Any, ...], torch.Tensor] | None) -> Any:
+def _host_copy(
+    state: Any, *, staging: dict[tuple[Any, ...], torch.Tensor], copy_host_tensors: bool
+) -> Any:
     """The state with every tensor in host memory.
 
-    With `staging` (a background save), every tensor is copied, since training
-    goes on changing the originals in place: into the buffer `staging` holds for
-    its place in the state when shape, dtype and layout still match, else into
-    a new one (pinned, for a CUDA tensor). `staging` is then left holding exactly
-    the buffers of this state."""
+    Tensors off the host are copied, and with `copy_host_tensors` (a background
+    save, while training goes on changing the originals in place) host tensors
+    too: each into the buffer `staging` holds for its place in the state when
+    shape and dtype still match, else into a new one (pinned, for a CUDA
+    tensor). `staging` is then left holding exactly the buffers of this state,
+    unless nothing was copied."""
     import torch
 
     used: dict[tuple[Any, ...], torch.Tensor] = {}
@@ -389,8 +398,8 @@ def _host_copy(state: Any, *, staging: dict[tuple[Any, ...], torch.Tensor] | Non
     def visit(value: Any, place: tuple[Any, ...]) -> Any:
         if isinstance(value, torch.Tensor):
             source = value.detach()
-            if staging is None:
-                return source.to("cpu")
+            if source.device.type == "cpu" and not copy_host_tensors:
+                return source  # written before save returns: nothing can change it
             if not source.is_contiguous():  # an expanded view: a layout empty_like cannot hold
                 return source.to("cpu", copy=True)
             buffer = staging.get(place)
@@ -410,7 +419,7 @@ def _host_copy(state: Any, *, staging: dict[tuple[Any, ...], torch.Tensor] | Non
         return value
 
     copied = visit(state, ())
-    if staging is not None:
+    if used or copy_host_tensors:  # a blocking save of a CPU state keeps them for the next
         staging.clear()
         staging.update(used)
     return copied
