@@ -3,7 +3,7 @@
 # a python3 with CUDA torch and pytest; none of the server's packages):
 # the gpu test tier, then bench/checkpoint.py with the state on the GPU and on
 # the CPU, side by side. Logs and JSON go to ${OUT:-bench/results}.
-#   bench/device/gpu-checks.sh
+#   bench/device/gpu-checks.sh            (DEVICES=cuda: the GPU bench only)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 out=${OUT:-bench/results}
@@ -19,7 +19,7 @@ python=${PYTHON:-python3}
 "$python" -m pytest -p no:cacheprovider --confcutdir=tests/runtime -m gpu tests/runtime/test_gpu.py \
   -v --durations=5 2>&1 | tee "$out/gpu-tests.log"
 tests=$?
-for device in cuda cpu; do
+for device in ${DEVICES:-cuda cpu}; do
   (cd bench && "$python" checkpoint.py --size 512 --repeat 3 --device "$device" --dir /tmp) \
     2>&1 | tee "$out/checkpoint-$device.log"
 done

@@ -7,6 +7,7 @@ import json
 import os
 import signal
 import socket
+import subprocess
 import sys
 import threading
 from collections.abc import Iterator
@@ -20,7 +21,7 @@ from kubetrain.runtime.contract import CHECK_NAMES, PREFLIGHT_EXIT_CODE
 from kubetrain.runtime.preflight import Context, run_preflight
 from kubetrain.runtime.redact import Redactor
 from kubetrain.runtime.stamp import write_stamp
-from tests.runtime.conftest import base_env, kubetrain
+from tests.runtime.conftest import SRC, base_env, kubetrain
 
 pytestmark = pytest.mark.runtime
 
@@ -185,7 +186,7 @@ FAILURES = {
     "gpu-missing": (
         "gpu-visible",
         "expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES, CUDA_VISIBLE_DEVICES, "
-        "/dev/nvidia*, nvidia-smi -L",
+        "/dev/nvidia*, nvidia-smi -L, cuDeviceGetCount, torch CUDA build)",
     ),
     "dataset-absent": ("dataset-mounted", "not-there does not exist or is not a directory"),
     "dataset-other-version": (
@@ -297,3 +298,28 @@ def test_planted_secrets_appear_in_no_output(job, volume):
         for output in outputs:
             assert secret not in output
     assert "***" in done.stdout
+
+
+PRINT_TORCH_CUDA_BUILD = (
+    "from kubetrain.runtime import preflight as p; print(p._torch_cuda_build())"
+)
+
+
+@pytest.mark.parametrize(("cuda", "says"), [("None", "0"), ("'12.4'", "None")])
+def test_a_cpu_only_torch_counts_no_gpu_without_being_imported(tmp_path, cuda, says):
+    fake = tmp_path / "torch"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("raise SystemExit('imported')\n")
+    (fake / "version.py").write_text(f"from typing import Optional\ncuda: Optional[str] = {cuda}\n")
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-c",
+            "from kubetrain.runtime import preflight as p; print(p._torch_cuda_build())",
+        ],
+        env=base_env(PYTHONPATH=f"{tmp_path}:{SRC}"),
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    assert done.stdout.strip() == says
