@@ -403,6 +403,15 @@ def test_the_preflight_environment_is_set():
     assert variables["KUBETRAIN_TERMINATION_LOG"] == "/dev/termination-log"
 
 
+@pytest.mark.parametrize(
+    ("resource", "expected"),
+    [("nvidia.com/gpu", "1"), ("nvidia.com/mig-1g.10gb", "1"), ("amd.com/gpu", None)],
+)
+def test_the_gpu_check_is_asked_for_only_with_nvidia_devices(resource, expected):
+    variables = env(render(full(), m.RenderOptions(gpu_resource=resource)))
+    assert variables.get("KUBETRAIN_EXPECTED_GPUS") == expected
+
+
 def test_a_bare_job_gets_only_the_variables_that_apply():
     variables = env(render(base()))
     assert variables == {

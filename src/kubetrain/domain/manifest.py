@@ -298,8 +298,12 @@ def render_job(
             "name": "KUBETRAIN_POD_NAME",
             "valueFrom": {"fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.name"}},
         },
-        _plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)),
     ]
+    # The preflight counts NVIDIA devices only (device nodes, nvidia-smi, the CUDA
+    # driver): for another vendor's resource it would refuse every Pod, so it is
+    # not asked, and the report says the check was skipped.
+    if options.gpu_resource.startswith("nvidia.com/"):
+        env.append(_plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)))
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if dataset is not None:
