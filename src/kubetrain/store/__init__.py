@@ -78,6 +78,7 @@ from kubetrain.store.outbox import (
     mark_deleted,
     mark_dispatched,
     record_dispatch_failure,
+    record_dispatch_outcomes,
     retry_backed_off_now,
 )
 from kubetrain.store.progress import (
@@ -170,6 +171,7 @@ __all__ = [
     "progress_by_job",
     "record_diagnosis",
     "record_dispatch_failure",
+    "record_dispatch_outcomes",
     "record_reports",
     "register_dataset",
     "register_dataset_version",
