@@ -2,24 +2,32 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import timedelta
+from typing import Any
 
 import pytest
+from sqlalchemy import event
 
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
     Database,
+    JobNotFound,
     Source,
     apply_business_change,
     claim_due_jobs,
     dispatch_backoff,
     get_job,
     job_history,
+    lock_jobs,
     mark_dispatched,
     record_dispatch_failure,
+    record_dispatch_outcomes,
     request_cancel,
     retry_backed_off_now,
 )
+from kubetrain.store.jobs import STATE_DURATIONS_KEY
 from tests.store.builders import T0, at, new_job
 
 pytestmark = pytest.mark.db
@@ -232,3 +240,127 @@ def test_after_an_outage_backed_off_jobs_are_due_at_once(db: Database) -> None:
     with db.transaction() as session:
         assert retry_backed_off_now(session, now=at(5)) == 3  # not the queued one
     assert sorted(claimed_ids(db, 5)) == sorted(job.id for job in failed)
+
+
+def cancel(session: Any, job_id: str, seconds: float) -> None:
+    """As the API cancels: the flag, then CANCELLED."""
+    request_cancel(session, "ai-training", job_id, now=at(seconds))
+    apply_business_change(
+        session, job_id, BusinessState.CANCELLED, ReasonCode.CANCELLED,
+        source=Source.API, now=at(seconds),
+    )  # fmt: skip
+
+
+def test_a_round_records_every_outcome_at_once(db: Database) -> None:
+    with db.transaction() as session:
+        created = new_job(session, name="created", now=at(0))
+        refused = new_job(session, name="refused", now=at(0))
+        overtaken = new_job(session, name="overtaken", now=at(0))
+        in_flight = new_job(session, name="cancelled-in-flight", now=at(0))
+        deleted = new_job(session, name="deleted", now=at(0))
+        mark_dispatched(session, deleted.id, k8s_job_name="kt-deleted", now=at(1))
+    assert len(claimed_ids(db, 2)) == 4
+    assert deletions(db, 2) == []
+    with db.transaction() as session:
+        # While the creates are in flight: the syncer sees one Job run, a user cancels
+        # one job being created and one whose Job exists.
+        apply_business_change(
+            session, overtaken.id, BusinessState.RUNNING, ReasonCode.TRAINING,
+            source=Source.SYNCER, now=at(3),
+        )  # fmt: skip
+        cancel(session, in_flight.id, 3)
+        cancel(session, deleted.id, 3)
+    assert deletions(db, 3) == [deleted.id]
+    with db.transaction() as session:
+        rows = record_dispatch_outcomes(
+            session,
+            dispatched={
+                created.id: "kt-created",
+                overtaken.id: "kt-overtaken",
+                in_flight.id: "kt-in-flight",
+            },
+            failed={refused.id: ("Forbidden", "exceeded quota: jobs")},
+            deleted=[deleted.id],
+            now=at(5),
+        )
+        # Only the job that was still CREATED moved, after 5 s in CREATED.
+        assert session.info[STATE_DURATIONS_KEY] == [("CREATED", 5.0)]
+    assert [(row.job_id, row.to_state, row.to_reason) for row in rows.values()] == [
+        (created.id, BusinessState.QUEUED, ReasonCode.SCHEDULING)
+    ]
+    with db.read_only() as session:
+        states = {
+            job.id: (stored := get_job(session, "ai-training", job.id))
+            and (stored.business_state, stored.k8s_job_name)
+            for job in (created, refused, overtaken, in_flight, deleted)
+        }
+        failed = get_job(session, "ai-training", refused.id)
+        assert failed is not None
+        assert (failed.raw_reason, failed.dispatch_attempts, failed.next_dispatch_at) == (
+            "Forbidden",
+            1,
+            at(6),
+        )
+    assert states == {
+        created.id: (BusinessState.QUEUED, "kt-created"),
+        refused.id: (BusinessState.CREATED, None),
+        overtaken.id: (BusinessState.RUNNING, "kt-overtaken"),
+        in_flight.id: (BusinessState.CANCELLED, "kt-in-flight"),
+        deleted.id: (BusinessState.CANCELLED, "kt-deleted"),
+    }
+    assert claimed_ids(db, 6) == [refused.id]  # due after its backoff, the others never
+    assert deletions(db, 500) == [in_flight.id]  # its Job, made after the cancel, goes next
+
+
+def test_an_unknown_job_is_refused(db: Database) -> None:
+    with db.transaction() as session:
+        job = new_job(session)
+    with pytest.raises(JobNotFound), db.transaction() as session:
+        record_dispatch_outcomes(session, dispatched={job.id: "kt-a", "no-such-job": "kt-b"})
+    with db.read_only() as session:  # and the caller's transaction wrote nothing
+        stored = get_job(session, "ai-training", job.id)
+        assert stored is not None
+        assert (stored.business_state, stored.k8s_job_name) == (BusinessState.CREATED, None)
+
+
+def test_lock_jobs_reads_a_batch_by_id_and_leaves_out_unknown_ids(db: Database) -> None:
+    with db.transaction() as session:
+        jobs = [new_job(session, name=f"j{i}").id for i in range(3)]
+    with db.transaction() as session:
+        locked = lock_jobs(session, [*reversed(jobs), "no-such-job"])
+        assert list(locked) == sorted(jobs)  # the order the rows were locked in
+        assert all(locked[job_id].id == job_id for job_id in jobs)
+
+
+@contextmanager
+def counting_statements(db: Database) -> Iterator[list[str]]:
+    statements: list[str] = []
+
+    def count(conn: Any, cursor: Any, statement: str, *args: Any) -> None:
+        statements.append(statement.split(None, 1)[0].upper())
+
+    event.listen(db.engine, "before_cursor_execute", count)
+    try:
+        yield statements
+    finally:
+        event.remove(db.engine, "before_cursor_execute", count)
+
+
+def test_a_round_reads_as_often_for_forty_jobs_as_for_four(db: Database) -> None:
+    """The rows of a round are read (and locked) at once, not one locked read, one
+    re-read and one history query per job; the writes are the ORM's flush."""
+
+    def reads(n: int, offset: float) -> list[str]:
+        with db.transaction() as session:
+            jobs = [new_job(session, name=f"n{n}-{i}", now=at(offset)).id for i in range(n)]
+        half = n // 2
+        with counting_statements(db) as statements, db.transaction() as session:
+            record_dispatch_outcomes(
+                session,
+                dispatched={job_id: f"kt-{job_id}" for job_id in jobs[:half]},
+                failed={job_id: ("ServiceUnavailable", "etcd") for job_id in jobs[half:]},
+                now=at(offset + 1),
+            )
+        return [statement for statement in statements if statement == "SELECT"]
+
+    assert reads(40, 10) == reads(4, 0) == ["SELECT", "SELECT"]  # the jobs, their history

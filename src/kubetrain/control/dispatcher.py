@@ -8,6 +8,12 @@ server is unreachable or refuses, the job stays CREATED/JOB_NOT_CREATED with
 the raw error, and is retried with backoff; the first create that succeeds
 after a round in which every create failed (an outage) makes all the backed-off
 jobs due at once.
+
+A round takes three short transactions, however many jobs it claims: the
+claim, the preparation of every claimed job (manifest, status token), and the
+record of every outcome. The Kubernetes calls run concurrently between the
+last two, with no transaction open. Transactions per job would cost each job
+thread hand-offs and turns on SQLite's one writer.
 """
 
 from __future__ import annotations
@@ -16,7 +22,8 @@ import asyncio
 import contextlib
 import logging
 import secrets
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import httpx2 as httpx
@@ -39,13 +46,11 @@ from kubetrain.store import (
     Database,
     Job,
     Source,
-    apply_business_change,
+    apply_locked_business_change,
     claim_due_deletions,
     claim_due_jobs,
-    get_job_any_project,
-    mark_deleted,
-    mark_dispatched,
-    record_dispatch_failure,
+    lock_jobs,
+    record_dispatch_outcomes,
     resolve_job_dataset,
     retry_backed_off_now,
     set_status_token,
@@ -55,6 +60,37 @@ log = logging.getLogger(__name__)
 
 # Recognisable in a leak (logs, a paste), unlike the API's kt_ tokens good for one job only.
 STATUS_TOKEN_PREFIX = "kts_"  # noqa: S105 - a prefix, not a secret
+
+
+@dataclass(frozen=True, slots=True)
+class _Prepared:
+    """What creating one job's Job takes, read and written in the round's preparation."""
+
+    job_id: str
+    namespace: str
+    manifest: dict[str, Any]
+    secret: dict[str, Any] | None  # the status-token Secret, when Pods report progress
+
+
+@dataclass(frozen=True, slots=True)
+class _Created:
+    job_id: str
+    k8s_job_name: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Failed:
+    job_id: str
+    raw_reason: str
+    raw_message: str
+
+
+@dataclass(frozen=True, slots=True)
+class _Deleted:
+    job_id: str
+
+
+_Outcome = _Created | _Failed | _Deleted
 
 
 class Dispatcher:
@@ -109,10 +145,24 @@ class Dispatcher:
         True when a full batch was claimed (more may be waiting)."""
         creates, deletes = await asyncio.to_thread(self._claim, limit)
         created, unreachable = self.created, self._unreachable
-        await asyncio.gather(
-            *(self._dispatch(job_id) for job_id in creates),
+        prepared = await asyncio.to_thread(self._prepare, creates) if creates else []
+        # return_exceptions: an unexpected error in one job's calls must not lose the
+        # outcomes of the others; it is raised once those are recorded.
+        results = await asyncio.gather(
+            *(self._create(job) for job in prepared),
             *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
+            return_exceptions=True,
         )
+        outcomes = [result for result in results if isinstance(result, _Outcome)]
+        if outcomes:
+            await asyncio.to_thread(self._record, outcomes)
+        if self.on_dispatched is not None:
+            for outcome in outcomes:
+                if isinstance(outcome, _Created):
+                    self.on_dispatched(outcome.job_id)
+        for result in results:
+            if isinstance(result, BaseException):
+                raise result
         if self.created > created and self._failing:
             # The API server answers again: the jobs that failed meanwhile need not sit
             # out backoffs grown during the outage. None of our claims is in flight now.
@@ -137,7 +187,7 @@ class Dispatcher:
             ]
             return creates, deletes
 
-    async def _delete(self, job_id: str, namespace: str, name: str) -> None:
+    async def _delete(self, job_id: str, namespace: str, name: str) -> _Deleted | None:
         """Delete a cancelled record's Job with its Pods; gone already is fine."""
         try:
             await delete_job(self.client, namespace, name)
@@ -145,18 +195,11 @@ class Dispatcher:
             log.warning(
                 "deleting the Job failed (retried later): %s", exc, extra={"job_id": job_id}
             )
-            return
-        await asyncio.to_thread(self._deleted, job_id)
+            return None
+        return _Deleted(job_id)
 
-    def _deleted(self, job_id: str) -> None:
-        with self.db.transaction() as session:
-            mark_deleted(session, job_id)
-
-    async def _dispatch(self, job_id: str) -> None:
-        prepared = await asyncio.to_thread(self._prepare, job_id)
-        if prepared is None:
-            return
-        manifest, namespace, secret = prepared
+    async def _create(self, job: _Prepared) -> _Created | _Failed:
+        job_id, namespace, manifest, secret = job.job_id, job.namespace, job.manifest, job.secret
         try:
             if self.manage_namespaces and namespace not in self._namespaces:
                 await ensure_namespace(self.client, namespace)
@@ -184,8 +227,7 @@ class Dispatcher:
                 raw_message,
                 extra={"job_id": job_id, "namespace": namespace},
             )
-            await asyncio.to_thread(self._failed, job_id, raw_reason, raw_message)
-            return
+            return _Failed(job_id, raw_reason, raw_message)
         self.created += 1
         DISPATCHER_CREATED.inc()
         log.info(
@@ -196,63 +238,73 @@ class Dispatcher:
                 "k8s_job": manifest["metadata"]["name"],
             },
         )
-        await asyncio.to_thread(self._dispatched, job_id, manifest["metadata"]["name"])
-        if self.on_dispatched is not None:
-            self.on_dispatched(job_id)
+        return _Created(job_id, manifest["metadata"]["name"])
 
-    def _prepare(self, job_id: str) -> tuple[dict[str, Any], str, dict[str, Any] | None] | None:
-        """The Job's manifest, its namespace and, when Pods report progress, the
-        status-token Secret: a new token each time (only its hash is kept, so a
-        token lost with a crashed dispatcher is replaced, never recovered)."""
+    def _prepare(self, job_ids: Sequence[str]) -> list[_Prepared]:
+        """The claimed jobs still to be created, with their manifests and, when Pods
+        report progress, their status-token Secrets: a new token each time (only its
+        hash is kept, so a token lost with a crashed dispatcher is replaced, never
+        recovered). A job cancelled meanwhile is finished as CANCELLED instead, and one
+        whose spec no longer renders is failed. One transaction for them all."""
+        prepared = []
         with self.db.transaction() as session:
-            job = get_job_any_project(session, job_id)
-            if job is None or job.business_state != BusinessState.CREATED:
-                return None
-            if job.last_dispatch_error is not None:
-                DISPATCHER_RETRIES.inc()
-            if job.cancel_requested:
-                apply_business_change(
-                    session,
-                    job.id,
-                    BusinessState.CANCELLED,
-                    ReasonCode.CANCELLED,
-                    source=Source.DISPATCHER,
-                )
-                return None
-            try:
-                manifest = self._render(session, job)
-            except (SpecError, ValueError) as exc:
-                # Validated at submission; a spec the renderer refuses now (a changed
-                # rule, a dataset removed) fails the job plainly instead of looping.
-                apply_business_change(
-                    session,
-                    job.id,
-                    BusinessState.FAILED,
-                    ReasonCode.JOB_NOT_CREATED,
-                    "InvalidSpec",
-                    str(exc),
-                    source=Source.DISPATCHER,
-                )
-                return None
-            secret = None
-            if self.render_options.status_url is not None:
-                token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
-                set_status_token(session, job.id, token)
-                secret = render_status_secret(job.id, job.namespace, token)
-            return manifest, job.namespace, secret
+            jobs = lock_jobs(session, job_ids)
+            for job_id in job_ids:  # in claim order: the longest waiting first
+                job = jobs.get(job_id)
+                if job is None or job.business_state != BusinessState.CREATED:
+                    continue
+                if job.last_dispatch_error is not None:
+                    DISPATCHER_RETRIES.inc()
+                if job.cancel_requested:
+                    apply_locked_business_change(
+                        session,
+                        job,
+                        BusinessState.CANCELLED,
+                        ReasonCode.CANCELLED,
+                        source=Source.DISPATCHER,
+                    )
+                    continue
+                try:
+                    manifest = self._render(session, job)
+                except (SpecError, ValueError) as exc:
+                    # Validated at submission; a spec the renderer refuses now (a changed
+                    # rule, a dataset removed) fails the job plainly instead of looping.
+                    apply_locked_business_change(
+                        session,
+                        job,
+                        BusinessState.FAILED,
+                        ReasonCode.JOB_NOT_CREATED,
+                        "InvalidSpec",
+                        str(exc),
+                        source=Source.DISPATCHER,
+                    )
+                    continue
+                secret = None
+                if self.render_options.status_url is not None:
+                    token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
+                    set_status_token(session, job.id, token)
+                    secret = render_status_secret(job.id, job.namespace, token)
+                prepared.append(_Prepared(job.id, job.namespace, manifest, secret))
+        return prepared
 
     def _render(self, session: Any, job: Job) -> dict[str, Any]:
         spec = parse_training_job(job.spec)
         dataset = resolve_job_dataset(session, spec.spec.dataset)
         return render_job(job.id, spec, job.namespace, dataset=dataset, options=self.render_options)
 
-    def _failed(self, job_id: str, raw_reason: str, raw_message: str) -> None:
+    def _record(self, outcomes: Sequence[_Outcome]) -> None:
+        """Every outcome of the round in one transaction."""
         with self.db.transaction() as session:
-            record_dispatch_failure(session, job_id, raw_reason=raw_reason, raw_message=raw_message)
-
-    def _dispatched(self, job_id: str, name: str) -> None:
-        with self.db.transaction() as session:
-            mark_dispatched(session, job_id, k8s_job_name=name)
+            record_dispatch_outcomes(
+                session,
+                dispatched={o.job_id: o.k8s_job_name for o in outcomes if isinstance(o, _Created)},
+                failed={
+                    o.job_id: (o.raw_reason, o.raw_message)
+                    for o in outcomes
+                    if isinstance(o, _Failed)
+                },
+                deleted=[o.job_id for o in outcomes if isinstance(o, _Deleted)],
+            )
 
 
 def _unreachable(exc: BaseException) -> bool:

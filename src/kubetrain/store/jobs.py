@@ -17,7 +17,7 @@ import binascii
 import hashlib
 import json
 import uuid
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, fields
 from datetime import UTC, datetime
 from functools import cache
@@ -67,15 +67,34 @@ def _now(now: datetime | None) -> datetime:
 STATE_DURATIONS_KEY = "kubetrain.state_durations"
 
 
-def _note_state_duration(session: Session, job: Job, now: datetime) -> None:
-    entered = session.scalar(
-        select(func.max(Transition.at)).where(
-            Transition.job_id == job.id,
-            Transition.kind == TransitionKind.BUSINESS,
-            Transition.from_state != Transition.to_state,
+# Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
+IN_CHUNK = 500
+
+
+def in_chunks(ids: Sequence[str]) -> list[Sequence[str]]:
+    return [ids[i : i + IN_CHUNK] for i in range(0, len(ids), IN_CHUNK)]
+
+
+def state_entered(session: Session, job_ids: Sequence[str]) -> dict[str, datetime]:
+    """When each job entered its business state, for the jobs that ever moved (one that
+    never did is in it since its `created_at`): one query per `IN_CHUNK` ids."""
+    entered: dict[str, datetime] = {}
+    for chunk in in_chunks(job_ids):
+        query = (
+            select(Transition.job_id, func.max(Transition.at))
+            .where(
+                Transition.job_id.in_(chunk),
+                Transition.kind == TransitionKind.BUSINESS,
+                Transition.from_state != Transition.to_state,
+            )
+            .group_by(Transition.job_id)
         )
-    )
-    seconds = max(0.0, (now - (entered or job.created_at)).total_seconds())
+        entered.update({job_id: at for job_id, at in session.execute(query)})
+    return entered
+
+
+def _note_state_duration(session: Session, job: Job, now: datetime, entered: datetime) -> None:
+    seconds = max(0.0, (now - entered).total_seconds())
     session.info.setdefault(STATE_DURATIONS_KEY, []).append((str(job.business_state), seconds))
 
 
@@ -436,6 +455,18 @@ def lock_job(session: Session, job_id: str, project: str | None = None) -> Job:
     return job
 
 
+def lock_jobs(session: Session, job_ids: Collection[str]) -> dict[str, Job]:
+    """`lock_job` for a batch, by id, in one query per `IN_CHUNK` ids; missing ids are
+    left out. The rows are locked in id order, as the syncer's batches lock theirs, so
+    that two batches at worst wait for each other and never deadlock."""
+    jobs: dict[str, Job] = {}
+    for chunk in in_chunks(sorted(job_ids)):
+        query = select(Job).where(Job.id.in_(chunk)).order_by(Job.id).with_for_update()
+        for job in session.scalars(query.execution_options(populate_existing=True)):
+            jobs[job.id] = job
+    return jobs
+
+
 def apply_business_change(
     session: Session,
     job_id: str,
@@ -459,8 +490,41 @@ def apply_business_change(
     any change to a finished job raises `TerminalStateError` (a replay of its
     final (state, reason) is a no-op).
     """
+    return apply_locked_business_change(
+        session,
+        lock_job(session, job_id),
+        state,
+        reason,
+        raw_reason,
+        raw_message,
+        source=source,
+        attempt=attempt,
+        detail=detail,
+        message=message,
+        now=now,
+    )
+
+
+def apply_locked_business_change(
+    session: Session,
+    job: Job,
+    state: BusinessState,
+    reason: ReasonCode,
+    raw_reason: str | None = None,
+    raw_message: str | None = None,
+    *,
+    source: Source,
+    attempt: int | None = None,
+    detail: Mapping[str, Any] | None = None,
+    message: str | None = None,
+    now: datetime | None = None,
+    entered: Mapping[str, datetime] | None = None,
+) -> Transition | None:
+    """`apply_business_change` for a job whose row the caller holds already, such as one
+    of a batch read by `lock_jobs`. `entered`: `state_entered` of that batch, read once
+    for all of it rather than here for each job that changes state."""
     now = _now(now)
-    job = lock_job(session, job_id)
+    job_id = job.id
     current = (job.business_state, job.reason)
     target = (state, reason)
     if current == target:
@@ -471,7 +535,9 @@ def apply_business_change(
     if state != job.business_state and not can_move(job.business_state, state):
         raise IllegalTransition(job_id, current, target)
     if state != job.business_state:
-        _note_state_duration(session, job, now)
+        if entered is None:
+            entered = state_entered(session, [job_id])
+        _note_state_duration(session, job, now, entered.get(job_id) or job.created_at)
 
     job.business_state = state
     job.reason = reason

@@ -6,7 +6,9 @@ The API commits a `CREATED` job and returns; the dispatcher then loops:
    `next_dispatch_at` forward by a hold, so a second dispatcher skips them and a
    dispatcher that dies mid-create leaves them due again once the hold ends.
 2. It creates each Job in Kubernetes, with no transaction open.
-3. `mark_dispatched` or `record_dispatch_failure` (a second transaction).
+3. `record_dispatch_outcomes` records every create (and delete) of the round in
+   one more transaction; `mark_dispatched`, `record_dispatch_failure` and
+   `mark_deleted` are the same for one job.
 
 Creation is idempotent by the Job's deterministic name, so a retry after a lost
 answer is safe. Failures back off per job (1 s, 2 s, 4 s ...); when the API
@@ -18,14 +20,15 @@ as `CANCELLED` rather than created.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, select, update
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
-from kubetrain.store.jobs import apply_business_change, lock_job
+from kubetrain.store.errors import JobNotFound
+from kubetrain.store.jobs import apply_locked_business_change, lock_jobs, state_entered
 from kubetrain.store.models import Job, Source, Transition
 
 CLAIM_HOLD = timedelta(seconds=60)  # well over one create call, incl. client timeouts
@@ -78,32 +81,79 @@ def _claim(
     return jobs
 
 
-def mark_dispatched(
+def record_dispatch_outcomes(
     session: Session,
-    job_id: str,
     *,
-    k8s_job_name: str,
-    reason: ReasonCode = ReasonCode.SCHEDULING,
-    source: Source = Source.DISPATCHER,
+    dispatched: Mapping[str, str] | None = None,
+    failed: Mapping[str, tuple[str, str]] | None = None,
+    deleted: Collection[str] = (),
+    backoff: Callable[[int], timedelta] = dispatch_backoff,
     now: datetime | None = None,
-) -> Transition | None:
-    """The Kubernetes Job exists: leave the outbox and move `CREATED -> QUEUED`.
+) -> dict[str, Transition]:
+    """Record what a dispatch round did, for all its jobs at once; returns the business
+    history rows written, by job id. Raises `JobNotFound` for an unknown id.
 
-    If the syncer (or a cancel) has moved the job on already, only the Job name
-    is recorded; returns the history row of the move, if one was made.
+    * `dispatched` (job id -> Kubernetes Job name): the Job exists, so the job leaves
+      the outbox and moves `CREATED -> QUEUED`. One the syncer (or a cancel) has moved
+      on already only gets the name; one cancelled while the create was in flight
+      stays due, so that its Job is deleted.
+    * `failed` (job id -> raw reason, raw message): the create failed (API server
+      unreachable, refused). The job stays `CREATED` with reason `JOB_NOT_CREATED`
+      and the raw error, and is due again after `backoff(failures in a row)`. One
+      that has moved on meanwhile is left alone.
+    * `deleted`: a cancelled job's Kubernetes Job is gone (or going): it leaves the outbox.
     """
     now = now if now is not None else datetime.now(UTC)
-    job = lock_job(session, job_id)
-    job.k8s_job_name = k8s_job_name
-    # Cancelled while the create was in flight: stay due, so the Job is deleted.
-    job.next_dispatch_at = now if job.cancel_requested else None
-    job.last_dispatch_error = None
-    job.updated_at = now
-    if job.business_state != BusinessState.CREATED:
-        return None
-    return apply_business_change(
-        session, job_id, BusinessState.QUEUED, reason, source=source, now=now
+    dispatched = dispatched or {}
+    failed = failed or {}
+    # Every row of the round at once, in id order: no deadlock with another batch.
+    jobs = lock_jobs(session, {*dispatched, *failed, *deleted})
+    for job_id in (*dispatched, *failed, *deleted):
+        if job_id not in jobs:
+            raise JobNotFound(job_id)
+    # When the jobs moving to QUEUED entered CREATED, for the time-per-state metric.
+    entered = state_entered(
+        session, [i for i in dispatched if jobs[i].business_state == BusinessState.CREATED]
     )
+    rows: dict[str, Transition] = {}
+
+    def move(job: Job, state: BusinessState, reason: ReasonCode, *raw: str) -> None:
+        row = apply_locked_business_change(
+            session, job, state, reason, *raw, source=Source.DISPATCHER, now=now, entered=entered
+        )
+        if row is not None:
+            rows[job.id] = row
+
+    for job_id, k8s_job_name in dispatched.items():
+        job = jobs[job_id]
+        job.k8s_job_name = k8s_job_name
+        job.next_dispatch_at = now if job.cancel_requested else None
+        job.last_dispatch_error = None
+        job.updated_at = now
+        if job.business_state == BusinessState.CREATED:
+            move(job, BusinessState.QUEUED, ReasonCode.SCHEDULING)
+    for job_id, (raw_reason, raw_message) in failed.items():
+        job = jobs[job_id]
+        if job.business_state != BusinessState.CREATED:
+            continue
+        move(job, BusinessState.CREATED, ReasonCode.JOB_NOT_CREATED, raw_reason, raw_message)
+        job.dispatch_attempts += 1
+        job.last_dispatch_error = f"{raw_reason}: {raw_message}"
+        job.next_dispatch_at = now + backoff(job.dispatch_attempts)
+        job.updated_at = now
+    for job_id in deleted:
+        jobs[job_id].next_dispatch_at = None
+        jobs[job_id].updated_at = now
+    return rows
+
+
+def mark_dispatched(
+    session: Session, job_id: str, *, k8s_job_name: str, now: datetime | None = None
+) -> Transition | None:
+    """`record_dispatch_outcomes` of one job whose Job exists; returns the history row of
+    its move to `QUEUED`, if one was made."""
+    rows = record_dispatch_outcomes(session, dispatched={job_id: k8s_job_name}, now=now)
+    return rows.get(job_id)
 
 
 def record_dispatch_failure(
@@ -113,34 +163,12 @@ def record_dispatch_failure(
     raw_reason: str,
     raw_message: str,
     backoff: Callable[[int], timedelta] = dispatch_backoff,
-    source: Source = Source.DISPATCHER,
     now: datetime | None = None,
-) -> Job:
-    """The create failed (API server unreachable, refused): keep the raw error, retry later.
-
-    The job stays `CREATED` with reason `JOB_NOT_CREATED`, and is due again
-    after `backoff(failures in a row)`. A job that has moved on meanwhile is
-    left alone.
-    """
-    now = now if now is not None else datetime.now(UTC)
-    job = lock_job(session, job_id)
-    if job.business_state != BusinessState.CREATED:
-        return job
-    apply_business_change(
-        session,
-        job_id,
-        BusinessState.CREATED,
-        ReasonCode.JOB_NOT_CREATED,
-        raw_reason,
-        raw_message,
-        source=source,
-        now=now,
-    )
-    job.dispatch_attempts += 1
-    job.last_dispatch_error = f"{raw_reason}: {raw_message}"
-    job.next_dispatch_at = now + backoff(job.dispatch_attempts)
-    job.updated_at = now
-    return job
+) -> Transition | None:
+    """`record_dispatch_outcomes` of one job whose create failed; returns the history row
+    written, if the reason changed."""
+    failed = {job_id: (raw_reason, raw_message)}
+    return record_dispatch_outcomes(session, failed=failed, backoff=backoff, now=now).get(job_id)
 
 
 def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> int:
@@ -174,7 +202,5 @@ def claim_due_deletions(
 
 
 def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
-    """The cancelled job's Kubernetes Job is gone (or going): leave the outbox."""
-    job = lock_job(session, job_id)
-    job.next_dispatch_at = None
-    job.updated_at = now if now is not None else datetime.now(UTC)
+    """`record_dispatch_outcomes` of one cancelled job whose Kubernetes Job is gone."""
+    record_dispatch_outcomes(session, deleted=[job_id], now=now)

@@ -22,16 +22,20 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import func, insert, select, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
 from kubetrain.store.errors import IllegalTransition, TerminalStateError
-from kubetrain.store.jobs import MATERIAL_FIELDS, STATE_DURATIONS_KEY, PodObservation
+from kubetrain.store.jobs import (
+    MATERIAL_FIELDS,
+    STATE_DURATIONS_KEY,
+    PodObservation,
+    in_chunks,
+    state_entered,
+)
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 
-# Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
-_CHUNK = 500
 _OBSERVED = tuple(f.name for f in fields(PodObservation))
 
 
@@ -247,10 +251,6 @@ def _same_keys(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
     return list(groups.values())
 
 
-def _chunks(ids: Sequence[str]) -> list[Sequence[str]]:
-    return [ids[i : i + _CHUNK] for i in range(0, len(ids), _CHUNK)]
-
-
 _JOB_COLUMNS = (
     Job.id,
     Job.business_state,
@@ -268,7 +268,7 @@ _JOB_COLUMNS = (
 
 def _jobs(session: Session, ids: Sequence[str], *, lock: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
-    for chunk in _chunks(ids):
+    for chunk in in_chunks(ids):
         query = select(*_JOB_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id)
         if lock:
             query = query.with_for_update()
@@ -285,7 +285,7 @@ def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[
         Attempt.number,
         *(getattr(Attempt, n) for n in _OBSERVED),
     ]
-    for chunk in _chunks(ids):
+    for chunk in in_chunks(ids):
         for row in session.execute(select(*columns).where(Attempt.job_id.in_(chunk))).mappings():
             out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
     return out
@@ -295,18 +295,7 @@ def _note_state_durations(
     session: Session, leaving: list[tuple[str, BusinessState, datetime]], now: datetime
 ) -> None:
     """How long each job stayed in the state it leaves, for kubetrain.metrics (see jobs.py)."""
-    entered: dict[str, datetime] = {}
-    for chunk in _chunks([job_id for job_id, _, _ in leaving]):
-        query = (
-            select(Transition.job_id, func.max(Transition.at))
-            .where(
-                Transition.job_id.in_(chunk),
-                Transition.kind == TransitionKind.BUSINESS,
-                Transition.from_state != Transition.to_state,
-            )
-            .group_by(Transition.job_id)
-        )
-        entered.update({job_id: at for job_id, at in session.execute(query)})
+    entered = state_entered(session, [job_id for job_id, _, _ in leaving])
     noted = session.info.setdefault(STATE_DURATIONS_KEY, [])
     for job_id, state, created in leaving:
         since = entered.get(job_id) or created
@@ -330,7 +319,7 @@ def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per 500 (not one per job)."""
     columns = [getattr(Job, f.name) for f in fields(SyncFacts)]
     out: dict[str, SyncFacts] = {}
-    for chunk in _chunks(ids):
+    for chunk in in_chunks(ids):
         for row in session.execute(select(*columns).where(Job.id.in_(chunk))):
             out[row[0]] = SyncFacts(*row)
     return out

@@ -1,0 +1,202 @@
+"""Dispatcher rounds against the testbed's API server and a real database (SQLite and
+PostgreSQL): each claimed job of a round ends in its own state, and the round's
+database work is the same three transactions however many jobs it holds."""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.batch_v1 import Job as K8sJob
+from lightkube.resources.core_v1 import Secret
+from sqlalchemy import event
+
+from kubetrain.cluster.client import load_config, typed_client
+from kubetrain.control.dispatcher import Dispatcher
+from kubetrain.domain.manifest import (
+    RenderOptions,
+    job_name,
+    render_job,
+    status_secret_name,
+)
+from kubetrain.domain.spec import parse_training_job
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store import (
+    Database,
+    Source,
+    apply_business_change,
+    get_job_any_project,
+    request_cancel,
+    submit_job,
+)
+from kubetrain.testbed.cluster import Testbed
+from tests.kube import create, eventually, get
+from tests.pg import backend, db, postgres_server
+
+__all__ = ["backend", "db", "postgres_server"]  # fixtures, re-exported for pytest
+
+pytestmark = [pytest.mark.testbed, pytest.mark.db]
+
+PROJECT = "dispatch"
+OPTIONS = RenderOptions(status_url="http://127.0.0.1:8000")  # so each Job gets a token Secret
+
+
+def body(name: str) -> dict[str, Any]:
+    return parse_training_job(
+        {
+            "apiVersion": "kubetrain.io/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": name, "project": PROJECT},
+            "spec": {
+                "image": "registry.example/trainer:2026-08",
+                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
+            },
+        }
+    ).model_dump(mode="json")
+
+
+def submit(db: Database, namespace: str, name: str, spec: dict[str, Any] | None = None) -> str:
+    with db.transaction() as session:
+        return submit_job(
+            session,
+            project=PROJECT,
+            name=name,
+            owner="tests",
+            namespace=namespace,
+            spec=spec or body(name),
+        ).job.id
+
+
+def cancel(db: Database, job_id: str, *, with_state: bool) -> None:
+    """As the API cancels: the flag, and CANCELLED once nothing more is to be created."""
+    with db.transaction() as session:
+        request_cancel(session, PROJECT, job_id)
+        if with_state:
+            apply_business_change(
+                session, job_id, BusinessState.CANCELLED, ReasonCode.CANCELLED, source=Source.API
+            )
+
+
+@contextmanager
+def counting_commits(db: Database) -> Iterator[list[int]]:
+    commits: list[int] = []
+
+    def count(conn: Any) -> None:
+        commits.append(1)
+
+    event.listen(db.engine, "commit", count)
+    try:
+        yield commits
+    finally:
+        event.remove(db.engine, "commit", count)
+
+
+def one_round(db: Database, testbed: Testbed, dispatched: list[str]) -> Dispatcher:
+    async def run() -> Dispatcher:
+        client = typed_client(load_config(testbed.kubeconfig))
+        try:
+            dispatcher = Dispatcher(
+                db, client, render_options=OPTIONS, on_dispatched=dispatched.append
+            )
+            await dispatcher.dispatch_once()
+            return dispatcher
+        finally:
+            await client.close()
+
+    return asyncio.run(run())
+
+
+def stored(db: Database, job_id: str) -> Any:
+    with db.read_only() as session:
+        job = get_job_any_project(session, job_id)
+        assert job is not None
+        session.expunge(job)
+        return job
+
+
+def test_a_mixed_round_ends_each_job_in_its_state_in_three_transactions(
+    db: Database, testbed: Testbed, kube: Client, namespace: str
+) -> None:
+    plain = [submit(db, namespace, f"plain-{i}") for i in range(8)]
+    cancelled = submit(db, namespace, "cancelled")
+    cancel(db, cancelled, with_state=False)  # flagged before the dispatcher got to it
+    broken = body("broken")
+    broken["spec"]["resources"]["requests"]["cpu"] = "lots"  # a rule changed since submission
+    invalid = submit(db, namespace, "invalid", broken)
+    taken = submit(db, namespace, "name-taken")
+    foreign = {
+        "apiVersion": "batch/v1",
+        "kind": "Job",
+        "metadata": {"name": job_name(taken), "namespace": namespace},
+        "spec": {
+            "suspend": True,
+            "template": {
+                "spec": {
+                    "restartPolicy": "Never",
+                    "containers": [{"name": "c", "image": "registry.example/other:1"}],
+                }
+            },
+        },
+    }
+    create(kube, foreign)
+    # A dispatcher that created this job's Job and was killed before its commit.
+    crashed = submit(db, namespace, "crashed")
+    spec = parse_training_job(body("crashed"))
+    manifest = render_job(crashed, spec, namespace, dataset=None, options=OPTIONS)
+    uid_before = create(kube, copy.deepcopy(manifest)).metadata.uid
+
+    dispatched: list[str] = []
+    with counting_commits(db) as commits:
+        dispatcher = one_round(db, testbed, dispatched)
+    assert len(commits) == 3  # the claim, the preparation, the outcomes: not one per job
+    made = [*plain, crashed]
+    assert sorted(dispatched) == sorted(made)
+    assert (dispatcher.created, dispatcher.failures) == (len(made), 1)
+
+    for job_id in made:
+        job = stored(db, job_id)
+        assert (job.business_state, job.reason) == (BusinessState.QUEUED, ReasonCode.SCHEDULING)
+        assert (job.k8s_job_name, job.next_dispatch_at) == (job_name(job_id), None)
+        assert job.status_token_hash is not None
+        k8s_job = get(kube, K8sJob, job_name(job_id), namespace)
+        secret = get(kube, Secret, status_secret_name(job_id), namespace)
+        assert [ref.uid for ref in secret.metadata.ownerReferences] == [k8s_job.metadata.uid]
+    # Created again is found again: the same Job, not a second one.
+    assert get(kube, K8sJob, job_name(crashed), namespace).metadata.uid == uid_before
+
+    job = stored(db, cancelled)
+    assert (job.business_state, job.reason, job.k8s_job_name) == (
+        BusinessState.CANCELLED,
+        ReasonCode.CANCELLED,
+        None,
+    )
+    assert get(kube, K8sJob, job_name(cancelled), namespace) is None
+    job = stored(db, invalid)
+    assert (job.business_state, job.reason, job.raw_reason) == (
+        BusinessState.FAILED,
+        ReasonCode.JOB_NOT_CREATED,
+        "InvalidSpec",
+    )
+    assert "lots" in job.raw_message
+    job = stored(db, taken)
+    assert (job.business_state, job.reason, job.raw_reason) == (
+        BusinessState.CREATED,
+        ReasonCode.JOB_NOT_CREATED,
+        "NameConflict",
+    )
+    assert (job.dispatch_attempts, job.k8s_job_name) == (1, None)
+    assert job.next_dispatch_at is not None  # retried after its backoff
+
+    # The next round deletes the Job of a job cancelled after it was made.
+    cancel(db, plain[0], with_state=True)
+    one_round(db, testbed, dispatched)
+    assert stored(db, plain[0]).next_dispatch_at is None
+    eventually(
+        lambda: get(kube, K8sJob, job_name(plain[0]), namespace) is None,
+        what="the cancelled job's Job to go",
+    )
