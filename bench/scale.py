@@ -10,7 +10,10 @@ before the next step starts. Per step, in the same run:
 * dispatcher: Kubernetes Jobs created per second (the dispatcher's
   CREATED -> QUEUED commits), against a bare client creating as many suspended
   Jobs, 50 at a time (the dispatcher's batch), in another namespace of the same
-  API server just after;
+  API server just after; within a step the dispatcher cannot outrun the
+  submissions, so after the ramp --backlog jobs are committed in one
+  transaction and the dispatcher's rate through that backlog is measured
+  against the bare client's for as many Jobs;
 * propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
   each against when a bare watch in this process saw the Pod Running or the Job
   Complete; both from the API server's own timestamps (container `startedAt`,
@@ -57,8 +60,9 @@ from _serve import Serve, training_job
 from sqlalchemy import select, text
 
 from kubetrain.domain.manifest import LABEL_JOB_ID
-from kubetrain.store import Database
-from kubetrain.store.models import Transition, TransitionKind
+from kubetrain.domain.spec import parse_training_job
+from kubetrain.store import Database, submit_job
+from kubetrain.store.models import Job, Transition, TransitionKind
 from kubetrain.testbed.cluster import Testbed
 
 FATE = "testbed.kubetrain.io"
@@ -330,6 +334,9 @@ def main() -> int:
     parser.add_argument(
         "--warmup", type=int, default=200, help="jobs run before the ramp, not a step"
     )
+    parser.add_argument(
+        "--backlog", type=int, default=1000, help="jobs committed at once after the ramp"
+    )
     args = parser.parse_args()
     # Stopped early (SIGTERM), the testbed and the server still go, and the steps so far stay.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -384,6 +391,9 @@ def main() -> int:
             if result["finished"] < result["jobs_added"]:
                 print("  not all finished within --timeout: stopping the ramp", flush=True)
                 break
+        if args.backlog:
+            print(f"backlog: {args.backlog} jobs committed at once", flush=True)
+            report["backlog"] = backlog(args, db, testbed)
         server_log = server.log.read_text(errors="replace")
     report["server_log_errors"] = sum('"ERROR"' in line for line in server_log.splitlines())
     verdict = judge(report)
@@ -394,6 +404,52 @@ def main() -> int:
         print(line)
     print(f"wrote {RESULTS / 'scale.json'} and {RESULTS / 'scale.svg'}")
     return 0 if all(s["finished"] == s["jobs_added"] for s in report["steps"]) else 1
+
+
+def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[str, Any]:
+    """The dispatcher's own throughput: `--backlog` jobs committed to the outbox in one
+    transaction (what a burst of submissions leaves behind when it outruns the
+    dispatcher), Jobs created per second from the first to the last QUEUED; then a
+    bare client creating as many Jobs."""
+    with db.read_only() as session:
+        # The namespace the server gave the ramp's jobs (from its settings).
+        ours = select(Job.namespace).where(Job.project == PROJECT).limit(1)
+        namespace = session.scalars(ours).one()
+    ids = []
+    with db.transaction() as session:
+        for i in range(args.backlog):
+            body = training_job(f"b{i}", PROJECT, {f"{FATE}/run": args.run})
+            body["spec"]["resources"]["gpus"] = 1
+            spec = parse_training_job(body, project=PROJECT).model_dump(mode="json")
+            submission = submit_job(
+                session,
+                project=PROJECT,
+                name=f"b{i}",
+                owner="bench",
+                namespace=namespace,
+                spec=spec,
+            )
+            ids.append(submission.job.id)
+    committed = time.time()
+    deadline = time.monotonic() + args.timeout
+    queued: dict[str, float] = {}
+    while time.monotonic() < deadline:
+        queued = transitions(db, "QUEUED")
+        if all(j in queued for j in ids):
+            break
+        time.sleep(1)
+    times = sorted(queued[j] for j in ids if j in queued)
+    rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    bare = bare_creates(testbed, min(args.backlog, args.bare_max))
+    result = {
+        "jobs": args.backlog,
+        "queued": len(times),
+        "first_queued_after_commit_s": round(times[0] - committed, 2) if times else None,
+        "dispatch_per_s": round(rate, 1),
+        "bare_create_per_s": round(bare, 1),
+    }
+    print(f"  {result}", flush=True)
+    return result
 
 
 def judge(report: dict[str, Any]) -> dict[str, Any]:
@@ -433,6 +489,13 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
         f"{slope_kb} KB/job (target < {TARGET_KB_PER_JOB}): "
         + ("met" if max(worst_kb, slope_kb) < TARGET_KB_PER_JOB else "MISSED")
     )
+    if "backlog" in report:
+        b = report["backlog"]
+        lines.append(
+            f"dispatcher through a backlog of {b['jobs']}: {b['dispatch_per_s']} Jobs/s; "
+            f"bare client {b['bare_create_per_s']}/s "
+            f"({b['dispatch_per_s'] / b['bare_create_per_s']:.2f} of it)"
+        )
     if len(steps) > 1:
         first, last = steps[0], steps[-1]
         growth = {
