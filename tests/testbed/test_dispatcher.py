@@ -15,6 +15,7 @@ from lightkube import Client
 from lightkube.resources.batch_v1 import Job as K8sJob
 from lightkube.resources.core_v1 import Secret
 from sqlalchemy import event
+from sqlalchemy import exc as sa_exc
 
 from kubetrain.cluster.client import load_config, typed_client
 from kubetrain.control.dispatcher import Dispatcher
@@ -200,3 +201,44 @@ def test_a_mixed_round_ends_each_job_in_its_state_in_three_transactions(
         lambda: get(kube, K8sJob, job_name(plain[0]), namespace) is None,
         what="the cancelled job's Job to go",
     )
+
+
+def test_outcomes_a_failed_write_could_not_record_are_written_by_the_next_round(
+    db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
+) -> None:
+    job_id = submit(db, namespace, "unrecorded")
+    record = Dispatcher._record
+    written: list[int] = []
+
+    def fails_once(self: Dispatcher, outcomes: Any) -> None:
+        written.append(len(outcomes))
+        if len(written) == 1:  # the database goes away after the create, before the record
+            raise sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        record(self, outcomes)
+
+    monkeypatch.setattr(Dispatcher, "_record", fails_once)
+    dispatched: list[str] = []
+
+    async def run() -> Dispatcher:
+        client = typed_client(load_config(testbed.kubeconfig))
+        try:
+            dispatcher = Dispatcher(
+                db, client, render_options=OPTIONS, on_dispatched=dispatched.append
+            )
+            with pytest.raises(sa_exc.OperationalError):
+                await dispatcher.dispatch_once()
+            # The Job exists; the record still says CREATED, and its claim holds it for 60 s.
+            assert get(kube, K8sJob, job_name(job_id), namespace) is not None
+            assert stored(db, job_id).business_state == BusinessState.CREATED
+            assert dispatched == []
+            await dispatcher.dispatch_once()
+            return dispatcher
+        finally:
+            await client.close()
+
+    dispatcher = asyncio.run(run())
+    assert written == [1, 1]
+    assert dispatched == [job_id]
+    assert dispatcher.created == 1  # written, not created again
+    job = stored(db, job_id)
+    assert (job.business_state, job.k8s_job_name) == (BusinessState.QUEUED, job_name(job_id))

@@ -117,6 +117,7 @@ class Dispatcher:
         # The last round that tried saw only such failures and no create: an outage.
         self._failing = False
         self._namespaces: set[str] = set()
+        self._unrecorded: list[_Outcome] = []  # what a round did but could not write
 
     def notify(self) -> None:
         """Called (from any thread) after the API commits something for us."""
@@ -143,6 +144,8 @@ class Dispatcher:
     async def dispatch_once(self, limit: int = 50) -> bool:
         """Create the Jobs of due records and delete those of cancelled ones;
         True when a full batch was claimed (more may be waiting)."""
+        if self._unrecorded:
+            await self._record_outcomes([])  # first what the last round could not write
         creates, deletes = await asyncio.to_thread(self._claim, limit)
         created, unreachable = self.created, self._unreachable
         prepared = await asyncio.to_thread(self._prepare, creates) if creates else []
@@ -153,13 +156,7 @@ class Dispatcher:
             *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
             return_exceptions=True,
         )
-        outcomes = [result for result in results if isinstance(result, _Outcome)]
-        if outcomes:
-            await asyncio.to_thread(self._record, outcomes)
-        if self.on_dispatched is not None:
-            for outcome in outcomes:
-                if isinstance(outcome, _Created):
-                    self.on_dispatched(outcome.job_id)
+        await self._record_outcomes([r for r in results if isinstance(r, _Outcome)])
         for result in results:
             if isinstance(result, BaseException):
                 raise result
@@ -173,6 +170,25 @@ class Dispatcher:
         if self._unreachable > unreachable and self.created == created:
             self._failing = True
         return len(creates) == limit or len(deletes) == limit
+
+    async def _record_outcomes(self, outcomes: list[_Outcome]) -> None:
+        """Writes these outcomes, after any an earlier round could not write. A database
+        that fails the write (down, restarting) raises, and they are kept for the next
+        round: the Jobs exist, and their jobs need not wait out the claim's hold (60 s)
+        to be found again."""
+        pending = [*self._unrecorded, *outcomes]
+        if not pending:
+            return
+        try:
+            await asyncio.to_thread(self._record, pending)
+        except sa_exc.SQLAlchemyError:
+            self._unrecorded = pending
+            raise
+        self._unrecorded = []
+        if self.on_dispatched is not None:
+            for outcome in pending:
+                if isinstance(outcome, _Created):
+                    self.on_dispatched(outcome.job_id)
 
     def _retry_backed_off(self) -> int:
         with self.db.transaction() as session:
