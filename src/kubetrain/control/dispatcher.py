@@ -9,11 +9,12 @@ the raw error, and is retried with backoff; the first create that succeeds
 after a round in which every create failed (an outage) makes all the backed-off
 jobs due at once.
 
-A round takes three short transactions, however many jobs it claims: the
-claim, the preparation of every claimed job (manifest, status token), and the
-record of every outcome. The Kubernetes calls run concurrently between the
-last two, with no transaction open. Transactions per job would cost each job
-thread hand-offs and turns on SQLite's one writer.
+A round takes two short transactions, however many jobs it claims: the claim
+with the preparation of every claimed job (manifest, status token), and the
+record of every outcome. The Kubernetes calls run concurrently between them,
+with no transaction open. Transactions per job would cost each job thread
+hand-offs and turns on SQLite's one writer. Outcomes the database failed to
+record are kept and written first by the next round.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from typing import Any
 import httpx2 as httpx
 from lightkube import ApiError, AsyncClient
 from sqlalchemy import exc as sa_exc
+from sqlalchemy.orm import Session
 
 from kubetrain.cluster.jobs import (
     JobConflictError,
@@ -49,7 +51,6 @@ from kubetrain.store import (
     apply_locked_business_change,
     claim_due_deletions,
     claim_due_jobs,
-    lock_jobs,
     record_dispatch_outcomes,
     resolve_job_dataset,
     retry_backed_off_now,
@@ -146,9 +147,8 @@ class Dispatcher:
         True when a full batch was claimed (more may be waiting)."""
         if self._unrecorded:
             await self._record_outcomes([])  # first what the last round could not write
-        creates, deletes = await asyncio.to_thread(self._claim, limit)
+        claimed, prepared, deletes = await asyncio.to_thread(self._claim, limit)
         created, unreachable = self.created, self._unreachable
-        prepared = await asyncio.to_thread(self._prepare, creates) if creates else []
         # return_exceptions: an unexpected error in one job's calls must not lose the
         # outcomes of the others; it is raised once those are recorded.
         results = await asyncio.gather(
@@ -169,7 +169,7 @@ class Dispatcher:
             return True
         if self._unreachable > unreachable and self.created == created:
             self._failing = True
-        return len(creates) == limit or len(deletes) == limit
+        return claimed == limit or len(deletes) == limit
 
     async def _record_outcomes(self, outcomes: list[_Outcome]) -> None:
         """Writes these outcomes, after any an earlier round could not write. A database
@@ -194,14 +194,18 @@ class Dispatcher:
         with self.db.transaction() as session:
             return retry_backed_off_now(session)
 
-    def _claim(self, limit: int) -> tuple[list[str], list[tuple[str, str, str]]]:
+    def _claim(self, limit: int) -> tuple[int, list[_Prepared], list[tuple[str, str, str]]]:
+        """Claims due jobs and prepares them (`_prepare`) in one transaction: a database
+        that fails before its commit leaves no claim behind, where a claim committed on
+        its own would hold its jobs for the claim's hold (60 s) with nothing created.
+        Returns how many were claimed, those to create, and the Jobs to delete."""
         with self.db.transaction() as session:
-            creates = [job.id for job in claim_due_jobs(session, limit=limit)]
+            claimed = claim_due_jobs(session, limit=limit)
             deletes = [
                 (job.id, job.namespace, job.k8s_job_name or job_name(job.id))
                 for job in claim_due_deletions(session, limit=limit)
             ]
-            return creates, deletes
+            return len(claimed), self._prepare(session, claimed), deletes
 
     async def _delete(self, job_id: str, namespace: str, name: str) -> _Deleted | None:
         """Delete a cancelled record's Job with its Pods; gone already is fine."""
@@ -256,54 +260,51 @@ class Dispatcher:
         )
         return _Created(job_id, manifest["metadata"]["name"])
 
-    def _prepare(self, job_ids: Sequence[str]) -> list[_Prepared]:
+    def _prepare(self, session: Session, claimed: Sequence[Job]) -> list[_Prepared]:
         """The claimed jobs still to be created, with their manifests and, when Pods
         report progress, their status-token Secrets: a new token each time (only its
         hash is kept, so a token lost with a crashed dispatcher is replaced, never
         recovered). A job cancelled meanwhile is finished as CANCELLED instead, and one
-        whose spec no longer renders is failed. One transaction for them all."""
+        whose spec no longer renders is failed. In the claim's transaction, rows locked."""
         prepared = []
-        with self.db.transaction() as session:
-            jobs = lock_jobs(session, job_ids)
-            for job_id in job_ids:  # in claim order: the longest waiting first
-                job = jobs.get(job_id)
-                if job is None or job.business_state != BusinessState.CREATED:
-                    continue
-                if job.last_dispatch_error is not None:
-                    DISPATCHER_RETRIES.inc()
-                if job.cancel_requested:
-                    apply_locked_business_change(
-                        session,
-                        job,
-                        BusinessState.CANCELLED,
-                        ReasonCode.CANCELLED,
-                        source=Source.DISPATCHER,
-                    )
-                    continue
-                try:
-                    manifest = self._render(session, job)
-                except (SpecError, ValueError) as exc:
-                    # Validated at submission; a spec the renderer refuses now (a changed
-                    # rule, a dataset removed) fails the job plainly instead of looping.
-                    apply_locked_business_change(
-                        session,
-                        job,
-                        BusinessState.FAILED,
-                        ReasonCode.JOB_NOT_CREATED,
-                        "InvalidSpec",
-                        str(exc),
-                        source=Source.DISPATCHER,
-                    )
-                    continue
-                secret = None
-                if self.render_options.status_url is not None:
-                    token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
-                    set_status_token(session, job.id, token)
-                    secret = render_status_secret(job.id, job.namespace, token)
-                prepared.append(_Prepared(job.id, job.namespace, manifest, secret))
+        for job in claimed:  # in claim order: the longest waiting first
+            if job.business_state != BusinessState.CREATED:
+                continue
+            if job.last_dispatch_error is not None:
+                DISPATCHER_RETRIES.inc()
+            if job.cancel_requested:
+                apply_locked_business_change(
+                    session,
+                    job,
+                    BusinessState.CANCELLED,
+                    ReasonCode.CANCELLED,
+                    source=Source.DISPATCHER,
+                )
+                continue
+            try:
+                manifest = self._render(session, job)
+            except (SpecError, ValueError) as exc:
+                # Validated at submission; a spec the renderer refuses now (a changed
+                # rule, a dataset removed) fails the job plainly instead of looping.
+                apply_locked_business_change(
+                    session,
+                    job,
+                    BusinessState.FAILED,
+                    ReasonCode.JOB_NOT_CREATED,
+                    "InvalidSpec",
+                    str(exc),
+                    source=Source.DISPATCHER,
+                )
+                continue
+            secret = None
+            if self.render_options.status_url is not None:
+                token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
+                set_status_token(session, job.id, token)
+                secret = render_status_secret(job.id, job.namespace, token)
+            prepared.append(_Prepared(job.id, job.namespace, manifest, secret))
         return prepared
 
-    def _render(self, session: Any, job: Job) -> dict[str, Any]:
+    def _render(self, session: Session, job: Job) -> dict[str, Any]:
         spec = parse_training_job(job.spec)
         dataset = resolve_job_dataset(session, spec.spec.dataset)
         return render_job(job.id, spec, job.namespace, dataset=dataset, options=self.render_options)
