@@ -136,3 +136,25 @@ def test_the_openapi_document_describes_bodies_answers_and_problems(client: Test
     }
     assert "HTTPBearer" in document["components"]["securitySchemes"]
     assert "security" not in paths["/healthz"]["get"]
+
+
+@pytest.mark.parametrize(
+    ("target", "field"),
+    [
+        ("/api/v1/datasets?name=ab%00c", "query.name"),  # a 500 on PostgreSQL, found by fuzzing
+        (f"{JOBS}?name=%07bell", "query.name"),
+        (f"{JOBS}?limit=5&cursor=%00", "query.cursor"),
+        ("/api/v1/projects/ai%00training/jobs", "path"),
+        (f"{JOBS}/kt-%1b[2J", "path"),
+        ("/projects/ai%00training/jobs", "path"),  # a web page
+    ],
+)
+def test_a_control_character_in_a_path_or_query_is_a_422_naming_where(
+    client: TestClient, tokens: Tokens, target: str, field: str
+) -> None:
+    reply = client.get(target, headers=tokens.admin)
+    assert reply.status_code == 422
+    assert reply.headers["content-type"] == PROBLEM
+    errors = reply.json()["errors"]
+    assert [error["field"] for error in errors] == [field]
+    assert "control character" in errors[0]["message"]

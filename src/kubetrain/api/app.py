@@ -31,6 +31,7 @@ from kubetrain.api import datasets, jobs, reports, web
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.metrics import add_metrics
+from kubetrain.api.params import PlainParameters
 from kubetrain.api.problems import (
     PROBLEM_MEDIA_TYPE,
     Problem,
@@ -91,6 +92,7 @@ def create_app(
     app.include_router(datasets.router)
     app.include_router(reports.router)
     web.install(app)
+    app.add_middleware(PlainParameters)
     # Added last, so outermost: it also answers errors raised by the body limit.
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CatchAll)
