@@ -217,17 +217,25 @@ def test_api_server_down_20s_during_submissions(
         "after its restart)"
     )
     # Where the time goes: the last of the outage's jobs to reach each state, after `back`.
-    during, last = ids[5:], {}
-    for state in ("QUEUED", "RUNNING", "SUCCEEDED"):
-        reached = [_reached(server, project, job_id, state) for job_id in during]
-        late = [(at - back_wall).total_seconds() for at in reached if at is not None]
-        last[state] = max(late, default=0)
-        print(f"  {state}: {len(late)} of {len(during)}, last {last[state]:.1f} s after")
+    last = _last_reached(server, project, ids[5:], back_wall)
     # Our part: every Job created soon after, not once each backoff grown during the
     # outage has run out (up to 16 s more). The Pods are kube-controller-manager's part:
     # its informers reconnect with client-go's backoff (up to 30 s, each).
     assert last["QUEUED"] <= 5, f"the Jobs were created {last['QUEUED']:.1f} s after"
     assert_consistent(server, kube, project, ids)
+
+
+def _last_reached(
+    server: Server, project: str, ids: list[str], since: datetime
+) -> dict[str, float]:
+    """Seconds after `since` when the last of these jobs reached each state (printed)."""
+    last = {}
+    for state in ("QUEUED", "RUNNING", "SUCCEEDED"):
+        reached = [_reached(server, project, job_id, state) for job_id in ids]
+        late = [(at - since).total_seconds() for at in reached if at is not None]
+        last[state] = max(late, default=0)
+        print(f"  {state}: {len(late)} of {len(ids)}, last {last[state]:.1f} s after")
+    return last
 
 
 def _reached(server: Server, project: str, job_id: str, state: str) -> datetime | None:
@@ -386,12 +394,17 @@ def test_postgres_restart_is_503_while_down_then_recovers_without_a_restart(
         assert srv.proc is not None
         assert srv.proc.poll() is None, "kubetrain exited while the database was down"
         # The same process serves again, and its loops carry the jobs to the end.
-        back_at = time.monotonic()
+        back_at, back_wall = time.monotonic(), datetime.now(UTC)
         ids.append(_submit(srv, project, _job("after", project, "1s"), "after"))
         print(
             f"a submission succeeded {time.monotonic() - back_at:.1f} s after PostgreSQL was back"
         )
         _wait_all_finished(srv, project, len(ids), timeout=120)
+        print(f"{len(ids)} jobs finished {time.monotonic() - back_at:.1f} s after it was back")
+        last = _last_reached(srv, project, ids, back_wall)
+        # Our part: a round whose claim or record the outage broke must not leave its jobs
+        # held by the claim (60 s); RUNNING waits on kube-controller-manager's Pods too.
+        assert last["QUEUED"] <= 5, f"the Jobs were recorded {last['QUEUED']:.1f} s after"
         assert_consistent(srv, kube, project, ids)
     finally:
         srv.stop()
