@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from typing import Any
 
 import pytest
@@ -97,17 +97,29 @@ def counting_commits(db: Database) -> Iterator[list[int]]:
         event.remove(db.engine, "commit", count)
 
 
+@asynccontextmanager
+async def dispatcher_on(
+    db: Database, testbed: Testbed, dispatched: list[str] | None = None
+) -> AsyncIterator[Dispatcher]:
+    """A Dispatcher on the testbed's API server (its client closed after); the ids of the
+    jobs whose Jobs it made go to `dispatched`."""
+    client = typed_client(load_config(testbed.kubeconfig))
+    try:
+        yield Dispatcher(
+            db,
+            client,
+            render_options=OPTIONS,
+            on_dispatched=dispatched.append if dispatched is not None else None,
+        )
+    finally:
+        await client.close()
+
+
 def one_round(db: Database, testbed: Testbed, dispatched: list[str]) -> Dispatcher:
     async def run() -> Dispatcher:
-        client = typed_client(load_config(testbed.kubeconfig))
-        try:
-            dispatcher = Dispatcher(
-                db, client, render_options=OPTIONS, on_dispatched=dispatched.append
-            )
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
             await dispatcher.dispatch_once()
             return dispatcher
-        finally:
-            await client.close()
 
     return asyncio.run(run())
 
@@ -220,11 +232,7 @@ def test_outcomes_a_failed_write_could_not_record_are_written_by_the_next_round(
     dispatched: list[str] = []
 
     async def run() -> Dispatcher:
-        client = typed_client(load_config(testbed.kubeconfig))
-        try:
-            dispatcher = Dispatcher(
-                db, client, render_options=OPTIONS, on_dispatched=dispatched.append
-            )
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
             with pytest.raises(sa_exc.OperationalError):
                 await dispatcher.dispatch_once()
             # The Job exists; the record still says CREATED, and its claim holds it for 60 s.
@@ -233,8 +241,6 @@ def test_outcomes_a_failed_write_could_not_record_are_written_by_the_next_round(
             assert dispatched == []
             await dispatcher.dispatch_once()
             return dispatcher
-        finally:
-            await client.close()
 
     dispatcher = asyncio.run(run())
     assert written == [1, 1]
@@ -260,15 +266,11 @@ def test_a_database_failing_in_the_preparation_leaves_no_claim_behind(
     monkeypatch.setattr(Dispatcher, "_prepare", fails_once)
 
     async def run() -> Dispatcher:
-        client = typed_client(load_config(testbed.kubeconfig))
-        try:
-            dispatcher = Dispatcher(db, client, render_options=OPTIONS)
+        async with dispatcher_on(db, testbed) as dispatcher:
             with pytest.raises(sa_exc.OperationalError):
                 await dispatcher.dispatch_once()
             await dispatcher.dispatch_once()  # at once: no claim holds the job
             return dispatcher
-        finally:
-            await client.close()
 
     dispatcher = asyncio.run(run())
     assert calls == [1, 1]

@@ -210,32 +210,35 @@ def _nvidia_smi(environ: Mapping[str, str]) -> int | None:
     binary = shutil.which("nvidia-smi", path=environ.get("PATH"))
     if binary is None:
         return None
+    out = _probe([binary, "-L"], environ)
+    return sum(1 for line in (out or "").splitlines() if line.startswith("GPU "))
+
+
+def _probe(argv: list[str], environ: Mapping[str, str]) -> str | None:
+    """The stdout of a GPU probe; None when it could not run or hung."""
     try:
         done = subprocess.run(
-            [binary, "-L"],
+            argv,
+            env=dict(environ),
             capture_output=True,
             text=True,
             timeout=GPU_PROBE_TIMEOUT_SECONDS,
             check=False,
         )
     except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return sum(1 for line in done.stdout.splitlines() if line.startswith("GPU "))
+        return None
+    return done.stdout
 
 
 # What any CUDA program here (torch's device_count() among them) would count: the
 # driver API itself, with CUDA_VISIBLE_DEVICES applied. In a process of its own, so
 # that a driver that hangs or crashes costs a timeout, not the preflight.
 _CUDA_COUNT_SCRIPT = """
-import ctypes, sys
-try:
-    cuda = ctypes.CDLL("libcuda.so.1")
-except OSError:
-    sys.exit(3)
+import ctypes
+cuda = ctypes.CDLL("libcuda.so.1")  # missing: an error, and no count printed
 count = ctypes.c_int(0)
-if cuda.cuInit(0) != 0 or cuda.cuDeviceGetCount(ctypes.byref(count)) != 0:
-    sys.exit(4)
-print(count.value)
+if cuda.cuInit(0) == 0 and cuda.cuDeviceGetCount(ctypes.byref(count)) == 0:
+    print(count.value)
 """
 
 
@@ -244,18 +247,8 @@ def _cuda_driver_count(environ: Mapping[str, str]) -> int:
 
     Measured on an H200 image: 0.3 s, where `import torch` alone took 4.3-5.2 s
     (this check used to ask torch.cuda.device_count(), over the 2 s budget)."""
-    try:
-        done = subprocess.run(
-            [sys.executable, "-S", "-c", _CUDA_COUNT_SCRIPT],
-            env=dict(environ),
-            capture_output=True,
-            text=True,
-            timeout=GPU_PROBE_TIMEOUT_SECONDS,
-            check=False,
-        )
-    except (OSError, subprocess.TimeoutExpired):
-        return 0
-    return int(done.stdout) if done.returncode == 0 and done.stdout.strip().isdigit() else 0
+    out = (_probe([sys.executable, "-S", "-c", _CUDA_COUNT_SCRIPT], environ) or "").strip()
+    return int(out) if out.isdigit() else 0
 
 
 def _torch_cuda_build() -> int | None:
