@@ -130,6 +130,18 @@ def app_registry(db: Database) -> CollectorRegistry:
     return registry
 
 
+# Label values must come from bounded sets, or any client can grow the series (and
+# the process) without end: a method outside the standard ones is "other", a path
+# no route matches is "unmatched", and a status is the code the app itself chose.
+HTTP_METHODS = frozenset(
+    {"GET", "HEAD", "POST", "PUT", "PATCH", "DELETE", "OPTIONS", "TRACE", "CONNECT"}
+)
+
+
+def method_label(method: str) -> str:
+    return method if method in HTTP_METHODS else "other"
+
+
 class RequestTimer:
     """ASGI middleware: each HTTP request's latency into HTTP_DURATION."""
 
@@ -154,6 +166,6 @@ class RequestTimer:
         finally:
             route: Any = scope.get("route")
             template = getattr(route, "path", None) or "unmatched"
-            HTTP_DURATION.labels(scope.get("method", ""), template, str(status)).observe(
-                time.perf_counter() - started
-            )
+            HTTP_DURATION.labels(
+                method_label(scope.get("method", "")), template, str(status)
+            ).observe(time.perf_counter() - started)

@@ -99,3 +99,26 @@ def test_probes_report_failing_watches(db: Database, settings: ServerSettings):
     # readiness asks sooner and wants synced caches; liveness only a long failure
     assert asked[0] == (30.0, True)
     assert asked[1] == (300.0, False)
+
+
+def test_no_request_can_add_series_to_the_metrics(client: TestClient, tokens: Tokens):
+    """Label values come from bounded sets: unknown methods and unmatched paths
+    share one series each, so no client can grow /metrics (or the process)."""
+
+    def series() -> set[tuple[str, frozenset[tuple[str, str]]]]:
+        return {key for key in samples(client) if key[0].startswith("kubetrain_http")}
+
+    # One of each kind first, so their single series exist before counting.
+    client.request("XYZZY", "/healthz")
+    client.get("/no/such/path")
+    client.request("XYZZY", "/no/such/path")
+    series()  # the scrape itself is timed once it has answered
+    before = series()
+    for i in range(300):
+        client.request(f"M{i}{'X' * 200}", "/healthz")
+        client.get(f"/unknown-{i}/{'p' * 100}")
+        client.request(f"Q{i}", f"/api/v1/projects/p{i}/nothing")
+    after = series()
+    assert after == before, sorted(map(str, after ^ before))
+    methods = {dict(labels).get("method") for (_, labels) in after}
+    assert methods <= {"GET", "POST", "HEAD", "other"}
