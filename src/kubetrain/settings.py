@@ -14,6 +14,13 @@ the environment, the config file, the default.
     KUBETRAIN_NAMESPACE_PREFIX, KUBETRAIN_NAMESPACES
                              server  project -> namespace: the mapping's entry, else
                                      prefix + project (by default the project's own name)
+    KUBETRAIN_ALLOWED_NAMESPACES, KUBETRAIN_RESERVED_NAMESPACES
+                             server  JSON lists of glob patterns: a project's namespace
+                                     must match an allowed one (default ["*"]) and no
+                                     reserved one (default: Kubernetes', kubetrain's and
+                                     the usual add-ons' namespaces, domain/projects.py);
+                                     kubetrain's own namespace in a cluster is always
+                                     reserved
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
@@ -44,6 +51,7 @@ a default).
 
 from __future__ import annotations
 
+import functools
 import os
 import tomllib
 from pathlib import Path
@@ -55,6 +63,7 @@ from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, Settings
 
 from kubetrain.domain import names
 from kubetrain.domain.manifest import RenderOptions
+from kubetrain.domain.projects import DEFAULT_RESERVED_NAMESPACES, namespace_refusal
 
 __all__ = [
     "CONFIG_ENV",
@@ -129,6 +138,18 @@ class _Settings(BaseSettings):
         return cls(**{key: value for key, value in flags.items() if value is not None})
 
 
+_SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+
+
+@functools.cache
+def _own_namespace() -> tuple[str, ...]:
+    """In a cluster, the namespace kubetrain itself runs in: always reserved."""
+    try:
+        return (_SERVICE_ACCOUNT_NAMESPACE.read_text().strip(),)
+    except OSError:
+        return ()
+
+
 def _default_database_url() -> str:
     # Imported here: the client commands never need the store (SQLAlchemy, Alembic).
     from kubetrain.store.db import default_sqlite_url
@@ -152,6 +173,10 @@ class ServerSettings(_Settings):
     token_cache_seconds: float = Field(default=5.0, ge=0, le=60)
     namespace_prefix: str = ""
     namespaces: dict[str, str] = {}
+    # Glob patterns (domain/projects.py): a project's namespace must match an
+    # allowed pattern and no reserved one; reserved wins.
+    allowed_namespaces: list[str] = ["*"]
+    reserved_namespaces: list[str] = list(DEFAULT_RESERVED_NAMESPACES)
     status_url: str | None = None
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
@@ -180,11 +205,26 @@ class ServerSettings(_Settings):
         )
 
     def namespace_for(self, project: str) -> str:
-        """The namespace a project's Jobs run in; ValueError if that is no DNS label."""
+        """The namespace a project's Jobs run in; ValueError if that is no DNS label
+        or not open to jobs."""
         namespace = self.namespaces.get(project, self.namespace_prefix + project)
         if problem := names.dns1123_label_problem(namespace):
             raise ValueError(f"namespace {problem}")
+        if refusal := self.namespace_refusal(namespace):
+            raise ValueError(refusal)
         return namespace
+
+    def project_open(self, project: str) -> bool:
+        """Whether jobs may exist in `project`: its namespace is allowed, not reserved."""
+        try:
+            self.namespace_for(project)
+        except ValueError:
+            return False
+        return True
+
+    def namespace_refusal(self, namespace: str) -> str | None:
+        reserved = [*self.reserved_namespaces, *_own_namespace()]
+        return namespace_refusal(namespace, allowed=self.allowed_namespaces, reserved=reserved)
 
 
 class ClientSettings(_Settings):

@@ -25,7 +25,16 @@ from kubetrain.store import (
     record_diagnosis,
     revoke_token,
 )
-from tests.api.builders import JOBS, OTHER, PROJECT, Tokens, bearer, submitted, training_job
+from tests.api.builders import (
+    JOBS,
+    OTHER,
+    PROJECT,
+    Tokens,
+    bearer,
+    make_tokens,
+    submitted,
+    training_job,
+)
 
 pytestmark = pytest.mark.db
 
@@ -241,3 +250,47 @@ def test_a_read_records_the_tokens_use(client: TestClient, tokens: Tokens, db: D
         used = {t.name: t.last_used_at for t in list_tokens(session)}
     assert used[f"viewer-{PROJECT}"] is not None
     assert used[f"viewer-{OTHER}"] is None
+
+
+RESERVED = ["kubetrain", "default", "kube-system", "monitoring", "cert-manager", "kueue-system"]
+
+
+@pytest.mark.parametrize("project", RESERVED)
+def test_a_token_for_every_project_still_cannot_use_the_platforms_namespaces(
+    client: TestClient, tokens: Tokens, project: str
+):
+    """A project names a namespace: kubetrain's own (its Secrets hold the database's
+    password) and the system ones are refused as if outside the token's scope."""
+    jobs = f"/api/v1/projects/{project}/jobs"
+    for role in ("admin", "submitter"):
+        headers = tokens(role, ALL_PROJECTS)
+        refused = client.post(jobs, json=training_job("sneaky"), headers=headers)
+        assert refused.status_code == 403, refused.text
+        assert refused.json()["detail"] == f"project {project!r} is outside the API token's scope"
+        assert client.get(jobs, headers=headers).status_code == 403
+        assert client.get(f"{jobs}/no-such-id", headers=headers).status_code == 404
+        assert client.post(f"{jobs}/no-such-id/cancel", headers=headers).status_code == 404
+    # nothing was written half-way
+    listing = client.get(JOBS, headers=tokens.admin).json()
+    assert all(job["project"] == PROJECT for job in listing["items"])
+
+
+def test_an_allow_list_opens_only_its_namespaces(db: Database, settings: ServerSettings):
+    restricted = settings.model_copy(update={"allowed_namespaces": ["team-*", PROJECT]})
+    tokens = make_tokens(db)
+    with TestClient(create_app(restricted, db)) as client:
+        headers = tokens("submitter", ALL_PROJECTS)
+        opened = client.post(
+            "/api/v1/projects/team-vision/jobs", json=training_job("a"), headers=headers
+        )
+        assert opened.status_code == 201, opened.text
+        assert client.post(JOBS, json=training_job("b"), headers=headers).status_code == 201
+        closed = client.post(
+            "/api/v1/projects/research/jobs", json=training_job("c"), headers=headers
+        )
+        assert closed.status_code == 403
+        # reserved wins over allowed
+        kube = client.post(
+            "/api/v1/projects/team-system/jobs", json=training_job("d"), headers=headers
+        )
+        assert kube.status_code == 403

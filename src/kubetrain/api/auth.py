@@ -31,6 +31,7 @@ from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.problems import ProblemError, not_found
+from kubetrain.settings import ServerSettings
 from kubetrain.store import (
     ALL_PROJECTS,
     Role,
@@ -133,19 +134,26 @@ def role_may(caller: Principal, action: Action) -> None:
         raise ProblemError(403, f"a {caller.role} token may not {action}")
 
 
-def require_project(caller: Principal, project: str, action: Action) -> None:
-    """For project-wide requests (list, submit): 403 outside the scope or the role."""
-    if not caller.covers(project):
-        raise ProblemError(
-            403, f"the API token is scoped to project {caller.project!r}, not {project!r}"
-        )
+def require_project(
+    caller: Principal, project: str, action: Action, settings: ServerSettings
+) -> None:
+    """For project-wide requests (list, submit): 403 outside the scope or the role.
+
+    A project whose namespace is not open to jobs (settings.project_open) is
+    refused like one outside the token's scope, whatever the token covers.
+    """
+    if not caller.covers(project) or not settings.project_open(project):
+        # One answer for both: which namespaces are open is not the caller's business.
+        raise ProblemError(403, f"project {project!r} is outside the API token's scope")
     role_may(caller, action)
 
 
-def require_job_access(caller: Principal, project: str, job_id: str, action: Action) -> None:
+def require_job_access(
+    caller: Principal, project: str, job_id: str, action: Action, settings: ServerSettings
+) -> None:
     """For requests on one job: the role first (403), then the scope, as a 404."""
     role_may(caller, action)
-    if not caller.covers(project):
+    if not caller.covers(project) or not settings.project_open(project):
         raise job_not_found(project, job_id)
 
 

@@ -106,23 +106,27 @@ TRAINING_JOB_BODY: dict[str, Any] = {
 
 
 # The checks are async (no I/O): FastAPI would run a plain `def` in a worker thread.
-async def _may_submit(project: ProjectName, caller: Caller) -> Principal:
-    require_project(caller, project, Action.SUBMIT)
+async def _may_submit(project: ProjectName, caller: Caller, context: Context) -> Principal:
+    require_project(caller, project, Action.SUBMIT, context.settings)
     return caller
 
 
-async def _may_list(project: ProjectName, caller: Caller) -> Principal:
-    require_project(caller, project, Action.READ)
+async def _may_list(project: ProjectName, caller: Caller, context: Context) -> Principal:
+    require_project(caller, project, Action.READ, context.settings)
     return caller
 
 
-async def _may_read(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
-    require_job_access(caller, project, job_id, Action.READ)
+async def _may_read(
+    project: ProjectName, job_id: JobId, caller: Caller, context: Context
+) -> Principal:
+    require_job_access(caller, project, job_id, Action.READ, context.settings)
     return caller
 
 
-async def _may_cancel(project: ProjectName, job_id: JobId, caller: Caller) -> Principal:
-    require_job_access(caller, project, job_id, Action.CANCEL)
+async def _may_cancel(
+    project: ProjectName, job_id: JobId, caller: Caller, context: Context
+) -> Principal:
+    require_job_access(caller, project, job_id, Action.CANCEL, context.settings)
     return caller
 
 

@@ -324,7 +324,7 @@ def _gpus(spec: dict[str, Any]) -> int:
 
 @router.get("/projects/{project}/jobs")
 def jobs_page(request: Request, project: str, signed: Signed, context: Context) -> Response:
-    _allowed(lambda: require_project(signed.principal, project, Action.READ))
+    _allowed(lambda: require_project(signed.principal, project, Action.READ, context.settings))
     states, reasons = _filters(request)
     now = _now()
     with context.db.read_only() as db:
@@ -379,7 +379,9 @@ def _manifest(context: ApiContext, db: Any, job: Any) -> str:
 def job_page(
     request: Request, project: str, job_id: str, signed: Signed, context: Context
 ) -> Response:
-    _allowed(lambda: require_job_access(signed.principal, project, job_id, Action.READ))
+    _allowed(
+        lambda: require_job_access(signed.principal, project, job_id, Action.READ, context.settings)
+    )
     now = _now()
     with context.db.read_only() as db:
         job = get_job(db, project, job_id)
@@ -418,7 +420,9 @@ def cancel_page(
 ) -> Response:
     _check_csrf(signed, fields)
     principal = signed.principal
-    _allowed(lambda: require_job_access(principal, project, job_id, Action.CANCEL))
+    _allowed(
+        lambda: require_job_access(principal, project, job_id, Action.CANCEL, context.settings)
+    )
     try:
         cancel_job(context, principal, project, job_id, via="the web dashboard")
     except ProblemError as exc:
