@@ -65,7 +65,7 @@ from pydantic.alias_generators import to_camel
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
 from kubetrain.domain import names
-from kubetrain.domain.quantity import QuantityError, parse_quantity
+from kubetrain.domain.quantity import QuantityError, canonical_bytes, canonical_cpu, parse_quantity
 
 __all__ = [
     "API_VERSION",
@@ -86,8 +86,6 @@ __all__ = [
     "TrainingJobSpec",
     "VolumeClaim",
     "bytes_value",
-    "canonical_bytes",
-    "canonical_cpu",
     "checked_by",
     "cpu_value",
     "duration_seconds",
@@ -395,35 +393,6 @@ def cpu_value(text: str) -> Decimal:
 def bytes_value(text: str) -> int:
     """The bytes a validated memory or storage quantity stands for."""
     return int(parse_quantity(text))
-
-
-def canonical_cpu(text: str) -> str:
-    """One spelling per amount, as the API server stores it: 4, 500m, 1500m."""
-    millis = int(cpu_value(text) * 1000)
-    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
-
-
-_BINARY_SUFFIXES = tuple(
-    (s, 1 << p) for s, p in (("Ei", 60), ("Pi", 50), ("Ti", 40), ("Gi", 30), ("Mi", 20), ("Ki", 10))
-)
-_DECIMAL_SUFFIXES = tuple(
-    (s, 10**p) for s, p in (("E", 18), ("P", 15), ("T", 12), ("G", 9), ("M", 6), ("k", 3))
-)
-
-
-def canonical_bytes(value: str | int) -> str:
-    """One spelling per amount: the shortest of its largest binary and decimal suffix forms.
-
-    16Gi stays 16Gi and 16G stays 16G (not 15625000Ki); a tie goes to binary.
-    """
-    amount = value if isinstance(value, int) else bytes_value(value)
-    candidates = [str(amount)]
-    for suffixes in (_BINARY_SUFFIXES, _DECIMAL_SUFFIXES):
-        for suffix, unit in suffixes:
-            if amount and amount % unit == 0:
-                candidates.append(f"{amount // unit}{suffix}")
-                break
-    return min(candidates, key=len)
 
 
 # Go's time.ParseDuration units, without the sign (a negative run time means nothing).
