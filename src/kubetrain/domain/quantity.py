@@ -21,6 +21,7 @@ __all__ = [
     "canonical_cpu",
     "format_quantity",
     "parse_quantity",
+    "quantity_text",
 ]
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -51,15 +52,23 @@ class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity; the message says what is allowed."""
 
 
+def quantity_text(value: str | int | float) -> str:
+    """A quantity as text: YAML and JSON give `4` and `0.5` as numbers, and Kubernetes
+    accepts both spellings. Not for booleans (callers refuse those first)."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    return value.strip()
+
+
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a quantity ("500m", "16Gi", "1e3", 8) into an exact Decimal."""
     if isinstance(text, bool):
         raise QuantityError("expected a quantity such as 500m, 16Gi or 8, got a boolean")
-    if isinstance(text, int | float):
-        text = repr(text) if isinstance(text, float) else str(text)
-    if not isinstance(text, str):
+    if not isinstance(text, str | int | float):
         raise QuantityError(f"expected a quantity string, got {type(text).__name__}")
-    raw = text.strip()
+    raw = quantity_text(text)
     if not raw or len(raw) > _MAX_LENGTH:
         raise QuantityError(
             f"expected a quantity of at most {_MAX_LENGTH} characters such as 500m, 16Gi or 8"

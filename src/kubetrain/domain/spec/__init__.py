@@ -39,13 +39,15 @@ document.
 
 Model attributes are snake_case; the wire names are the camelCase aliases
 (`gpu_type` <-> `gpuType`), and only the wire names are accepted as input.
+
 Modules (this package's face re-exports what callers use):
 
     problems   FieldProblem, SpecError, MAX_PROBLEMS; fail and raise_at for checks;
                problems_from_validation_error (pydantic's errors, translated)
     fields     one value's types and checks: names, keys, image, env, quantities
                (cpu_value, bytes_value), durations (duration_seconds), credentials;
-               checked_by to make a validator of a check; the per-field limits
+               checked_by to make a validator of a check; utf8_size, how every
+               size limit is counted; the per-field limits
     models     SpecModel and TrainingJob with its parts; cross-field checks and
                collection limits; API_VERSION, KIND
     parse      parse_training_job (a decoded document) and parse_training_job_yaml

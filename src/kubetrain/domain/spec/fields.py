@@ -16,7 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator
 
 from kubetrain.domain import names
-from kubetrain.domain.quantity import QuantityError, parse_quantity
+from kubetrain.domain.quantity import QuantityError, parse_quantity, quantity_text
 from kubetrain.domain.spec.problems import fail
 
 __all__ = [
@@ -52,6 +52,7 @@ __all__ = [
     "duration_seconds",
     "looks_like_credential",
     "none_is_empty",
+    "utf8_size",
 ]
 
 # -- limits, each with its reason -------------------------------------------------------------
@@ -98,11 +99,17 @@ def checked_by(check: Callable[[str], str | None]) -> AfterValidator:
     return AfterValidator(validate)
 
 
+def utf8_size(text: str) -> int:
+    """The bytes `text` takes in UTF-8: every size limit of the spec is counted so. A lone
+    surrogate counts as its three bytes, so measuring never raises (checks refuse it)."""
+    return len(text.encode("utf-8", "surrogatepass"))
+
+
 def _text(max_bytes: int, *, multiline: bool = False, nonempty: bool = False) -> AfterValidator:
     def check(value: str) -> str | None:
         if nonempty and not value:
             return "must not be empty"
-        size = len(value.encode("utf-8", "surrogatepass"))
+        size = utf8_size(value)
         if size > max_bytes:
             return f"is {size} bytes long; at most {max_bytes} allowed"
         return names.control_character_problem(value, multiline=multiline)
@@ -166,32 +173,15 @@ def _key_problem(key: str) -> str | None:
     return names.qualified_name_problem(key) or _reserved_key_problem(key)
 
 
-def _gpu_type_problem(value: str) -> str | None:
+def _nonempty_label_value_problem(value: str) -> str | None:
+    # A GPU type is a node label's value (the Pod selects on it); a dataset version
+    # is held to the same syntax. Neither may be empty.
     return names.label_value_problem(value, allow_empty=False)
-
-
-def _version_problem(value: str) -> str | None:
-    return names.label_value_problem(value, allow_empty=False)
-
-
-def _secret_key_problem(value: str) -> str | None:
-    if (
-        not value
-        or len(value) > names.DNS1123_SUBDOMAIN_MAX
-        or not re.fullmatch(r"[-._a-zA-Z0-9]+", value)
-        or value in (".", "..")
-        or value.startswith("..")
-    ):
-        return (
-            f"{value!r} is not a Secret key: use up to {names.DNS1123_SUBDOMAIN_MAX} letters, "
-            "digits, '-', '_' and '.' (not '.' or '..')"
-        )
-    return None
 
 
 def _env_name_problem(value: str) -> str | None:
-    if len(value) > MAX_ENV_NAME_LENGTH:
-        return f"is {len(value)} characters long; at most {MAX_ENV_NAME_LENGTH} allowed"
+    if (problem := names.length_problem(value, MAX_ENV_NAME_LENGTH)) is not None:
+        return problem
     if (problem := names.c_identifier_problem(value)) is not None:
         return problem
     if value.upper().startswith(ENV_RESERVED_PREFIX):
@@ -223,8 +213,8 @@ _IMAGE_NAME_MAX = 255
 def _image_problem(value: str) -> str | None:
     if not value:
         return "must not be empty: name a container image such as registry.example/trainer:1"
-    if len(value) > MAX_IMAGE_LENGTH:
-        return f"is {len(value)} characters long; at most {MAX_IMAGE_LENGTH} allowed"
+    if (problem := names.length_problem(value, MAX_IMAGE_LENGTH)) is not None:
+        return problem
     match = _IMAGE.fullmatch(value)
     if match is None:
         return (
@@ -240,15 +230,10 @@ def _image_problem(value: str) -> str | None:
 
 
 def _quantity_text(value: object) -> object:
-    # YAML reads `cpu: 4` and `cpu: 0.5` as numbers; Kubernetes accepts both spellings.
     if isinstance(value, bool):
         raise fail("must be a quantity such as 4, 500m or 16Gi, got a boolean")
-    if isinstance(value, int):
-        return str(value)
-    if isinstance(value, float):
-        return repr(value)
-    if isinstance(value, str):
-        return value.strip()
+    if isinstance(value, str | int | float):
+        return quantity_text(value)
     return value  # the str schema names the wrong type
 
 
@@ -380,13 +365,13 @@ ArgItem = Annotated[str, _text(MAX_ARGV_ITEM_BYTES, multiline=True)]
 EnvName = Annotated[str, checked_by(_env_name_problem)]
 EnvValue = Annotated[str, _text(MAX_ENV_VALUE_BYTES, multiline=True)]
 ObjectName = Annotated[str, checked_by(names.dns1123_subdomain_problem)]
-SecretKey = Annotated[str, checked_by(_secret_key_problem)]
+SecretKey = Annotated[str, checked_by(names.config_key_problem)]
 Cpu = Annotated[str, BeforeValidator(_quantity_text), AfterValidator(_check_cpu)]
 Bytes = Annotated[str, BeforeValidator(_quantity_text), AfterValidator(_check_bytes)]
 GpuCount = Annotated[int, _whole_number(0, MAX_GPUS, "GPUs")]
-GpuType = Annotated[str, checked_by(_gpu_type_problem)]
+GpuType = Annotated[str, checked_by(_nonempty_label_value_problem)]
 DatasetName = Annotated[str, checked_by(names.dns1123_label_problem)]
-DatasetVersionName = Annotated[str, checked_by(_version_problem)]
+DatasetVersionName = Annotated[str, checked_by(_nonempty_label_value_problem)]
 SubPath = Annotated[str, checked_by(names.relative_path_problem)]
 PriorityClass = Annotated[str, checked_by(_priority_class_problem)]
 Duration = Annotated[str, AfterValidator(_check_duration)]

@@ -40,6 +40,7 @@ from kubetrain.domain.spec.fields import (
     cpu_value,
     looks_like_credential,
     none_is_empty,
+    utf8_size,
 )
 from kubetrain.domain.spec.problems import fail, raise_at
 
@@ -235,7 +236,7 @@ class TrainingJobSpec(SpecModel):
                 problems.append(
                     ((field,), f"has {len(argv)} entries; at most {MAX_ARGV_ITEMS} allowed", None)
                 )
-            total = sum(len(item.encode("utf-8", "surrogatepass")) for item in argv)
+            total = sum(utf8_size(item) for item in argv)
             if total > MAX_ARGV_TOTAL_BYTES:
                 problems.append(
                     ((field,), f"is {total} bytes in all; at most {MAX_ARGV_TOTAL_BYTES}", None)
@@ -244,7 +245,7 @@ class TrainingJobSpec(SpecModel):
             problems.append(
                 (("env",), f"has {len(self.env)} entries; at most {MAX_ENV_ENTRIES} allowed", None)
             )
-        total = sum(len((e.value or "").encode("utf-8", "surrogatepass")) for e in self.env)
+        total = sum(utf8_size(e.value or "") for e in self.env)
         if total > MAX_ENV_TOTAL_BYTES:
             problems.append(
                 (("env",), f"values are {total} bytes in all; at most {MAX_ENV_TOTAL_BYTES}", None)
@@ -310,10 +311,7 @@ class Metadata(SpecModel):
                     None,
                 )
             )
-        size = sum(
-            len(k.encode()) + len(v.encode("utf-8", "surrogatepass"))
-            for k, v in self.annotations.items()
-        )
+        size = sum(utf8_size(k) + utf8_size(v) for k, v in self.annotations.items())
         if size > MAX_ANNOTATION_BYTES:
             problems.append(
                 (

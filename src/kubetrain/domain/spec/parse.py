@@ -14,6 +14,7 @@ from typing import Any
 import yaml
 from pydantic import ValidationError
 
+from kubetrain.domain.spec.fields import utf8_size
 from kubetrain.domain.spec.models import API_VERSION, KIND, TrainingJob
 from kubetrain.domain.spec.problems import FieldProblem, SpecError, problems_from_validation_error
 
@@ -128,7 +129,7 @@ def parse_training_job_yaml(text: str, *, project: str | None = None) -> Trainin
     """Parse one YAML document into a TrainingJob; SpecError for anything refused."""
     if not isinstance(text, str):
         raise SpecError.single("", f"expected YAML text, got {type(text).__name__}")
-    if len(text) > MAX_YAML_BYTES or len(text.encode("utf-8", "surrogatepass")) > MAX_YAML_BYTES:
+    if len(text) > MAX_YAML_BYTES or utf8_size(text) > MAX_YAML_BYTES:
         raise SpecError.single("", f"the document is larger than {MAX_YAML_BYTES} bytes")
     try:
         _screen_yaml(text)
