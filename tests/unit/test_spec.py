@@ -13,12 +13,11 @@ import pytest
 
 from kubetrain.domain import spec as specmod
 from kubetrain.domain.names import JOB_NAME_PREFIX, dns1123_label_problem
+from kubetrain.domain.quantity import canonical_bytes, canonical_cpu
 from kubetrain.domain.spec import (
     FieldProblem,
     SpecError,
     TrainingJob,
-    canonical_bytes,
-    canonical_cpu,
     duration_seconds,
     parse_training_job,
     parse_training_job_yaml,

@@ -47,13 +47,11 @@ from urllib.parse import urlsplit
 
 from kubetrain.domain import names
 from kubetrain.domain.datasets import DatasetVersion
-from kubetrain.domain.quantity import QuantityError, parse_quantity
+from kubetrain.domain.quantity import QuantityError, canonical_bytes, canonical_cpu, parse_quantity
 from kubetrain.domain.spec import (
     SecretKeyRef,
     TrainingJob,
     bytes_value,
-    canonical_bytes,
-    canonical_cpu,
     duration_seconds,
     spec_digest,
 )

@@ -19,10 +19,12 @@ __all__ = [
     "LABEL_VALUE_MAX",
     "RESERVED_PREFIX",
     "c_identifier_problem",
+    "config_key_problem",
     "control_character_problem",
     "dns1123_label_problem",
     "dns1123_subdomain_problem",
     "label_value_problem",
+    "length_problem",
     "qualified_name_problem",
     "relative_path_problem",
 ]
@@ -39,18 +41,26 @@ _LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
 _DNS1123_LABEL = re.compile(_LABEL)
 _DNS1123_SUBDOMAIN = re.compile(rf"{_LABEL}(?:\.{_LABEL})*")
 _QUALIFIED_NAME = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?")
+_CONFIG_KEY = re.compile(r"[-._a-zA-Z0-9]+")
 _C_IDENTIFIER = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _QUALIFIED_NAME_MAX = 63
 
 _LABEL_RULE = "lowercase letters, digits and '-', starting and ending with a letter or digit"
 
 
+def length_problem(value: str, max_length: int) -> str | None:
+    """Over `max_length` characters; every length check here and in the spec says it so."""
+    if len(value) > max_length:
+        return f"is {len(value)} characters long; at most {max_length} allowed"
+    return None
+
+
 def dns1123_label_problem(value: str, max_length: int = DNS1123_LABEL_MAX) -> str | None:
     """A DNS-1123 label: what Kubernetes requires of namespace and Job names."""
     if not value:
         return f"must not be empty: use up to {max_length} {_LABEL_RULE}"
-    if len(value) > max_length:
-        return f"is {len(value)} characters long; at most {max_length} allowed"
+    if (problem := length_problem(value, max_length)) is not None:
+        return problem
     if not _DNS1123_LABEL.fullmatch(value):
         return f"{value!r} is not a DNS-1123 label: use up to {max_length} {_LABEL_RULE}"
     return None
@@ -60,8 +70,8 @@ def dns1123_subdomain_problem(value: str) -> str | None:
     """A DNS-1123 subdomain: what Kubernetes requires of PVC, Secret and PriorityClass names."""
     if not value:
         return f"must not be empty: use up to {DNS1123_SUBDOMAIN_MAX} {_LABEL_RULE} or '.'"
-    if len(value) > DNS1123_SUBDOMAIN_MAX:
-        return f"is {len(value)} characters long; at most {DNS1123_SUBDOMAIN_MAX} allowed"
+    if (problem := length_problem(value, DNS1123_SUBDOMAIN_MAX)) is not None:
+        return problem
     if not _DNS1123_SUBDOMAIN.fullmatch(value):
         return (
             f"{value!r} is not a DNS-1123 subdomain: use {_LABEL_RULE}, in parts separated by '.'"
@@ -87,12 +97,28 @@ def label_value_problem(value: str, *, allow_empty: bool = True) -> str | None:
     """A label value: empty, or up to 63 letters, digits, '-', '_' and '.', alphanumeric ends."""
     if not value:
         return None if allow_empty else "must not be empty"
-    if len(value) > LABEL_VALUE_MAX:
-        return f"is {len(value)} characters long; at most {LABEL_VALUE_MAX} allowed"
+    if (problem := length_problem(value, LABEL_VALUE_MAX)) is not None:
+        return problem
     if not _QUALIFIED_NAME.fullmatch(value):
         return (
             f"{value!r} is not a label value: use letters, digits, '-', '_' and '.', "
             "starting and ending with a letter or digit"
+        )
+    return None
+
+
+def config_key_problem(value: str) -> str | None:
+    """A key of a Secret or ConfigMap (IsConfigMapKey): what a secretKeyRef may name."""
+    if (
+        not value
+        or len(value) > DNS1123_SUBDOMAIN_MAX
+        or not _CONFIG_KEY.fullmatch(value)
+        or value in (".", "..")
+        or value.startswith("..")
+    ):
+        return (
+            f"{value!r} is not a Secret key: use up to {DNS1123_SUBDOMAIN_MAX} letters, "
+            "digits, '-', '_' and '.' (not '.' or '..')"
         )
     return None
 
@@ -127,8 +153,8 @@ def relative_path_problem(value: str, max_length: int = 1024) -> str | None:
     """A path inside a volume: relative, never climbing out (what Kubernetes asks of subPath)."""
     if not value:
         return "must not be empty"
-    if len(value) > max_length:
-        return f"is {len(value)} characters long; at most {max_length} allowed"
+    if (problem := length_problem(value, max_length)) is not None:
+        return problem
     if (problem := control_character_problem(value)) is not None:
         return problem
     if value.startswith("/"):

@@ -4,6 +4,10 @@ The grammar is that of k8s.io/apimachinery/pkg/api/resource: a signed decimal
 number followed by an optional binary suffix (Ki … Ei), decimal suffix
 (n u m k M G T P E) or decimal exponent (e3, E-2). Values are held as exact
 Decimals so that "500m" + "500m" == "1" and comparisons never round.
+
+Two renderings: `canonical_cpu`/`canonical_bytes` give one spelling per amount
+(what is stored, rendered into a Job and hashed into a spec digest);
+`format_quantity` is compact text for messages.
 """
 
 from __future__ import annotations
@@ -11,7 +15,14 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
-__all__ = ["QuantityError", "format_quantity", "parse_quantity"]
+__all__ = [
+    "QuantityError",
+    "canonical_bytes",
+    "canonical_cpu",
+    "format_quantity",
+    "parse_quantity",
+    "quantity_text",
+]
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
 _DECIMAL = {"n": -9, "u": -6, "m": -3, "": 0, "k": 3, "M": 6, "G": 9, "T": 12, "P": 15, "E": 18}
@@ -25,20 +36,39 @@ _QUANTITY = re.compile(
 _MAX_EXPONENT = 21
 _MAX_LENGTH = 64
 
+# The units canonical_bytes may write, largest first: every binary suffix, and the
+# decimal ones that make a whole number of bytes (not n, u, m).
+_BINARY_UNITS = tuple(
+    (suffix, 1024**power) for suffix, power in sorted(_BINARY.items(), key=lambda i: -i[1])
+)
+_DECIMAL_UNITS = tuple(
+    (suffix, 10**power)
+    for suffix, power in sorted(_DECIMAL.items(), key=lambda i: -i[1])
+    if power > 0
+)
+
 
 class QuantityError(ValueError):
     """A string that is not a Kubernetes quantity; the message says what is allowed."""
+
+
+def quantity_text(value: str | int | float) -> str:
+    """A quantity as text: YAML and JSON give `4` and `0.5` as numbers, and Kubernetes
+    accepts both spellings. Not for booleans (callers refuse those first)."""
+    if isinstance(value, float):
+        return repr(value)
+    if isinstance(value, int):
+        return str(value)
+    return value.strip()
 
 
 def parse_quantity(text: str | int | float) -> Decimal:
     """Parse a quantity ("500m", "16Gi", "1e3", 8) into an exact Decimal."""
     if isinstance(text, bool):
         raise QuantityError("expected a quantity such as 500m, 16Gi or 8, got a boolean")
-    if isinstance(text, int | float):
-        text = repr(text) if isinstance(text, float) else str(text)
-    if not isinstance(text, str):
+    if not isinstance(text, str | int | float):
         raise QuantityError(f"expected a quantity string, got {type(text).__name__}")
-    raw = text.strip()
+    raw = quantity_text(text)
     if not raw or len(raw) > _MAX_LENGTH:
         raise QuantityError(
             f"expected a quantity of at most {_MAX_LENGTH} characters such as 500m, 16Gi or 8"
@@ -76,3 +106,26 @@ def format_quantity(value: Decimal) -> str:
             return f"{int(milli)}m"
     normal = value.normalize()
     return f"{normal:f}"
+
+
+def canonical_cpu(text: str) -> str:
+    """One spelling per amount of a validated cpu quantity, as the API server stores it:
+    4, 500m, 1500m."""
+    millis = int(parse_quantity(text) * 1000)
+    return str(millis // 1000) if millis % 1000 == 0 else f"{millis}m"
+
+
+def canonical_bytes(value: str | int) -> str:
+    """One spelling per amount of a validated byte quantity: the shortest of its largest
+    binary and decimal suffix forms.
+
+    16Gi stays 16Gi and 16G stays 16G (not 15625000Ki); a tie goes to binary.
+    """
+    amount = value if isinstance(value, int) else int(parse_quantity(value))
+    candidates = [str(amount)]
+    for units in (_BINARY_UNITS, _DECIMAL_UNITS):
+        for suffix, unit in units:
+            if amount and amount % unit == 0:
+                candidates.append(f"{amount // unit}{suffix}")
+                break
+    return min(candidates, key=len)

@@ -1,0 +1,44 @@
+"""Identity: a TrainingJob normalised to one spelling per value, and its digest."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Any
+
+from kubetrain.domain.quantity import canonical_bytes, canonical_cpu
+from kubetrain.domain.spec.fields import duration_seconds
+from kubetrain.domain.spec.models import TrainingJob
+
+__all__ = ["spec_digest"]
+
+
+def _normalized(job: TrainingJob) -> dict[str, Any]:
+    """The job with each value in one spelling: equal amounts, equal output."""
+    data: dict[str, Any] = job.model_dump(mode="json")
+    resources = data["spec"]["resources"]
+    resources["requests"]["cpu"] = canonical_cpu(job.spec.resources.requests.cpu)
+    resources["requests"]["memory"] = canonical_bytes(job.spec.resources.requests.memory)
+    limits = job.spec.resources.limits
+    if limits.cpu is not None:
+        resources["limits"]["cpu"] = canonical_cpu(limits.cpu)
+    if limits.memory is not None:
+        resources["limits"]["memory"] = canonical_bytes(limits.memory)
+    if job.spec.cache is not None:
+        data["spec"]["cache"]["size"] = canonical_bytes(job.spec.cache.size)
+    if job.spec.max_runtime is not None:
+        data["spec"]["maxRuntime"] = f"{duration_seconds(job.spec.max_runtime)}s"
+    return data
+
+
+def spec_digest(job: TrainingJob) -> str:
+    """sha256 (hex) of the normalized job (metadata and spec) as canonical JSON.
+
+    Two submissions with the same idempotency key are the same when their digests
+    are: `cpu: 1` and `cpu: "1000m"`, `maxRuntime: 90m` and `1h30m`, labels in any
+    order. Env order is kept: later entries may refer to earlier ones as $(NAME).
+    """
+    canonical = json.dumps(
+        _normalized(job), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+    )
+    return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
