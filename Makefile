@@ -6,11 +6,28 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GOTOOLCHAIN ?= local
 
-.PHONY: setup demo test test-unit test-testbed testbed bench lint lock clean
+.PHONY: setup system-packages demo test test-unit test-testbed testbed bench lint lock clean
+
+# Debian packages the tests and the testbed use: PostgreSQL (the store tests start
+# a real server), Chromium (the browser tests). Idempotent: apt runs only when one
+# is missing, through sudo when not root.
+SYSTEM_PACKAGES := ca-certificates git make python3-venv postgresql chromium
+
+system-packages:
+	@missing=""; for pkg in $(SYSTEM_PACKAGES); do \
+	  dpkg-query -W -f='$${Status}' $$pkg 2>/dev/null | grep -q "install ok installed" \
+	    || missing="$$missing $$pkg"; \
+	done; \
+	if [ -n "$$missing" ]; then \
+	  sudo_=""; [ "$$(id -u)" -eq 0 ] || sudo_=sudo; \
+	  echo "installing Debian packages:$$missing"; \
+	  DEBIAN_FRONTEND=noninteractive $$sudo_ apt-get update -qq && \
+	  DEBIAN_FRONTEND=noninteractive $$sudo_ apt-get install -y -qq --no-install-recommends $$missing; \
+	fi
 
 setup: $(STAMP)
 
-$(STAMP): requirements.lock pyproject.toml
+$(STAMP): requirements.lock pyproject.toml | system-packages
 	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install --quiet --require-hashes --no-deps -r requirements.lock
 	$(BIN)/python -m pip install --quiet --no-deps --no-build-isolation -e .
