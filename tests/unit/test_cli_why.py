@@ -239,3 +239,38 @@ def test_the_text_view_reads_a_stored_diagnosis_missing_fields() -> None:
     facts = JobFacts(name="j", k8s_name="kt-1", namespace="ns", dispatched=True)
     out = render_text({"reason": "INSUFFICIENT_GPU", "chain": "nonsense"}, facts, datetime.now(UTC))
     assert "? · INSUFFICIENT_GPU" in out
+
+
+@pytest.mark.parametrize(
+    "broken",
+    [
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": "oops"},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": ""}},
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": "x"}},  # no namespace
+        {"apiVersion": "batch/v1", "kind": "Job", "metadata": {"name": 5, "namespace": "a"}},
+    ],
+)
+def test_a_job_kubetrain_cannot_read_is_refused_never_diagnosed(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path, broken: dict[str, object]
+) -> None:
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps({"apiVersion": "v1", "kind": "List", "items": [broken]}))
+    code, out, err = why(capsys, "--from-file", str(path))
+    assert code != 0
+    assert out == ""
+    assert err.count("\n") == 1
+    assert "holds no Job" in err
+    assert "1 object without a readable metadata" in err
+
+
+def test_an_unreadable_object_beside_readable_ones_is_skipped_with_a_note(
+    capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    data = dump("running")
+    data["items"].append({"apiVersion": "v1", "kind": "Pod", "metadata": ["not", "a", "map"]})
+    path = tmp_path / "dump.json"
+    path.write_text(json.dumps(data))
+    code, out, _ = why(capsys, "--from-file", str(path))
+    assert code == 0
+    assert "1 object without a readable metadata" in out
+    assert "Pod" in out

@@ -285,7 +285,10 @@ def pick_job(snapshot: Snapshot, name: str | None, namespace: str | None) -> dic
     listed = ", ".join(sorted(f"{meta_namespace(j)}/{meta_name(j)}" for j in jobs)[:10])
     if not jobs:
         where = f" in namespace {namespace}" if namespace else ""
-        raise WhyError(f"the dump holds no Job{where} (did the kubectl command include `job`?)")
+        skipped = "".join(f"; skipped {note}" for note in snapshot.skipped)
+        raise WhyError(
+            f"the dump holds no Job{where} (did the kubectl command include `job`?){skipped}"
+        )
     if not chosen:
         raise WhyError(f"no Job named {name!r} in the dump; it holds {listed}")
     if len(chosen) > 1:

@@ -70,6 +70,7 @@ _GROUPS: dict[str, frozenset[str]] = {
     "Workload": frozenset({"kueue.x-k8s.io"}),
 }
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
+_CLUSTER_SCOPED = frozenset({"Node", "PersistentVolume", "StorageClass", "PriorityClass"})
 
 
 class SnapshotError(ValueError):
@@ -201,6 +202,7 @@ class Snapshot:
             name: {} for name in _KINDS.values()
         }
         unknown: dict[str, int] = defaultdict(int)
+        unreadable: dict[str, int] = defaultdict(int)
         not_objects = 0
         for number, document in enumerate(documents, 1):
             for item, list_kind in _items(document, number):
@@ -217,6 +219,10 @@ class Snapshot:
                 if kind not in _KINDS or (group is not None and group not in _GROUPS[kind]):
                     unknown[f"{kind} ({item.get('apiVersion')})" if group else kind] += 1
                     continue
+                if not _readable_metadata(item, namespaced=kind not in _CLUSTER_SCOPED):
+                    # Never diagnose an object with no name: skip it, with a note.
+                    unreadable[kind] += 1
+                    continue
                 obj = dict(item)
                 if kind == "Event" and group == "events.k8s.io":
                     obj = _core_event(obj)
@@ -227,6 +233,13 @@ class Snapshot:
             total = sum(unknown.values())
             skipped.append(
                 f"{total} object{'s' * (total != 1)} of kinds kubetrain does not read: {kinds}"
+            )
+        if unreadable:
+            kinds = ", ".join(f"{k} ({n})" if n > 1 else k for k, n in sorted(unreadable.items()))
+            total = sum(unreadable.values())
+            skipped.append(
+                f"{total} object{'s' * (total != 1)} without a readable metadata "
+                f"(a name, and a namespace where the kind has one): {kinds}"
             )
         if not_objects:
             skipped.append(
@@ -306,6 +319,17 @@ class Snapshot:
             skipped=root.skipped,
             base=root,
         )
+
+
+def _readable_metadata(item: Mapping[str, Any], *, namespaced: bool) -> bool:
+    """A name, and a namespace where the kind has one (as every dump of kubectl has)."""
+    meta = item.get("metadata")
+    if not isinstance(meta, Mapping):
+        return False
+    name, namespace = meta.get("name"), meta.get("namespace")
+    if not namespaced:
+        return isinstance(name, str) and bool(name)
+    return isinstance(name, str) and bool(name) and isinstance(namespace, str) and bool(namespace)
 
 
 def _items(document: object, number: int) -> Iterable[tuple[object, str | None]]:
