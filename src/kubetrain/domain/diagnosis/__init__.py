@@ -95,53 +95,6 @@ CHAIN: tuple[Link, ...] = tuple(Link)
 _MAX_NOTES = 20
 
 
-# Whether waiting can help, when the numbers do not say otherwise: True where
-# the job starts once other work finishes or Kubernetes finishes what it is
-# doing (or the platform repairs a node); False where someone must change the
-# job or the cluster's configuration first.
-_WAITABLE: dict[ReasonCode, bool | None] = {
-    R.JOB_NOT_CREATED: True,
-    R.WAITING_FOR_QUOTA: True,
-    R.NO_GPU_NODES: False,
-    R.INSUFFICIENT_GPU: True,
-    R.INSUFFICIENT_CPU: True,
-    R.INSUFFICIENT_MEMORY: True,
-    R.INSUFFICIENT_RESOURCE: True,
-    R.PLACEMENT_RULES: None,
-    R.GPU_ALLOCATION_FAILED: False,
-    R.UNTOLERATED_TAINT: False,
-    R.NODE_SELECTOR_MISMATCH: False,
-    R.NODE_NOT_READY: True,
-    R.PVC_NOT_FOUND: False,
-    R.PVC_UNBOUND: True,
-    R.VOLUME_NODE_CONFLICT: False,
-    R.VOLUME_MOUNT_FAILED: None,
-    R.SCHEDULING_GATED: True,
-    R.IMAGE_PULL_FAILED: False,
-    R.CONTAINER_CONFIG_ERROR: False,
-    R.CONTAINER_CREATING: True,
-    R.SCHEDULING: True,
-    R.CRASH_LOOP: False,
-    R.NODE_LOST: True,
-    R.PREEMPTED: True,
-}
-# The link where the job is held when a reason blocks it, where that differs
-# from the reason's own link: a missing device plugin or claim stops the Pod
-# at the scheduler; a failed mount stops it at the container runtime.
-_STAGE: dict[ReasonCode, Link] = {
-    R.NO_GPU_NODES: Link.SCHEDULER,
-    R.NODE_NOT_READY: Link.SCHEDULER,
-    R.PVC_NOT_FOUND: Link.SCHEDULER,
-    R.PVC_UNBOUND: Link.SCHEDULER,
-    R.VOLUME_NODE_CONFLICT: Link.SCHEDULER,
-    R.VOLUME_MOUNT_FAILED: Link.RUNTIME,
-    R.GPU_ALLOCATION_FAILED: Link.DEVICE_PLUGIN,
-    R.CONTAINER_CREATING: Link.RUNTIME,
-    R.CRASH_LOOP: Link.TRAINING,
-    R.EVICTED: Link.TRAINING,
-    R.NODE_LOST: Link.TRAINING,
-    R.PREEMPTED: Link.TRAINING,
-}
 _IMAGE_PULL = frozenset(
     {
         "ErrImagePull",
@@ -173,7 +126,7 @@ class _Finding:
 
     reason: ReasonCode
     detail: str = ""
-    # "default": the code's usual answer (_WAITABLE); None: cannot tell.
+    # "default": the code's usual answer (the catalog's); None: cannot tell.
     waitable: bool | Literal["default"] | None = "default"
     raw_reason: str | None = None
     raw_message: str | None = None
@@ -184,7 +137,7 @@ class _Finding:
     current: bool = True  # False: about an earlier attempt (not marked on the chain)
 
     def blocker(self) -> Blocker:
-        waitable = _WAITABLE.get(self.reason) if self.waitable == "default" else self.waitable
+        waitable = CATALOG[self.reason].waitable if self.waitable == "default" else self.waitable
         return Blocker(
             reason=self.reason,
             link=CATALOG[self.reason].link,
@@ -1286,9 +1239,7 @@ def _active(reader: _Reader) -> _Outcome:
         return _Outcome(S.QUEUED, _ordered(findings, earlier), stage)
     if earlier:
         # The last attempt ended and the Job controller has not made the next Pod yet.
-        return _Outcome(
-            S.QUEUED, earlier, _STAGE.get(earlier[0].reason, CATALOG[earlier[0].reason].link)
-        )
+        return _Outcome(S.QUEUED, earlier, CATALOG[earlier[0].reason].stage)
     quota = _quota(reader)
     if quota:
         return _Outcome(S.QUEUED, quota, Link.QUOTA)
@@ -1413,7 +1364,7 @@ def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
     if cause is not None:
         cause.since = cause.since or since
         findings = [cause] + ([job_finding] if job_finding else [])
-        stage = _STAGE.get(cause.reason, CATALOG[cause.reason].link)
+        stage = CATALOG[cause.reason].stage
         if cause.reason in (R.EVICTED, R.NODE_LOST, R.PREEMPTED):
             stage = _reached(reader)
         return _Outcome(S.FAILED, findings, stage)
