@@ -34,16 +34,25 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from decimal import Decimal
-from functools import cached_property
-from typing import Any, Literal
+from typing import Any
 
 from kubetrain.domain.admission import (
     AdmissionRefusal,
     parse_admission_refusal,
     parse_kueue_message,
+)
+from kubetrain.domain.diagnosis.reading import (
+    _conditions,
+    _event_first_time,
+    _event_time,
+    _Finding,
+    _main_status,
+    _Reader,
+    _state,
+    _true,
 )
 from kubetrain.domain.diagnosis.result import (
     AttemptView,
@@ -56,15 +65,7 @@ from kubetrain.domain.diagnosis.result import (
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit, analyze_fit, resource_reason
 from kubetrain.domain.manifest import CONTAINER_NAME, PREFLIGHT_EXIT_CODE
 from kubetrain.domain.nodes import NodeInfo, is_gpu_resource, pod_requests
-from kubetrain.domain.objects import (
-    as_list,
-    as_map,
-    get,
-    integer,
-    meta_name,
-    text,
-    timestamp,
-)
+from kubetrain.domain.objects import as_list, as_map, get, integer, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.reasons import CATALOG, rank
 from kubetrain.domain.scheduling import (
@@ -73,7 +74,7 @@ from kubetrain.domain.scheduling import (
     parse_scheduling_message,
     reason_of,
 )
-from kubetrain.domain.snapshot import Snapshot, SnapshotIndex
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
 __all__ = [
@@ -90,299 +91,6 @@ __all__ = [
 
 R = ReasonCode
 S = BusinessState
-CHAIN: tuple[Link, ...] = tuple(Link)
-# Most notes a diagnosis carries; a dump with thousands of bad nodes says so once.
-_MAX_NOTES = 20
-
-
-_IMAGE_PULL = frozenset(
-    {
-        "ErrImagePull",
-        "ImagePullBackOff",
-        "InvalidImageName",
-        "ErrImageNeverPull",
-        "RegistryUnavailable",
-        "SignatureValidationFailed",
-    }
-)
-_CONFIG = frozenset(
-    {
-        "CreateContainerConfigError",
-        "CreateContainerError",
-        "RunContainerError",
-        "PreCreateHookError",
-        "PreStartHookError",
-    }
-)
-_MOUNT_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
-_PREEMPTION = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
-_NODE_GONE = frozenset({"NodeLost", "Shutdown", "Terminated", "NodeShutdown", "Unknown"})
-_FAILED_WITH_EXIT = re.compile(r"failed with exit code (\d{1,3})")
-
-
-@dataclass
-class _Finding:
-    """A reason found while reading, before it becomes a Blocker or the primary."""
-
-    reason: ReasonCode
-    detail: str = ""
-    # "default": the code's usual answer (the catalog's); None: cannot tell.
-    waitable: bool | Literal["default"] | None = "default"
-    raw_reason: str | None = None
-    raw_message: str | None = None
-    since: datetime | None = None
-    nodes: int | None = None
-    action: str | None = None  # said instead of the catalog's when the numbers say more
-    numbers: dict[str, str] = field(default_factory=dict)
-    current: bool = True  # False: about an earlier attempt (not marked on the chain)
-
-    def blocker(self) -> Blocker:
-        waitable = CATALOG[self.reason].waitable if self.waitable == "default" else self.waitable
-        return Blocker(
-            reason=self.reason,
-            link=CATALOG[self.reason].link,
-            nodes=self.nodes,
-            detail=self.detail,
-            waitable=waitable,
-            **self.numbers,
-        )
-
-
-class _Reader:
-    """What one diagnosis reads from the snapshot, with the notes it makes."""
-
-    def __init__(self, job: JobFacts, snapshot: Snapshot, now: datetime) -> None:
-        self.job = job
-        self.snapshot = snapshot
-        self.index: SnapshotIndex = snapshot.index
-        self.now = now
-        self.notes: list[str] = list(snapshot.skipped)
-        for problem in self.index.problems[:5]:
-            self.notes.append(f"could not read {problem}")
-        if len(self.index.problems) > 5:
-            self.notes.append(f"… and {len(self.index.problems) - 5} more unreadable fields")
-        key = (job.namespace, job.k8s_name)
-        self.k8s_job = self.index.jobs.get(key)
-        uid = text(self.k8s_job, "metadata", "uid") if self.k8s_job else None
-        pods = self.index.pods_by_job.get(key, [])
-        if uid:
-            # A Job deleted and created again under the same name owns new Pods only.
-            owned = [p for p in pods if _owner_uid(p) in (uid, None)]
-            pods = owned
-        self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
-        self.attempts = self._attempts()
-        self.fit: FitAnalysis | None = None  # set when scheduling is read
-
-    @cached_property
-    def nodes_by_name(self) -> dict[str, NodeInfo]:
-        # Only a waiting container's node is looked up: not built for every job.
-        return {n.name: n for n in self.index.nodes}
-
-    def note(self, message: str) -> None:
-        if message not in self.notes and len(self.notes) < _MAX_NOTES:
-            self.notes.append(message)
-
-    def events(self, kind: str, name: str | None) -> list[dict[str, Any]]:
-        if not name:
-            return []
-        found = self.index.events_by_object.get((kind, self.job.namespace, name), [])
-        return sorted(found, key=_event_time_key)
-
-    def node_gone(self, node: str | None) -> bool:
-        """True when the snapshot lists Nodes and `node` is not among them: deleted
-        (scaled down, the instance gone). A snapshot without Nodes says nothing."""
-        return bool(node) and bool(self.nodes_by_name) and node not in self.nodes_by_name
-
-    def pod_events(self, pod: object, *reasons: str) -> list[dict[str, Any]]:
-        uid = text(pod, "metadata", "uid")
-        return [
-            e
-            for e in self.events("Pod", meta_name(pod))
-            if (not reasons or text(e, "reason") in reasons)
-            and text(e, "involvedObject", "uid") in (None, "", uid)
-        ]
-
-    def _attempts(self) -> tuple[AttemptView, ...]:
-        views = [_attempt_view(pod) for pod in self.pods]
-        known = {v.pod_name for v in views}
-        # Pods already gone (deadline, garbage collection) that the Job controller's
-        # events still name are attempts too; their state is what their events said.
-        gone = [
-            name
-            for name in self.index.created_pods.get((self.job.namespace, self.job.k8s_name), [])
-            if name not in known
-        ]
-        for name in dict.fromkeys(gone):
-            events = self.events("Pod", name)
-            # Warnings, and what says why it went (the scheduler's Preempted is Normal).
-            telling = [
-                e
-                for e in events
-                if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
-            ]
-            last = telling[-1] if telling else None
-            node = _scheduled_node(events)
-            raw_reason = text(last, "reason") if last else None
-            raw_message = text(last, "message") if last else None
-            explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
-            if not explained and self.node_gone(node):
-                # Pod garbage collection writes no event: the vanished Node says it.
-                raw_reason, raw_message = _node_not_found(node or "")
-            uid = next(
-                (
-                    text(e, "involvedObject", "uid")
-                    for e in events
-                    if text(e, "involvedObject", "uid")
-                ),
-                "",
-            )
-            views.append(
-                AttemptView(
-                    number=0,
-                    pod_name=name,
-                    pod_uid=uid or "",
-                    node=node,
-                    phase=None,
-                    container_state=None,
-                    raw_reason=raw_reason,
-                    raw_message=raw_message,
-                    exit_code=None,
-                    termination_message=None,
-                    started_at=next(
-                        (_event_time(e) for e in events if text(e, "reason") == "Started"), None
-                    ),
-                    finished_at=None,
-                )
-            )
-        created = {v.pod_name: _created_at_from_events(self, v.pod_name) for v in views}
-        pods_created = {
-            meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in self.pods
-        }
-        epoch = datetime.min.replace(tzinfo=UTC)
-
-        def order(view: AttemptView) -> tuple[datetime, str]:
-            when = pods_created.get(view.pod_name) or created.get(view.pod_name) or epoch
-            return when, view.pod_name
-
-        views.sort(key=order)
-        return tuple(
-            AttemptView(**{**view.__dict__, "number": number})
-            for number, view in enumerate(views, 1)
-        )
-
-
-def _owner_uid(pod: object) -> str | None:
-    for ref in as_list(pod, "metadata", "ownerReferences"):
-        if text(ref, "kind") == "Job":
-            return text(ref, "uid")
-    return None
-
-
-def _created_key(pod: object) -> tuple[str, str]:
-    return (text(pod, "metadata", "creationTimestamp") or "", meta_name(pod) or "")
-
-
-def _event_time(event: object) -> datetime | None:
-    return (
-        timestamp(event, "lastTimestamp")
-        or timestamp(event, "eventTime")
-        or timestamp(event, "firstTimestamp")
-        or timestamp(event, "metadata", "creationTimestamp")
-    )
-
-
-def _event_first_time(event: object) -> datetime | None:
-    return (
-        timestamp(event, "firstTimestamp")
-        or timestamp(event, "eventTime")
-        or timestamp(event, "metadata", "creationTimestamp")
-    )
-
-
-def _event_time_key(event: object) -> tuple[datetime, str]:
-    return (_event_time(event) or datetime.min.replace(tzinfo=UTC), meta_name(event) or "")
-
-
-def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
-    for event in reader.events("Job", reader.job.k8s_name):
-        if (
-            text(event, "reason") == "SuccessfulCreate"
-            and text(event, "message") == f"Created pod: {pod_name}"
-        ):
-            return _event_first_time(event)
-    return None
-
-
-def _node_not_found(node: str) -> tuple[str, str]:
-    # What the API server answers for the Node now: the raw evidence of a lost node.
-    return "NotFound", f'nodes "{node}" not found'
-
-
-def _scheduled_node(events: Sequence[object]) -> str | None:
-    for event in events:
-        message = text(event, "message") or ""
-        if text(event, "reason") == "Scheduled" and " to " in message:
-            return message.rsplit(" to ", 1)[1].strip() or None
-    return None
-
-
-def _conditions(obj: object) -> dict[str, Mapping[str, Any]]:
-    found: dict[str, Mapping[str, Any]] = {}
-    for cond in as_list(obj, "status", "conditions"):
-        ctype = text(cond, "type")
-        if ctype and isinstance(cond, Mapping):
-            found[ctype] = cond
-    return found
-
-
-def _true(conditions: Mapping[str, Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
-    cond = conditions.get(ctype)
-    return cond if cond is not None and text(cond, "status") == "True" else None
-
-
-def _main_status(pod: object, key: str = "containerStatuses") -> Mapping[str, Any] | None:
-    statuses = [s for s in as_list(pod, "status", key) if isinstance(s, Mapping)]
-    for status in statuses:
-        if text(status, "name") == CONTAINER_NAME:
-            return status
-    return statuses[0] if statuses else None
-
-
-def _state(status: object) -> tuple[str | None, Mapping[str, Any]]:
-    state = as_map(status, "state")
-    for name in ("terminated", "running", "waiting"):
-        if isinstance(state.get(name), Mapping):
-            return name, state[name]
-    return None, {}
-
-
-def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
-    status = _main_status(pod)
-    state, detail = _state(status)
-    raw_reason = text(pod, "status", "reason") or text(detail, "reason")
-    raw_message = text(pod, "status", "message") or text(detail, "message")
-    disruption = _true(_conditions(pod), "DisruptionTarget")
-    # An eviction's own words (reason Evicted) say more than its condition's.
-    if disruption is not None and text(pod, "status", "reason") != "Evicted":
-        raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
-    if state is None:
-        scheduled = _conditions(pod).get("PodScheduled")
-        if scheduled is not None and text(scheduled, "status") == "False":
-            raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
-    return AttemptView(
-        number=0,
-        pod_name=meta_name(pod) or "",
-        pod_uid=text(pod, "metadata", "uid") or "",
-        node=text(pod, "spec", "nodeName"),
-        phase=text(pod, "status", "phase"),
-        container_state=state,
-        raw_reason=raw_reason,
-        raw_message=raw_message,
-        exit_code=integer(detail, "exitCode") if state == "terminated" else None,
-        termination_message=text(detail, "message") if state == "terminated" else None,
-        started_at=timestamp(detail, "startedAt"),
-        finished_at=timestamp(detail, "finishedAt"),
-    )
 
 
 def _q(value: Decimal | None) -> str | None:
@@ -394,124 +102,6 @@ def _amount(resource: str, value: Decimal) -> str:
     if resource in ("nvidia.com/gpu", "amd.com/gpu"):
         return f"{shown} GPU" + ("s" if value != 1 else "")
     return f"{shown} {resource}"
-
-
-# -- the cause of a finished attempt -------------------------------------------------
-
-
-def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
-    """Why one Pod ended (or is ending); None when it did not fail."""
-    conditions = _conditions(pod)
-    pod_reason = text(pod, "status", "reason")
-    pod_message = text(pod, "status", "message")
-    disruption = _true(conditions, "DisruptionTarget")
-    if disruption is not None:
-        reason = text(disruption, "reason") or ""
-        message = text(disruption, "message")
-        if reason in _PREEMPTION:
-            return _Finding(
-                R.PREEMPTED,
-                message or "",
-                raw_reason=reason,
-                raw_message=message,
-                since=timestamp(disruption, "lastTransitionTime"),
-            )
-        if pod_reason == "Evicted":
-            # The Pod's own reason is what `kubectl get pods` shows; the condition
-            # (TerminationByKubelet) says the same with less.
-            return _Finding(
-                R.EVICTED,
-                pod_message or message or "",
-                raw_reason=pod_reason,
-                raw_message=pod_message or message,
-                since=timestamp(disruption, "lastTransitionTime"),
-            )
-        return _Finding(
-            R.NODE_LOST,
-            message or "",
-            raw_reason=reason,
-            raw_message=message,
-            since=timestamp(disruption, "lastTransitionTime"),
-        )
-    if pod_reason == "Evicted":
-        return _Finding(
-            R.EVICTED, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
-        )
-    if pod_reason == "UnexpectedAdmissionError":
-        return _Finding(
-            R.GPU_ALLOCATION_FAILED,
-            pod_message or "",
-            raw_reason=pod_reason,
-            raw_message=pod_message,
-        )
-    if pod_reason and pod_reason.startswith("OutOf"):
-        resource = pod_reason[len("OutOf") :]
-        code = R.GPU_ALLOCATION_FAILED if is_gpu_resource(resource) else resource_reason(resource)
-        return _Finding(code, pod_message or "", raw_reason=pod_reason, raw_message=pod_message)
-    if pod_reason in _NODE_GONE:
-        return _Finding(
-            R.NODE_LOST, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
-        )
-    if pod_reason == "NodeAffinity":
-        return _Finding(
-            R.NODE_SELECTOR_MISMATCH,
-            pod_message or "",
-            raw_reason=pod_reason,
-            raw_message=pod_message,
-        )
-    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
-    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
-    statuses += [
-        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
-    ]
-    for status in statuses:
-        state, detail = _state(status)
-        if state != "terminated":
-            continue
-        code_number = integer(detail, "exitCode")
-        ended = text(detail, "reason")
-        message = text(detail, "message")
-        since = timestamp(detail, "finishedAt")
-        name = text(status, "name") or "?"
-        if ended == "OOMKilled":
-            return _Finding(
-                R.OOM_KILLED,
-                f"container {name} was OOM-killed (exit code {code_number})",
-                raw_reason=ended,
-                raw_message=message,
-                since=since,
-            )
-        if code_number == PREFLIGHT_EXIT_CODE:
-            return _Finding(
-                R.PREFLIGHT_FAILED,
-                message or f"exit code {PREFLIGHT_EXIT_CODE}",
-                raw_reason=ended,
-                raw_message=message,
-                since=since,
-            )
-        if ended == "ContainerStatusUnknown":
-            return _Finding(
-                R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
-            )
-        if code_number not in (0, None):
-            said = f": {message}" if message else ""
-            return _Finding(
-                R.EXIT_NONZERO,
-                f"container {name} exited with code {code_number}{said}",
-                raw_reason=ended,
-                raw_message=message,
-                since=since,
-            )
-    return None
-
-
-# -- scheduling ------------------------------------------------------------------------
-
-
-def _pod_spec(reader: _Reader, pod: object | None) -> object:
-    if pod is not None:
-        return get(pod, "spec")
-    return get(reader.k8s_job, "spec", "template", "spec")
 
 
 def _volume_terms(reader: _Reader, pod_spec: object) -> list[tuple[str, Sequence[Any]]]:
@@ -876,131 +466,30 @@ def _check_agreement(reader: _Reader, verdict: SchedulingVerdict, fit: FitAnalys
         )
 
 
-# -- the job's state ----------------------------------------------------------------
-
-
-@dataclass
-class _Outcome:
-    state: BusinessState
-    findings: list[_Finding]
-    stage: Link
-    terminal_link_failed: bool = False
+_IMAGE_PULL = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "RegistryUnavailable",
+        "SignatureValidationFailed",
+    }
+)
+_CONFIG = frozenset(
+    {
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "PreCreateHookError",
+        "PreStartHookError",
+    }
+)
+_MOUNT_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
 
 
 def _since(*moments: datetime | None) -> datetime | None:
     return next((m for m in moments if m is not None), None)
-
-
-def _quota(reader: _Reader) -> list[_Finding]:
-    refusals = [
-        e for e in reader.events("Job", reader.job.k8s_name) if text(e, "reason") == "FailedCreate"
-    ]
-    if not refusals:
-        return []
-    last = refusals[-1]
-    message = text(last, "message") or ""
-    since = _event_first_time(refusals[0])
-    refusal = parse_admission_refusal(message)
-    finding = _refusal_finding(refusal)
-    finding.raw_reason, finding.raw_message, finding.since = "FailedCreate", message, since
-    return [finding]
-
-
-def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
-    if not refusal.is_quota:
-        return _Finding(
-            R.CONTAINER_CONFIG_ERROR,
-            "the API server refuses to create the job's Pod; the raw message says why",
-            waitable=False,
-        )
-    numbers: dict[str, str] = {}
-    details = []
-    for res in refusal.resources:
-        if res.requested is None:
-            continue
-        if not numbers:
-            numbers = {"resource": res.resource, "requested": format_quantity(res.requested)}
-            if res.limit is not None:
-                numbers["limit"] = format_quantity(res.limit)
-            if res.used is not None:
-                numbers["used"] = format_quantity(res.used)
-        if res.limit is not None:
-            used = f", {format_quantity(res.used)} in use" if res.used is not None else ""
-            details.append(
-                f"needs {format_quantity(res.requested)} {res.resource}; the limit is "
-                f"{format_quantity(res.limit)}{used}"
-            )
-    where = {
-        "quota": f"quota {refusal.name}",
-        "kueue": f"the queue's flavor {refusal.name}",
-        "limit-range": "the namespace's LimitRange",
-    }.get(refusal.kind, f"quota {refusal.name}")
-    if refusal.kind == "quota-unspecified":
-        missing = ", ".join(r.resource for r in refusal.resources)
-        return _Finding(
-            R.WAITING_FOR_QUOTA,
-            f"quota {refusal.name} requires the Pod to declare {missing}",
-            waitable=False,
-            action="Declare the requests and limits the quota tracks (kubetrain sets cpu, "
-            "memory and GPUs).",
-        )
-    detail = f"{where}: " + "; ".join(details) if details else f"{where} refuses the Pod"
-    never = [r for r in refusal.resources if r.never]
-    action = None
-    if never:
-        res = never[0]
-        action = (
-            f"Ask for at most {format_quantity(res.limit or Decimal(0))} {res.resource}, "
-            f"or ask the platform to raise {where}; waiting will not help."
-        )
-    return _Finding(
-        R.WAITING_FOR_QUOTA, detail, waitable=refusal.waitable, action=action, numbers=numbers
-    )
-
-
-def _suspended(reader: _Reader) -> list[_Finding]:
-    workloads = reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
-    job_conditions = _conditions(reader.k8s_job)
-    suspended = job_conditions.get("Suspended")
-    since = timestamp(suspended, "lastTransitionTime") if suspended else None
-    for workload in workloads:
-        conditions = _conditions(workload)
-        reserved = conditions.get("QuotaReserved")
-        if reserved is not None and text(reserved, "status") == "False":
-            message = text(reserved, "message") or ""
-            refusal = parse_kueue_message(message)
-            finding = (
-                _refusal_finding(refusal) if refusal else _Finding(R.WAITING_FOR_QUOTA, message)
-            )
-            inadmissible = text(reserved, "reason") == "Inadmissible"
-            if inadmissible:
-                finding.waitable = False
-            finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
-            finding.since = timestamp(reserved, "lastTransitionTime") or since
-            return [finding]
-        evicted = _true(conditions, "Evicted")
-        if evicted is not None:
-            said = text(evicted, "message")
-            return [
-                _Finding(
-                    R.WAITING_FOR_QUOTA,
-                    f"the queue evicted the job: {said or text(evicted, 'reason')}",
-                    raw_reason=text(evicted, "reason"),
-                    raw_message=said,
-                    since=timestamp(evicted, "lastTransitionTime"),
-                )
-            ]
-    if not workloads:
-        reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
-    return [
-        _Finding(
-            R.WAITING_FOR_QUOTA,
-            "the Job is suspended: a queue (Kueue) has not admitted it yet",
-            raw_reason=text(suspended, "reason") if suspended else "Suspended",
-            raw_message=text(suspended, "message") if suspended else None,
-            since=since,
-        )
-    ]
 
 
 def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
@@ -1159,6 +648,444 @@ def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], L
     ], Link.SCHEDULER
 
 
+def _quota(reader: _Reader) -> list[_Finding]:
+    refusals = [
+        e for e in reader.events("Job", reader.job.k8s_name) if text(e, "reason") == "FailedCreate"
+    ]
+    if not refusals:
+        return []
+    last = refusals[-1]
+    message = text(last, "message") or ""
+    since = _event_first_time(refusals[0])
+    refusal = parse_admission_refusal(message)
+    finding = _refusal_finding(refusal)
+    finding.raw_reason, finding.raw_message, finding.since = "FailedCreate", message, since
+    return [finding]
+
+
+def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
+    if not refusal.is_quota:
+        return _Finding(
+            R.CONTAINER_CONFIG_ERROR,
+            "the API server refuses to create the job's Pod; the raw message says why",
+            waitable=False,
+        )
+    numbers: dict[str, str] = {}
+    details = []
+    for res in refusal.resources:
+        if res.requested is None:
+            continue
+        if not numbers:
+            numbers = {"resource": res.resource, "requested": format_quantity(res.requested)}
+            if res.limit is not None:
+                numbers["limit"] = format_quantity(res.limit)
+            if res.used is not None:
+                numbers["used"] = format_quantity(res.used)
+        if res.limit is not None:
+            used = f", {format_quantity(res.used)} in use" if res.used is not None else ""
+            details.append(
+                f"needs {format_quantity(res.requested)} {res.resource}; the limit is "
+                f"{format_quantity(res.limit)}{used}"
+            )
+    where = {
+        "quota": f"quota {refusal.name}",
+        "kueue": f"the queue's flavor {refusal.name}",
+        "limit-range": "the namespace's LimitRange",
+    }.get(refusal.kind, f"quota {refusal.name}")
+    if refusal.kind == "quota-unspecified":
+        missing = ", ".join(r.resource for r in refusal.resources)
+        return _Finding(
+            R.WAITING_FOR_QUOTA,
+            f"quota {refusal.name} requires the Pod to declare {missing}",
+            waitable=False,
+            action="Declare the requests and limits the quota tracks (kubetrain sets cpu, "
+            "memory and GPUs).",
+        )
+    detail = f"{where}: " + "; ".join(details) if details else f"{where} refuses the Pod"
+    never = [r for r in refusal.resources if r.never]
+    action = None
+    if never:
+        res = never[0]
+        action = (
+            f"Ask for at most {format_quantity(res.limit or Decimal(0))} {res.resource}, "
+            f"or ask the platform to raise {where}; waiting will not help."
+        )
+    return _Finding(
+        R.WAITING_FOR_QUOTA, detail, waitable=refusal.waitable, action=action, numbers=numbers
+    )
+
+
+def _suspended(reader: _Reader) -> list[_Finding]:
+    workloads = reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
+    job_conditions = _conditions(reader.k8s_job)
+    suspended = job_conditions.get("Suspended")
+    since = timestamp(suspended, "lastTransitionTime") if suspended else None
+    for workload in workloads:
+        conditions = _conditions(workload)
+        reserved = conditions.get("QuotaReserved")
+        if reserved is not None and text(reserved, "status") == "False":
+            message = text(reserved, "message") or ""
+            refusal = parse_kueue_message(message)
+            finding = (
+                _refusal_finding(refusal) if refusal else _Finding(R.WAITING_FOR_QUOTA, message)
+            )
+            inadmissible = text(reserved, "reason") == "Inadmissible"
+            if inadmissible:
+                finding.waitable = False
+            finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
+            finding.since = timestamp(reserved, "lastTransitionTime") or since
+            return [finding]
+        evicted = _true(conditions, "Evicted")
+        if evicted is not None:
+            said = text(evicted, "message")
+            return [
+                _Finding(
+                    R.WAITING_FOR_QUOTA,
+                    f"the queue evicted the job: {said or text(evicted, 'reason')}",
+                    raw_reason=text(evicted, "reason"),
+                    raw_message=said,
+                    since=timestamp(evicted, "lastTransitionTime"),
+                )
+            ]
+    if not workloads:
+        reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
+    return [
+        _Finding(
+            R.WAITING_FOR_QUOTA,
+            "the Job is suspended: a queue (Kueue) has not admitted it yet",
+            raw_reason=text(suspended, "reason") if suspended else "Suspended",
+            raw_message=text(suspended, "message") if suspended else None,
+            since=since,
+        )
+    ]
+
+
+_PREEMPTION = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+_NODE_GONE = frozenset({"NodeLost", "Shutdown", "Terminated", "NodeShutdown", "Unknown"})
+# Events that say why a Pod that is gone now ended.
+_GONE_EVENTS = {
+    "Preempted": R.PREEMPTED,  # kube-scheduler, on the victim
+    "TaintManagerEviction": R.NODE_LOST,  # taint-eviction controller (node unreachable)
+    "Evicted": R.EVICTED,  # kubelet, under node pressure
+}
+
+
+def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
+    """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
+    views = [_attempt_view(pod) for pod in reader.pods]
+    known = {v.pod_name for v in views}
+    # Pods already gone (deadline, garbage collection) that the Job controller's
+    # events still name are attempts too; their state is what their events said.
+    gone = [
+        name
+        for name in reader.index.created_pods.get((reader.job.namespace, reader.job.k8s_name), [])
+        if name not in known
+    ]
+    for name in dict.fromkeys(gone):
+        events = reader.events("Pod", name)
+        # Warnings, and what says why it went (the scheduler's Preempted is Normal).
+        telling = [
+            e for e in events if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
+        ]
+        last = telling[-1] if telling else None
+        node = _scheduled_node(events)
+        raw_reason = text(last, "reason") if last else None
+        raw_message = text(last, "message") if last else None
+        explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
+        if not explained and reader.node_gone(node):
+            # Pod garbage collection writes no event: the vanished Node says it.
+            raw_reason, raw_message = _node_not_found(node or "")
+        uid = next(
+            (text(e, "involvedObject", "uid") for e in events if text(e, "involvedObject", "uid")),
+            "",
+        )
+        views.append(
+            AttemptView(
+                number=0,
+                pod_name=name,
+                pod_uid=uid or "",
+                node=node,
+                phase=None,
+                container_state=None,
+                raw_reason=raw_reason,
+                raw_message=raw_message,
+                exit_code=None,
+                termination_message=None,
+                started_at=next(
+                    (_event_time(e) for e in events if text(e, "reason") == "Started"), None
+                ),
+                finished_at=None,
+            )
+        )
+    created = {v.pod_name: _created_at_from_events(reader, v.pod_name) for v in views}
+    pods_created = {
+        meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in reader.pods
+    }
+    epoch = datetime.min.replace(tzinfo=UTC)
+
+    def order(view: AttemptView) -> tuple[datetime, str]:
+        when = pods_created.get(view.pod_name) or created.get(view.pod_name) or epoch
+        return when, view.pod_name
+
+    views.sort(key=order)
+    return tuple(
+        AttemptView(**{**view.__dict__, "number": number}) for number, view in enumerate(views, 1)
+    )
+
+
+def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
+    for event in reader.events("Job", reader.job.k8s_name):
+        if (
+            text(event, "reason") == "SuccessfulCreate"
+            and text(event, "message") == f"Created pod: {pod_name}"
+        ):
+            return _event_first_time(event)
+    return None
+
+
+def _node_not_found(node: str) -> tuple[str, str]:
+    # What the API server answers for the Node now: the raw evidence of a lost node.
+    return "NotFound", f'nodes "{node}" not found'
+
+
+def _scheduled_node(events: Sequence[object]) -> str | None:
+    for event in events:
+        message = text(event, "message") or ""
+        if text(event, "reason") == "Scheduled" and " to " in message:
+            return message.rsplit(" to ", 1)[1].strip() or None
+    return None
+
+
+def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
+    status = _main_status(pod)
+    state, detail = _state(status)
+    raw_reason = text(pod, "status", "reason") or text(detail, "reason")
+    raw_message = text(pod, "status", "message") or text(detail, "message")
+    disruption = _true(_conditions(pod), "DisruptionTarget")
+    # An eviction's own words (reason Evicted) say more than its condition's.
+    if disruption is not None and text(pod, "status", "reason") != "Evicted":
+        raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
+    if state is None:
+        scheduled = _conditions(pod).get("PodScheduled")
+        if scheduled is not None and text(scheduled, "status") == "False":
+            raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
+    return AttemptView(
+        number=0,
+        pod_name=meta_name(pod) or "",
+        pod_uid=text(pod, "metadata", "uid") or "",
+        node=text(pod, "spec", "nodeName"),
+        phase=text(pod, "status", "phase"),
+        container_state=state,
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        exit_code=integer(detail, "exitCode") if state == "terminated" else None,
+        termination_message=text(detail, "message") if state == "terminated" else None,
+        started_at=timestamp(detail, "startedAt"),
+        finished_at=timestamp(detail, "finishedAt"),
+    )
+
+
+def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
+    """Why one Pod ended (or is ending); None when it did not fail."""
+    conditions = _conditions(pod)
+    pod_reason = text(pod, "status", "reason")
+    pod_message = text(pod, "status", "message")
+    disruption = _true(conditions, "DisruptionTarget")
+    if disruption is not None:
+        reason = text(disruption, "reason") or ""
+        message = text(disruption, "message")
+        if reason in _PREEMPTION:
+            return _Finding(
+                R.PREEMPTED,
+                message or "",
+                raw_reason=reason,
+                raw_message=message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
+        if pod_reason == "Evicted":
+            # The Pod's own reason is what `kubectl get pods` shows; the condition
+            # (TerminationByKubelet) says the same with less.
+            return _Finding(
+                R.EVICTED,
+                pod_message or message or "",
+                raw_reason=pod_reason,
+                raw_message=pod_message or message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
+        return _Finding(
+            R.NODE_LOST,
+            message or "",
+            raw_reason=reason,
+            raw_message=message,
+            since=timestamp(disruption, "lastTransitionTime"),
+        )
+    if pod_reason == "Evicted":
+        return _Finding(
+            R.EVICTED, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "UnexpectedAdmissionError":
+        return _Finding(
+            R.GPU_ALLOCATION_FAILED,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    if pod_reason and pod_reason.startswith("OutOf"):
+        resource = pod_reason[len("OutOf") :]
+        code = R.GPU_ALLOCATION_FAILED if is_gpu_resource(resource) else resource_reason(resource)
+        return _Finding(code, pod_message or "", raw_reason=pod_reason, raw_message=pod_message)
+    if pod_reason in _NODE_GONE:
+        return _Finding(
+            R.NODE_LOST, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "NodeAffinity":
+        return _Finding(
+            R.NODE_SELECTOR_MISMATCH,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
+    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    statuses += [
+        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
+    ]
+    for status in statuses:
+        state, detail = _state(status)
+        if state != "terminated":
+            continue
+        code_number = integer(detail, "exitCode")
+        ended = text(detail, "reason")
+        message = text(detail, "message")
+        since = timestamp(detail, "finishedAt")
+        name = text(status, "name") or "?"
+        if ended == "OOMKilled":
+            return _Finding(
+                R.OOM_KILLED,
+                f"container {name} was OOM-killed (exit code {code_number})",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if code_number == PREFLIGHT_EXIT_CODE:
+            return _Finding(
+                R.PREFLIGHT_FAILED,
+                message or f"exit code {PREFLIGHT_EXIT_CODE}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if ended == "ContainerStatusUnknown":
+            return _Finding(
+                R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
+            )
+        if code_number not in (0, None):
+            said = f": {message}" if message else ""
+            return _Finding(
+                R.EXIT_NONZERO,
+                f"container {name} exited with code {code_number}{said}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+    return None
+
+
+def _lost_node(reader: _Reader, pod: Mapping[str, Any], node: str) -> _Finding:
+    number = next((a.number for a in reader.attempts if a.pod_name == meta_name(pod)), None)
+    raw_reason, raw_message = _node_not_found(node)
+    return _Finding(
+        R.NODE_LOST,
+        f"attempt {number}: its node {node} no longer exists; the Pod will be failed and replaced",
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        # A deleted Node leaves no time behind in the snapshot.
+        since=None,
+    )
+
+
+def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
+    if attempt.raw_reason == "NotFound" and reader.node_gone(attempt.node):
+        # No event says why it went, and its node is gone too: Pod garbage
+        # collection removed it with the node (it writes no event).
+        return _Finding(
+            R.NODE_LOST,
+            f"attempt {attempt.number}: its node {attempt.node} no longer exists",
+            raw_reason=attempt.raw_reason,
+            raw_message=attempt.raw_message,
+            current=False,
+        )
+    for event in reversed(reader.events("Pod", attempt.pod_name)):
+        code = _GONE_EVENTS.get(text(event, "reason") or "")
+        if code is not None:
+            message = text(event, "message")
+            return _Finding(
+                code,
+                f"attempt {attempt.number}: {message or text(event, 'reason')}",
+                raw_reason=text(event, "reason"),
+                raw_message=message,
+                since=_event_time(event),
+                current=False,
+            )
+    return None
+
+
+def _reached(reader: _Reader) -> Link:
+    """The furthest link the last attempt got to, from its Pod or its events."""
+    if not reader.attempts:
+        return Link.QUOTA
+    last = reader.attempts[-1]
+    if last.started_at or last.container_state in ("running", "terminated"):
+        return Link.TRAINING
+    if last.node:
+        return Link.RUNTIME
+    return Link.SCHEDULER
+
+
+def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
+    """What the last attempt's events said, when its Pod is gone (the deadline deleted it)."""
+    if not reader.attempts or reader.attempts[-1].phase is not None:
+        return []
+    last = reader.attempts[-1]
+    events = [e for e in reader.events("Pod", last.pod_name) if text(e, "type") == "Warning"]
+    if not events:
+        return []
+    event = events[-1]
+    reason, message = text(event, "reason"), text(event, "message") or ""
+    if reason == "FailedScheduling":
+        verdict = parse_scheduling_message(message)
+        codes = [reason_of(p) for p in verdict.parts]
+        code = min((c for c in codes if c is not None), key=rank, default=None)
+    elif reason in _MOUNT_EVENTS:
+        code = R.VOLUME_MOUNT_FAILED
+    elif reason == "Failed" and "pull" in message.lower():
+        code = R.IMAGE_PULL_FAILED
+    else:
+        code = None
+    if code is None:
+        return []
+    return [
+        _Finding(
+            code,
+            f"attempt {last.number} was held: {message}",
+            raw_reason=reason,
+            raw_message=message,
+            since=_event_first_time(event),
+        )
+    ]
+
+
+CHAIN: tuple[Link, ...] = tuple(Link)
+_FAILED_WITH_EXIT = re.compile(r"failed with exit code (\d{1,3})")
+
+
+@dataclass
+class _Outcome:
+    state: BusinessState
+    findings: list[_Finding]
+    stage: Link
+
+
 def _running(pod: Mapping[str, Any]) -> bool:
     if text(pod, "status", "phase") in ("Succeeded", "Failed"):
         return False
@@ -1256,53 +1183,6 @@ def _active(reader: _Reader) -> _Outcome:
     )
 
 
-# Events that say why a Pod that is gone now ended.
-_GONE_EVENTS = {
-    "Preempted": R.PREEMPTED,  # kube-scheduler, on the victim
-    "TaintManagerEviction": R.NODE_LOST,  # taint-eviction controller (node unreachable)
-    "Evicted": R.EVICTED,  # kubelet, under node pressure
-}
-
-
-def _lost_node(reader: _Reader, pod: Mapping[str, Any], node: str) -> _Finding:
-    number = next((a.number for a in reader.attempts if a.pod_name == meta_name(pod)), None)
-    raw_reason, raw_message = _node_not_found(node)
-    return _Finding(
-        R.NODE_LOST,
-        f"attempt {number}: its node {node} no longer exists; the Pod will be failed and replaced",
-        raw_reason=raw_reason,
-        raw_message=raw_message,
-        # A deleted Node leaves no time behind in the snapshot.
-        since=None,
-    )
-
-
-def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
-    if attempt.raw_reason == "NotFound" and reader.node_gone(attempt.node):
-        # No event says why it went, and its node is gone too: Pod garbage
-        # collection removed it with the node (it writes no event).
-        return _Finding(
-            R.NODE_LOST,
-            f"attempt {attempt.number}: its node {attempt.node} no longer exists",
-            raw_reason=attempt.raw_reason,
-            raw_message=attempt.raw_message,
-            current=False,
-        )
-    for event in reversed(reader.events("Pod", attempt.pod_name)):
-        code = _GONE_EVENTS.get(text(event, "reason") or "")
-        if code is not None:
-            message = text(event, "message")
-            return _Finding(
-                code,
-                f"attempt {attempt.number}: {message or text(event, 'reason')}",
-                raw_reason=text(event, "reason"),
-                raw_message=message,
-                since=_event_time(event),
-                current=False,
-            )
-    return None
-
-
 def _ordered(current: list[_Finding], earlier: list[_Finding]) -> list[_Finding]:
     """The current attempt's primary stays primary unless the previous attempt's end
     ranks before it (precedence): "node lost" explains a new Pod waiting for a node."""
@@ -1317,18 +1197,6 @@ _JOB_REASONS = {
     "FailedIndexes": R.BACKOFF_LIMIT_EXCEEDED,
     "DeadlineExceeded": R.DEADLINE_EXCEEDED,
 }
-
-
-def _reached(reader: _Reader) -> Link:
-    """The furthest link the last attempt got to, from its Pod or its events."""
-    if not reader.attempts:
-        return Link.QUOTA
-    last = reader.attempts[-1]
-    if last.started_at or last.container_state in ("running", "terminated"):
-        return Link.TRAINING
-    if last.node:
-        return Link.RUNTIME
-    return Link.SCHEDULER
 
 
 def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
@@ -1384,39 +1252,6 @@ def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
         ],
         _reached(reader),
     )
-
-
-def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
-    """What the last attempt's events said, when its Pod is gone (the deadline deleted it)."""
-    if not reader.attempts or reader.attempts[-1].phase is not None:
-        return []
-    last = reader.attempts[-1]
-    events = [e for e in reader.events("Pod", last.pod_name) if text(e, "type") == "Warning"]
-    if not events:
-        return []
-    event = events[-1]
-    reason, message = text(event, "reason"), text(event, "message") or ""
-    if reason == "FailedScheduling":
-        verdict = parse_scheduling_message(message)
-        codes = [reason_of(p) for p in verdict.parts]
-        code = min((c for c in codes if c is not None), key=rank, default=None)
-    elif reason in _MOUNT_EVENTS:
-        code = R.VOLUME_MOUNT_FAILED
-    elif reason == "Failed" and "pull" in message.lower():
-        code = R.IMAGE_PULL_FAILED
-    else:
-        code = None
-    if code is None:
-        return []
-    return [
-        _Finding(
-            code,
-            f"attempt {last.number} was held: {message}",
-            raw_reason=reason,
-            raw_message=message,
-            since=_event_first_time(event),
-        )
-    ]
 
 
 def _outcome(reader: _Reader) -> _Outcome:
@@ -1499,7 +1334,8 @@ def _chain(outcome: _Outcome) -> tuple[ChainMark, ...]:
 
 def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     """Why `job` is or is not running, from `snapshot` as of `now` (see the module docstring)."""
-    reader = _Reader(job, snapshot, now)
+    reader = _Reader(job, snapshot)
+    reader.attempts = _attempts(reader)
     outcome = _outcome(reader)
     primary = outcome.findings[0]
     blockers = tuple(f.blocker() for f in outcome.findings)
