@@ -1,4 +1,5 @@
-"""The reason catalog: for every code, its link, what it means, what to do, who acts.
+"""The reason catalog: for every code, its link, what it means, what to do, who acts,
+whether waiting can help by default, and where on the chain it holds the job.
 
 Which reason is primary when several hold (docs/diagnosis.md has the whole
 rule):
@@ -37,14 +38,33 @@ class Actor(StrEnum):
 @dataclass(frozen=True)
 class Reason:
     code: ReasonCode
-    link: Link
+    link: Link  # the link of the chain the reason is about
     explanation: str
     action: str
     actor: Actor
+    # Whether waiting can help, when the numbers do not say otherwise: True where
+    # the job starts once other work finishes or Kubernetes finishes what it is
+    # doing (or the platform repairs a node); False where someone must change the
+    # job or the cluster's configuration first; None: cannot tell, or not waiting.
+    waitable: bool | None
+    # The link where the job stands while this reason holds it: its own link
+    # unless the chain stops earlier or later (a missing device plugin or claim
+    # stops the Pod at the scheduler; a failed mount at the container runtime; a
+    # lost node or an eviction ends an attempt that was training).
+    stage: Link
 
 
-def _r(code: ReasonCode, link: Link, explanation: str, action: str, actor: Actor) -> Reason:
-    return Reason(code, link, explanation, action, actor)
+def _r(
+    code: ReasonCode,
+    link: Link,
+    explanation: str,
+    action: str,
+    actor: Actor,
+    *,
+    waitable: bool | None = None,
+    stage: Link | None = None,
+) -> Reason:
+    return Reason(code, link, explanation, action, actor, waitable, stage or link)
 
 
 U, P, N = Actor.USER, Actor.PLATFORM, Actor.NONE
@@ -60,6 +80,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "Wait: kubetrain retries. If it lasts, the platform must check that the API server "
             "is reachable and that kubetrain may create Jobs in the namespace.",
             P,
+            waitable=True,
         ),
         _r(
             R.WAITING_FOR_QUOTA,
@@ -68,6 +89,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "Wait for other jobs in the project to finish, ask for less, or ask the platform "
             "for more quota.",
             U,
+            waitable=True,
         ),
         _r(
             R.NO_GPU_NODES,
@@ -76,6 +98,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "plugin is missing or not ready on the GPU nodes.",
             "The platform must deploy or repair the GPU device plugin; waiting will not help.",
             P,
+            waitable=False,
+            stage=L.SCHEDULER,
         ),
         _r(
             R.INSUFFICIENT_GPU,
@@ -83,6 +107,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "GPU nodes exist, but none the job may use has enough GPUs free for it.",
             "Wait for GPUs to free up, or ask for fewer GPUs.",
             U,
+            waitable=True,
         ),
         _r(
             R.INSUFFICIENT_CPU,
@@ -90,6 +115,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "No otherwise suitable node has enough free CPU for the job's request.",
             "Wait for CPU to free up, or request less CPU.",
             U,
+            waitable=True,
         ),
         _r(
             R.INSUFFICIENT_MEMORY,
@@ -97,6 +123,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "No otherwise suitable node has enough free memory for the job's request.",
             "Wait for memory to free up, or request less memory.",
             U,
+            waitable=True,
         ),
         _r(
             R.INSUFFICIENT_RESOURCE,
@@ -106,6 +133,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "ports).",
             "Wait, or request less of that resource.",
             U,
+            waitable=True,
         ),
         _r(
             R.PLACEMENT_RULES,
@@ -114,6 +142,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "that have room.",
             "Relax the placement rules, or wait for the pods they depend on to move.",
             U,
+            waitable=None,
         ),
         _r(
             R.GPU_ALLOCATION_FAILED,
@@ -122,6 +151,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "device plugin is unhealthy.",
             "The platform must check the node's GPUs and device plugin; resubmit afterwards.",
             P,
+            waitable=False,
         ),
         _r(
             R.UNTOLERATED_TAINT,
@@ -130,6 +160,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "Add the toleration (kubetrain adds the GPU toleration for GPU jobs), or ask the "
             "platform why the nodes are tainted.",
             U,
+            waitable=False,
         ),
         _r(
             R.NODE_SELECTOR_MISMATCH,
@@ -137,6 +168,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "No node with room matches the job's node selector (for example the GPU type).",
             "Ask for a GPU type the cluster has, or drop the selector.",
             U,
+            waitable=False,
         ),
         _r(
             R.NODE_NOT_READY,
@@ -144,6 +176,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The nodes that could hold the job are not ready or are cordoned.",
             "The platform must bring the nodes back (kubelet, network, drain).",
             P,
+            waitable=True,
+            stage=L.SCHEDULER,
         ),
         _r(
             R.PVC_NOT_FOUND,
@@ -151,6 +185,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "A PersistentVolumeClaim the job mounts does not exist in the namespace.",
             "Create the claim, or fix the dataset/checkpoint/output claim name.",
             U,
+            waitable=False,
+            stage=L.SCHEDULER,
         ),
         _r(
             R.PVC_UNBOUND,
@@ -158,6 +194,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "A PersistentVolumeClaim the job mounts is not bound to a volume yet.",
             "The platform must provision a volume (or a StorageClass) for the claim.",
             P,
+            waitable=True,
+            stage=L.SCHEDULER,
         ),
         _r(
             R.VOLUME_NODE_CONFLICT,
@@ -165,6 +203,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The bound volume lives where the Pod may not go (volume node affinity).",
             "Move the data, or let the job run in the volume's zone.",
             P,
+            waitable=False,
+            stage=L.SCHEDULER,
         ),
         _r(
             R.VOLUME_MOUNT_FAILED,
@@ -173,6 +213,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The platform must check the storage driver; a Multi-Attach error means another "
             "Pod still holds the volume.",
             P,
+            waitable=None,
+            stage=L.RUNTIME,
         ),
         _r(
             R.SCHEDULING_GATED,
@@ -180,6 +222,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The Pod is held by scheduling gates (a queue or admission controller).",
             "Wait for the controller that owns the gate to release it.",
             N,
+            waitable=True,
         ),
         _r(
             R.IMAGE_PULL_FAILED,
@@ -187,6 +230,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The node cannot pull the job's container image.",
             "Check the image name and tag, and the registry credentials.",
             U,
+            waitable=False,
         ),
         _r(
             R.CONTAINER_CONFIG_ERROR,
@@ -194,6 +238,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The container cannot be created: a Secret or ConfigMap it references is missing.",
             "Create the missing Secret/ConfigMap or fix the reference.",
             U,
+            waitable=False,
         ),
         _r(
             R.CONTAINER_CREATING,
@@ -201,6 +246,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The Pod is on its node and its container is being created.",
             "Wait; nothing has failed yet.",
             N,
+            waitable=True,
         ),
         _r(
             R.SCHEDULING,
@@ -208,6 +254,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The Job exists and its Pod is waiting for the scheduler's verdict.",
             "Wait; nothing has failed yet.",
             N,
+            waitable=True,
         ),
         _r(
             R.PREFLIGHT,
@@ -231,6 +278,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The training container keeps crashing and Kubernetes backs off restarting it.",
             "Read the container's logs and termination message.",
             U,
+            waitable=False,
         ),
         _r(
             R.OOM_KILLED,
@@ -252,6 +300,7 @@ CATALOG: dict[ReasonCode, Reason] = {
             "The kubelet evicted the Pod (node pressure or an ephemeral-storage limit).",
             "Lower disk use or raise the cache limit; the platform checks node pressure.",
             U,
+            stage=L.TRAINING,
         ),
         _r(
             R.NODE_LOST,
@@ -260,6 +309,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "without counting it against retries.",
             "Nothing to do: the job continues as a new attempt from its checkpoint.",
             P,
+            waitable=True,
+            stage=L.TRAINING,
         ),
         _r(
             R.PREEMPTED,
@@ -267,6 +318,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             "A higher-priority job preempted this one; Kubernetes replaces the Pod.",
             "Wait, or submit with a higher priority class.",
             N,
+            waitable=True,
+            stage=L.TRAINING,
         ),
         _r(
             R.DEADLINE_EXCEEDED,

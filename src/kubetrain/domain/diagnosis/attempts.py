@@ -1,0 +1,353 @@
+"""The job's attempts: rebuilt from its Pods and events, and why one ended.
+
+An attempt is a Pod of the Job; one already gone (deadline, garbage collection,
+preemption) is rebuilt from the events that still name it. The cause of a
+finished attempt is read from its Pod (DisruptionTarget, eviction, a terminated
+container) or, when the Pod is gone, from its events.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from datetime import UTC, datetime
+from typing import Any
+
+from kubetrain.domain.diagnosis.pending import _MOUNT_EVENTS
+from kubetrain.domain.diagnosis.reading import (
+    _conditions,
+    _event_first_time,
+    _event_time,
+    _Finding,
+    _main_status,
+    _Reader,
+    _state,
+    _true,
+)
+from kubetrain.domain.diagnosis.result import AttemptView
+from kubetrain.domain.fit import resource_reason
+from kubetrain.domain.manifest import CONTAINER_NAME, PREFLIGHT_EXIT_CODE
+from kubetrain.domain.nodes import is_gpu_resource
+from kubetrain.domain.objects import as_list, integer, meta_name, text, timestamp
+from kubetrain.domain.reasons import rank
+from kubetrain.domain.scheduling import parse_scheduling_message, reason_of
+from kubetrain.domain.states import Link, ReasonCode
+
+R = ReasonCode
+
+
+_PREEMPTION = frozenset({"PreemptionByScheduler", "PreemptionByKubeScheduler"})
+_NODE_GONE = frozenset({"NodeLost", "Shutdown", "Terminated", "NodeShutdown", "Unknown"})
+# Events that say why a Pod that is gone now ended.
+_GONE_EVENTS = {
+    "Preempted": R.PREEMPTED,  # kube-scheduler, on the victim
+    "TaintManagerEviction": R.NODE_LOST,  # taint-eviction controller (node unreachable)
+    "Evicted": R.EVICTED,  # kubelet, under node pressure
+}
+
+
+def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
+    """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
+    views = [_attempt_view(pod) for pod in reader.pods]
+    known = {v.pod_name for v in views}
+    # Pods already gone (deadline, garbage collection) that the Job controller's
+    # events still name are attempts too; their state is what their events said.
+    gone = [
+        name
+        for name in reader.index.created_pods.get((reader.job.namespace, reader.job.k8s_name), [])
+        if name not in known
+    ]
+    for name in dict.fromkeys(gone):
+        events = reader.events("Pod", name)
+        # Warnings, and what says why it went (the scheduler's Preempted is Normal).
+        telling = [
+            e for e in events if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
+        ]
+        last = telling[-1] if telling else None
+        node = _scheduled_node(events)
+        raw_reason = text(last, "reason") if last else None
+        raw_message = text(last, "message") if last else None
+        explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
+        if not explained and reader.node_gone(node):
+            # Pod garbage collection writes no event: the vanished Node says it.
+            raw_reason, raw_message = _node_not_found(node or "")
+        uid = next(
+            (text(e, "involvedObject", "uid") for e in events if text(e, "involvedObject", "uid")),
+            "",
+        )
+        views.append(
+            AttemptView(
+                number=0,
+                pod_name=name,
+                pod_uid=uid or "",
+                node=node,
+                phase=None,
+                container_state=None,
+                raw_reason=raw_reason,
+                raw_message=raw_message,
+                exit_code=None,
+                termination_message=None,
+                started_at=next(
+                    (_event_time(e) for e in events if text(e, "reason") == "Started"), None
+                ),
+                finished_at=None,
+            )
+        )
+    created = {v.pod_name: _created_at_from_events(reader, v.pod_name) for v in views}
+    pods_created = {
+        meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in reader.pods
+    }
+    epoch = datetime.min.replace(tzinfo=UTC)
+
+    def order(view: AttemptView) -> tuple[datetime, str]:
+        when = pods_created.get(view.pod_name) or created.get(view.pod_name) or epoch
+        return when, view.pod_name
+
+    views.sort(key=order)
+    return tuple(
+        AttemptView(**{**view.__dict__, "number": number}) for number, view in enumerate(views, 1)
+    )
+
+
+def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
+    for event in reader.events("Job", reader.job.k8s_name):
+        if (
+            text(event, "reason") == "SuccessfulCreate"
+            and text(event, "message") == f"Created pod: {pod_name}"
+        ):
+            return _event_first_time(event)
+    return None
+
+
+def _node_not_found(node: str) -> tuple[str, str]:
+    # What the API server answers for the Node now: the raw evidence of a lost node.
+    return "NotFound", f'nodes "{node}" not found'
+
+
+def _scheduled_node(events: Sequence[object]) -> str | None:
+    for event in events:
+        message = text(event, "message") or ""
+        if text(event, "reason") == "Scheduled" and " to " in message:
+            return message.rsplit(" to ", 1)[1].strip() or None
+    return None
+
+
+def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
+    status = _main_status(pod)
+    state, detail = _state(status)
+    raw_reason = text(pod, "status", "reason") or text(detail, "reason")
+    raw_message = text(pod, "status", "message") or text(detail, "message")
+    disruption = _true(_conditions(pod), "DisruptionTarget")
+    # An eviction's own words (reason Evicted) say more than its condition's.
+    if disruption is not None and text(pod, "status", "reason") != "Evicted":
+        raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
+    if state is None:
+        scheduled = _conditions(pod).get("PodScheduled")
+        if scheduled is not None and text(scheduled, "status") == "False":
+            raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
+    return AttemptView(
+        number=0,
+        pod_name=meta_name(pod) or "",
+        pod_uid=text(pod, "metadata", "uid") or "",
+        node=text(pod, "spec", "nodeName"),
+        phase=text(pod, "status", "phase"),
+        container_state=state,
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        exit_code=integer(detail, "exitCode") if state == "terminated" else None,
+        termination_message=text(detail, "message") if state == "terminated" else None,
+        started_at=timestamp(detail, "startedAt"),
+        finished_at=timestamp(detail, "finishedAt"),
+    )
+
+
+# -- why an attempt ended ------------------------------------------------------------
+
+
+def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
+    """Why one Pod ended (or is ending); None when it did not fail."""
+    conditions = _conditions(pod)
+    pod_reason = text(pod, "status", "reason")
+    pod_message = text(pod, "status", "message")
+    disruption = _true(conditions, "DisruptionTarget")
+    if disruption is not None:
+        reason = text(disruption, "reason") or ""
+        message = text(disruption, "message")
+        if reason in _PREEMPTION:
+            return _Finding(
+                R.PREEMPTED,
+                message or "",
+                raw_reason=reason,
+                raw_message=message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
+        if pod_reason == "Evicted":
+            # The Pod's own reason is what `kubectl get pods` shows; the condition
+            # (TerminationByKubelet) says the same with less.
+            return _Finding(
+                R.EVICTED,
+                pod_message or message or "",
+                raw_reason=pod_reason,
+                raw_message=pod_message or message,
+                since=timestamp(disruption, "lastTransitionTime"),
+            )
+        return _Finding(
+            R.NODE_LOST,
+            message or "",
+            raw_reason=reason,
+            raw_message=message,
+            since=timestamp(disruption, "lastTransitionTime"),
+        )
+    if pod_reason == "Evicted":
+        return _Finding(
+            R.EVICTED, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "UnexpectedAdmissionError":
+        return _Finding(
+            R.GPU_ALLOCATION_FAILED,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    if pod_reason and pod_reason.startswith("OutOf"):
+        resource = pod_reason[len("OutOf") :]
+        code = R.GPU_ALLOCATION_FAILED if is_gpu_resource(resource) else resource_reason(resource)
+        return _Finding(code, pod_message or "", raw_reason=pod_reason, raw_message=pod_message)
+    if pod_reason in _NODE_GONE:
+        return _Finding(
+            R.NODE_LOST, pod_message or "", raw_reason=pod_reason, raw_message=pod_message
+        )
+    if pod_reason == "NodeAffinity":
+        return _Finding(
+            R.NODE_SELECTOR_MISMATCH,
+            pod_message or "",
+            raw_reason=pod_reason,
+            raw_message=pod_message,
+        )
+    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
+    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    statuses += [
+        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
+    ]
+    for status in statuses:
+        state, detail = _state(status)
+        if state != "terminated":
+            continue
+        code_number = integer(detail, "exitCode")
+        ended = text(detail, "reason")
+        message = text(detail, "message")
+        since = timestamp(detail, "finishedAt")
+        name = text(status, "name") or "?"
+        if ended == "OOMKilled":
+            return _Finding(
+                R.OOM_KILLED,
+                f"container {name} was OOM-killed (exit code {code_number})",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if code_number == PREFLIGHT_EXIT_CODE:
+            return _Finding(
+                R.PREFLIGHT_FAILED,
+                message or f"exit code {PREFLIGHT_EXIT_CODE}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+        if ended == "ContainerStatusUnknown":
+            return _Finding(
+                R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
+            )
+        if code_number not in (0, None):
+            said = f": {message}" if message else ""
+            return _Finding(
+                R.EXIT_NONZERO,
+                f"container {name} exited with code {code_number}{said}",
+                raw_reason=ended,
+                raw_message=message,
+                since=since,
+            )
+    return None
+
+
+def _lost_node(reader: _Reader, pod: Mapping[str, Any], node: str) -> _Finding:
+    number = next((a.number for a in reader.attempts if a.pod_name == meta_name(pod)), None)
+    raw_reason, raw_message = _node_not_found(node)
+    return _Finding(
+        R.NODE_LOST,
+        f"attempt {number}: its node {node} no longer exists; the Pod will be failed and replaced",
+        raw_reason=raw_reason,
+        raw_message=raw_message,
+        # A deleted Node leaves no time behind in the snapshot.
+        since=None,
+    )
+
+
+def _gone_cause(reader: _Reader, attempt: AttemptView) -> _Finding | None:
+    if attempt.raw_reason == "NotFound" and reader.node_gone(attempt.node):
+        # No event says why it went, and its node is gone too: Pod garbage
+        # collection removed it with the node (it writes no event).
+        return _Finding(
+            R.NODE_LOST,
+            f"attempt {attempt.number}: its node {attempt.node} no longer exists",
+            raw_reason=attempt.raw_reason,
+            raw_message=attempt.raw_message,
+            current=False,
+        )
+    for event in reversed(reader.events("Pod", attempt.pod_name)):
+        code = _GONE_EVENTS.get(text(event, "reason") or "")
+        if code is not None:
+            message = text(event, "message")
+            return _Finding(
+                code,
+                f"attempt {attempt.number}: {message or text(event, 'reason')}",
+                raw_reason=text(event, "reason"),
+                raw_message=message,
+                since=_event_time(event),
+                current=False,
+            )
+    return None
+
+
+def _reached(reader: _Reader) -> Link:
+    """The furthest link the last attempt got to, from its Pod or its events."""
+    if not reader.attempts:
+        return Link.QUOTA
+    last = reader.attempts[-1]
+    if last.started_at or last.container_state in ("running", "terminated"):
+        return Link.TRAINING
+    if last.node:
+        return Link.RUNTIME
+    return Link.SCHEDULER
+
+
+def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
+    """What the last attempt's events said, when its Pod is gone (the deadline deleted it)."""
+    if not reader.attempts or reader.attempts[-1].phase is not None:
+        return []
+    last = reader.attempts[-1]
+    events = [e for e in reader.events("Pod", last.pod_name) if text(e, "type") == "Warning"]
+    if not events:
+        return []
+    event = events[-1]
+    reason, message = text(event, "reason"), text(event, "message") or ""
+    if reason == "FailedScheduling":
+        verdict = parse_scheduling_message(message)
+        codes = [reason_of(p) for p in verdict.parts]
+        code = min((c for c in codes if c is not None), key=rank, default=None)
+    elif reason in _MOUNT_EVENTS:
+        code = R.VOLUME_MOUNT_FAILED
+    elif reason == "Failed" and "pull" in message.lower():
+        code = R.IMAGE_PULL_FAILED
+    else:
+        code = None
+    if code is None:
+        return []
+    return [
+        _Finding(
+            code,
+            f"attempt {last.number} was held: {message}",
+            raw_reason=reason,
+            raw_message=message,
+            since=_event_first_time(event),
+        )
+    ]

@@ -1,0 +1,170 @@
+"""What one diagnosis reads from the snapshot, and the findings it makes of it.
+
+Shared by every module of the package: the reader (the job's Kubernetes Job, its
+Pods, events by object, the notes it makes), a finding before it becomes a
+Blocker, and small readers of conditions, container states and event times.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from functools import cached_property
+from typing import Any, Literal
+
+from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts
+from kubetrain.domain.fit import FitAnalysis
+from kubetrain.domain.manifest import CONTAINER_NAME
+from kubetrain.domain.nodes import NodeInfo
+from kubetrain.domain.objects import as_list, as_map, meta_name, text, timestamp
+from kubetrain.domain.reasons import CATALOG
+from kubetrain.domain.snapshot import Snapshot, SnapshotIndex
+from kubetrain.domain.states import ReasonCode
+
+# Most notes a diagnosis carries; a dump with thousands of bad nodes says so once.
+_MAX_NOTES = 20
+
+
+@dataclass
+class _Finding:
+    """A reason found while reading, before it becomes a Blocker or the primary."""
+
+    reason: ReasonCode
+    detail: str = ""
+    # "default": the code's usual answer (the catalog's); None: cannot tell.
+    waitable: bool | Literal["default"] | None = "default"
+    raw_reason: str | None = None
+    raw_message: str | None = None
+    since: datetime | None = None
+    nodes: int | None = None
+    action: str | None = None  # said instead of the catalog's when the numbers say more
+    numbers: dict[str, str] = field(default_factory=dict)
+    current: bool = True  # False: about an earlier attempt (not marked on the chain)
+
+    def blocker(self) -> Blocker:
+        waitable = CATALOG[self.reason].waitable if self.waitable == "default" else self.waitable
+        return Blocker(
+            reason=self.reason,
+            link=CATALOG[self.reason].link,
+            nodes=self.nodes,
+            detail=self.detail,
+            waitable=waitable,
+            **self.numbers,
+        )
+
+
+class _Reader:
+    """What one diagnosis reads from the snapshot, with the notes it makes."""
+
+    def __init__(self, job: JobFacts, snapshot: Snapshot) -> None:
+        self.job = job
+        self.index: SnapshotIndex = snapshot.index
+        self.notes: list[str] = list(snapshot.skipped)
+        for problem in self.index.problems[:5]:
+            self.notes.append(f"could not read {problem}")
+        if len(self.index.problems) > 5:
+            self.notes.append(f"… and {len(self.index.problems) - 5} more unreadable fields")
+        key = (job.namespace, job.k8s_name)
+        self.k8s_job = self.index.jobs.get(key)
+        uid = text(self.k8s_job, "metadata", "uid") if self.k8s_job else None
+        pods = self.index.pods_by_job.get(key, [])
+        if uid:
+            # A Job deleted and created again under the same name owns new Pods only.
+            owned = [p for p in pods if _owner_uid(p) in (uid, None)]
+            pods = owned
+        self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
+        # Rebuilt by attempts.py right after, from the Pods and events this reader reads.
+        self.attempts: tuple[AttemptView, ...] = ()
+        self.fit: FitAnalysis | None = None  # set when scheduling is read
+
+    @cached_property
+    def nodes_by_name(self) -> dict[str, NodeInfo]:
+        # Only a waiting container's node is looked up: not built for every job.
+        return {n.name: n for n in self.index.nodes}
+
+    def note(self, message: str) -> None:
+        if message not in self.notes and len(self.notes) < _MAX_NOTES:
+            self.notes.append(message)
+
+    def events(self, kind: str, name: str | None) -> list[dict[str, Any]]:
+        if not name:
+            return []
+        found = self.index.events_by_object.get((kind, self.job.namespace, name), [])
+        return sorted(found, key=_event_time_key)
+
+    def node_gone(self, node: str | None) -> bool:
+        """True when the snapshot lists Nodes and `node` is not among them: deleted
+        (scaled down, the instance gone). A snapshot without Nodes says nothing."""
+        return bool(node) and bool(self.nodes_by_name) and node not in self.nodes_by_name
+
+    def pod_events(self, pod: object, *reasons: str) -> list[dict[str, Any]]:
+        uid = text(pod, "metadata", "uid")
+        return [
+            e
+            for e in self.events("Pod", meta_name(pod))
+            if (not reasons or text(e, "reason") in reasons)
+            and text(e, "involvedObject", "uid") in (None, "", uid)
+        ]
+
+
+def _owner_uid(pod: object) -> str | None:
+    for ref in as_list(pod, "metadata", "ownerReferences"):
+        if text(ref, "kind") == "Job":
+            return text(ref, "uid")
+    return None
+
+
+def _created_key(pod: object) -> tuple[str, str]:
+    return (text(pod, "metadata", "creationTimestamp") or "", meta_name(pod) or "")
+
+
+def _event_time(event: object) -> datetime | None:
+    return (
+        timestamp(event, "lastTimestamp")
+        or timestamp(event, "eventTime")
+        or timestamp(event, "firstTimestamp")
+        or timestamp(event, "metadata", "creationTimestamp")
+    )
+
+
+def _event_first_time(event: object) -> datetime | None:
+    return (
+        timestamp(event, "firstTimestamp")
+        or timestamp(event, "eventTime")
+        or timestamp(event, "metadata", "creationTimestamp")
+    )
+
+
+def _event_time_key(event: object) -> tuple[datetime, str]:
+    return (_event_time(event) or datetime.min.replace(tzinfo=UTC), meta_name(event) or "")
+
+
+def _conditions(obj: object) -> dict[str, Mapping[str, Any]]:
+    found: dict[str, Mapping[str, Any]] = {}
+    for cond in as_list(obj, "status", "conditions"):
+        ctype = text(cond, "type")
+        if ctype and isinstance(cond, Mapping):
+            found[ctype] = cond
+    return found
+
+
+def _true(conditions: Mapping[str, Mapping[str, Any]], ctype: str) -> Mapping[str, Any] | None:
+    cond = conditions.get(ctype)
+    return cond if cond is not None and text(cond, "status") == "True" else None
+
+
+def _main_status(pod: object, key: str = "containerStatuses") -> Mapping[str, Any] | None:
+    statuses = [s for s in as_list(pod, "status", key) if isinstance(s, Mapping)]
+    for status in statuses:
+        if text(status, "name") == CONTAINER_NAME:
+            return status
+    return statuses[0] if statuses else None
+
+
+def _state(status: object) -> tuple[str | None, Mapping[str, Any]]:
+    state = as_map(status, "state")
+    for name in ("terminated", "running", "waiting"):
+        if isinstance(state.get(name), Mapping):
+            return name, state[name]
+    return None, {}
