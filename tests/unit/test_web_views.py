@@ -145,3 +145,13 @@ def test_the_step_chart_prefers_loss_and_scales_into_its_box():
     assert chart.points.split() == ["0.0,0.0", "300.0,80.0", "600.0,160.0"]
     assert views.step_chart([(1, {"loss": 1.0})]) is None  # one point is no line
     assert views.step_chart([(1, {}), (2, {})]) is None
+
+
+def test_checkpoints_and_resumes_are_marked_only_within_the_steps_drawn():
+    steps = [(100, {"loss": 2.0}), (200, {"loss": 1.0}), (300, {"loss": 0.5})]
+    chart = views.step_chart(steps, checkpoints=[50, 200, 200], resumes=[300])
+    assert chart is not None
+    assert [(m.kind, m.step, m.x) for m in chart.marks] == [
+        ("checkpoint", 200, views.CHART_WIDTH / 2),
+        ("resume", 300, float(views.CHART_WIDTH)),
+    ]

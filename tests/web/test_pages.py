@@ -356,6 +356,11 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     assert points is not None
     assert len(points.group(1).split()) == 5  # one point per reported step
     assert "loss by step" in section
+    # the checkpoint at step 14 and the resume from step 10 are marked where they fall
+    marks = re.findall(r'<line class="mark mark-(\w+)" x1="([\d.]+)"', section)
+    assert marks == [("checkpoint", "600.0"), ("resume", "0.0")]
+    table = section[section.index('id="checkpoints"') :]
+    assert re.search(r"<td>14</td><td>2.0 MiB</td><td>0.50 s</td><td>[^<]*" + pod, table)
 
 
 def test_a_job_that_never_reported_has_no_progress_card(client: TestClient, tokens: Tokens) -> None:

@@ -202,3 +202,16 @@ def step_series(session: Session, job_id: str, limit: int = MAX_STEP_REPORTS) ->
         .limit(limit)
     ).all()
     return list(reversed(rows))
+
+
+def checkpoint_reports(
+    session: Session, job_id: str, limit: int = MAX_STEP_REPORTS
+) -> list[Report]:
+    """The newest `limit` checkpoints the job's Pods reported, oldest first."""
+    rows = session.scalars(
+        select(Report)
+        .where(Report.job_id == job_id, Report.kind == "checkpoint")
+        .order_by(Report.id.desc())
+        .limit(limit)
+    ).all()
+    return list(reversed(rows))

@@ -48,12 +48,14 @@ from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import (
     ALL_PROJECTS,
     authenticate_token,
+    checkpoint_reports,
     count_jobs,
     current_attempts,
     find_live_token_by_id,
     get_attempt,
     get_job,
     job_history,
+    list_attempts,
     list_jobs,
     list_projects,
     list_unfinished_jobs,
@@ -390,6 +392,8 @@ def job_page(
         attempt = get_attempt(db, job.id, job.current_attempt) if job.current_attempt else None
         detail = JobDetail.of(job, attempt, progress_view(db, job.id))
         steps = [(r.data["step"], r.data.get("metrics") or {}) for r in step_series(db, job.id)]
+        saved = [(r.pod, r.data, r.reported_at) for r in checkpoint_reports(db, job.id)]
+        attempts = {a.pod_name: a.number for a in list_attempts(db, job.id) if a.pod_name}
         history = [HistoryEntry.of(row) for row in job_history(db, project, job.id)]
         manifest = _manifest(context, db, job)
     diagnosis = detail.diagnosis or {}
@@ -406,7 +410,12 @@ def job_page(
         since=views.age(_since(detail, detail.diagnosis), now),
         timeline=views.timeline(history),
         progress=detail.progress,
-        chart=views.step_chart(steps),
+        chart=views.step_chart(
+            steps,
+            checkpoints=[int(data["step"]) for _, data, _ in saved],
+            resumes=[r.from_step for r in (detail.progress.resumes if detail.progress else ())],
+        ),
+        checkpoints=views.checkpoint_rows(saved, attempts),
         manifest=manifest,
         gpus=_gpus(detail.spec),
         may_cancel=may_cancel,

@@ -332,13 +332,27 @@ class Chart:
     last_step: int
     low: float
     high: float
+    # Checkpoints and resumes within the steps drawn, as x positions in the box.
+    marks: tuple[ChartMark, ...] = ()
+
+
+@dataclass(frozen=True)
+class ChartMark:
+    x: float
+    kind: str  # "checkpoint" or "resume"
+    step: int
 
 
 CHART_WIDTH, CHART_HEIGHT = 600, 160
 
 
-def step_chart(steps: Sequence[tuple[int, Mapping[str, float]]]) -> Chart | None:
-    """The first metric the steps carry (loss, by preference), scaled into the box."""
+def step_chart(
+    steps: Sequence[tuple[int, Mapping[str, float]]],
+    checkpoints: Sequence[int] = (),
+    resumes: Sequence[int] = (),
+) -> Chart | None:
+    """The first metric the steps carry (loss, by preference), scaled into the box,
+    with the checkpoints saved and the steps resumed from marked where they fall."""
     names = [name for _, metrics in steps for name in metrics]
     if not names:
         return None
@@ -354,4 +368,38 @@ def step_chart(steps: Sequence[tuple[int, Mapping[str, float]]]) -> Chart | None
         f"{CHART_HEIGHT - (value - low) / span_y * CHART_HEIGHT:.1f}"
         for step, value in series
     )
-    return Chart(metric, points, first, last, low, high)
+    marks = tuple(
+        ChartMark(round((step - first) / span_x * CHART_WIDTH, 1), kind, step)
+        for kind, at in (("checkpoint", checkpoints), ("resume", resumes))
+        for step in sorted(set(at))
+        if first <= step <= last
+    )
+    return Chart(metric, points, first, last, low, high, marks)
+
+
+@dataclass(frozen=True)
+class CheckpointRow:
+    step: int
+    size: str  # "12.3 MiB"
+    seconds: float  # how long the save took
+    attempt: int | None  # the attempt whose Pod wrote it, where known
+    pod: str
+    at: datetime
+
+
+def checkpoint_rows(
+    reports: Iterable[tuple[str, Mapping[str, Any], datetime]], attempts: Mapping[str, int]
+) -> list[CheckpointRow]:
+    """Checkpoint reports (pod, data, reported at) as the job page's table, newest first."""
+    rows = [
+        CheckpointRow(
+            step=int(data["step"]),
+            size=f"{int(data.get('sizeBytes') or 0) / 1048576:.1f} MiB",
+            seconds=float(data.get("durationSeconds") or 0.0),
+            attempt=attempts.get(pod),
+            pod=pod,
+            at=at,
+        )
+        for pod, data, at in reports
+    ]
+    return rows[::-1]
