@@ -279,6 +279,35 @@ class Token(Base):
         return f"<Token {self.id} {self.name} {self.prefix}… {self.role}@{self.project}>"
 
 
+class Webhook(Base):
+    """A receiver of a project's job events (domain/notifications.py).
+
+    The secret signs each delivery, so it is kept, not hashed; it is shown once,
+    at creation, and never logged. `cursor` is the id of the last history row
+    delivered: the history is the outbox, so delivery resumes from it after any
+    crash, at least once and in order.
+    """
+
+    __tablename__ = "webhooks"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    project: Mapped[str] = mapped_column(String(PROJECT_LENGTH), index=True)
+    url: Mapped[str] = mapped_column(Text)
+    secret: Mapped[str] = mapped_column(String(64))
+    events: Mapped[list[str]] = mapped_column(JSON)  # empty: every type
+    created_at: Mapped[datetime]
+    created_by: Mapped[str] = mapped_column(String(255))
+    cursor: Mapped[int] = mapped_column(BigInteger)
+    delivered: Mapped[int] = mapped_column(BigInteger, default=0)
+    failures: Mapped[int] = mapped_column(Integer, default=0)  # in a row
+    failing_since: Mapped[datetime | None]
+    next_attempt_at: Mapped[datetime | None]
+    last_error: Mapped[str | None] = mapped_column(Text)
+
+    def __repr__(self) -> str:
+        return f"<Webhook {self.id} {self.project} cursor={self.cursor}>"
+
+
 class Dataset(Base):
     """A registered dataset version: where its bytes live (a PVC and a sub-path)."""
 
