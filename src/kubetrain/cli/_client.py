@@ -21,6 +21,7 @@ import httpx2 as httpx
 from pydantic import ValidationError
 
 from kubetrain import __version__
+from kubetrain.errors import KubetrainError
 from kubetrain.settings import ClientSettings
 
 # Job ids are UUIDs; anything else given as NAME|ID is a name.
@@ -28,7 +29,7 @@ _JOB_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{
 PAGE_SIZE = 500  # the API's largest page
 
 
-class CommandError(Exception):
+class CommandError(KubetrainError):
     """What the user reads after `kubetrain: error:`."""
 
     exit_code = 1

@@ -17,7 +17,8 @@ from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import SingleConfig
 
 from kubetrain.cli._client import CommandError
-from kubetrain.cluster.client import ClusterConfigError, load_config
+from kubetrain.cluster.client import load_config
+from kubetrain.cluster.errors import ClusterConfigError
 
 TIMEOUT = 15.0  # seconds per request
 # Pods that hold resources on a node: bound, not finished (what the scheduler counts).

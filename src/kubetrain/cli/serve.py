@@ -14,7 +14,8 @@ import sys
 
 from sqlalchemy import exc as sa_exc
 
-from kubetrain.cluster.client import ClusterConfigError, load_config
+from kubetrain.cluster.client import load_config
+from kubetrain.cluster.errors import ClusterConfigError
 from kubetrain.control.runner import ControlLoops
 from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings

@@ -38,6 +38,7 @@ from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
 from kubetrain.domain.manifest import LABEL_NAME
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
+from kubetrain.errors import KubetrainError
 
 # A dump is at most a namespace's objects plus the nodes; far beyond this is not a dump.
 MAX_DUMP_BYTES = 512 * 1024 * 1024
@@ -53,7 +54,7 @@ _MARKS = {
 }
 
 
-class WhyError(Exception):
+class WhyError(KubetrainError):
     """A dump or a job name that cannot be used; the message says which and why."""
 
 

@@ -11,6 +11,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from kubetrain.errors import KubetrainError
+
 __all__ = ["QuantityError", "format_quantity", "parse_quantity"]
 
 _BINARY = {"Ki": 1, "Mi": 2, "Gi": 3, "Ti": 4, "Pi": 5, "Ei": 6}
@@ -26,7 +28,7 @@ _MAX_EXPONENT = 21
 _MAX_LENGTH = 64
 
 
-class QuantityError(ValueError):
+class QuantityError(KubetrainError, ValueError):
     """A string that is not a Kubernetes quantity; the message says what is allowed."""
 
 

@@ -28,6 +28,7 @@ from typing import Any
 
 from kubetrain.domain.nodes import NodeInfo, Taint, parse_node, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, meta_namespace, text
+from kubetrain.errors import KubetrainError
 
 __all__ = [
     "JOB_NAME_LABELS",
@@ -72,7 +73,7 @@ _GROUPS: dict[str, frozenset[str]] = {
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 
 
-class SnapshotError(ValueError):
+class SnapshotError(KubetrainError, ValueError):
     """The input is not a Kubernetes List or object; the message says what it is."""
 
 

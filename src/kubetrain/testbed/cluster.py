@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubetrain.errors import KubetrainError
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import processes
 from kubetrain.testbed.build import BINARIES, Binaries, installed
@@ -32,7 +33,7 @@ POD_CIDR = "10.0.0.1/16"
 _ALWAYS_ALLOW = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
 
 
-class TestbedError(RuntimeError):
+class TestbedError(KubetrainError, RuntimeError):
     """The testbed could not do what was asked; the message says why."""
 
     __test__ = False  # not a pytest test class
