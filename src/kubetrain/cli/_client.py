@@ -71,12 +71,6 @@ def settings_error(exc: ValidationError, what: str) -> CommandError:
     return CommandError(f"{what} settings are not valid: {problems}")
 
 
-def add_client_options(parser: argparse.ArgumentParser, *, project: bool = True) -> None:
-    parser.add_argument("--url", help="the kubetrain server (default: KUBETRAIN_URL)")
-    if project:
-        parser.add_argument("-p", "--project", help="the project (default: KUBETRAIN_PROJECT)")
-
-
 def client_settings(args: argparse.Namespace) -> ClientSettings:
     try:
         settings: ClientSettings = ClientSettings.load(

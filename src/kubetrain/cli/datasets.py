@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import argparse
 
-from kubetrain.cli._client import ApiClient, CommandError, add_client_options, client_settings
+from kubetrain.cli._args import add_client_options
+from kubetrain.cli._client import ApiClient, CommandError, client_settings
 from kubetrain.cli._output import FORMATS, emit, short_time, table
 from kubetrain.domain.datasets import parse_dataset_version
 from kubetrain.domain.spec import SpecError

@@ -12,10 +12,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from kubetrain.cli._args import add_client_options
 from kubetrain.cli._client import (
     ApiClient,
     CommandError,
-    add_client_options,
     client_settings,
     project_of,
 )

@@ -13,9 +13,10 @@ import json
 from decimal import Decimal
 from io import StringIO
 
+from kubetrain.cli._args import add_kube_options
 from kubetrain.cli._client import CommandError
-from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
 from kubetrain.cli._output import table
+from kubetrain.cluster.direct import BOUND_PODS, Kube, as_list
 from kubetrain.domain.inventory import Amounts, Inventory, NodeRow, inventory
 from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.quantity import format_quantity

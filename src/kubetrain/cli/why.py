@@ -26,14 +26,15 @@ from typing import Any
 
 import yaml
 
+from kubetrain.cli._args import add_client_options, add_kube_options
 from kubetrain.cli._client import (
     ApiClient,
     CommandError,
-    add_client_options,
     client_settings,
     project_of,
 )
-from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
+from kubetrain.cluster.direct import BOUND_PODS, Kube, as_list
+from kubetrain.cluster.errors import ClusterError
 from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
 from kubetrain.domain.manifest import LABEL_NAME
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
@@ -170,7 +171,7 @@ def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     seen = {(i.get("metadata") or {}).get("uid") for i in items if i.get("kind") == "Pod"}
     try:
         bound = kube.list("pods", field_selector=BOUND_PODS)
-    except CommandError as exc:  # no cluster-wide read: the node usage is the namespace's only
+    except ClusterError as exc:  # no cluster-wide read: the node usage is the namespace's only
         print(f"kubetrain: note: node usage counts this namespace only: {exc}", file=sys.stderr)
         bound = kube.list("pods", namespace, field_selector=BOUND_PODS)
     items += [p for p in bound if (p.get("metadata") or {}).get("uid") not in seen]
