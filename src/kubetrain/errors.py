@@ -47,3 +47,5 @@ __all__ = ["KubetrainError"]
 
 class KubetrainError(Exception):
     """The root of every error kubetrain raises on purpose; its message is for a user."""
+
+    exit_code = 1  # what the CLI exits with after printing the message

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import argparse
 
+FORMATS = ("table", "json", "yaml")  # -o of the listing commands
+
 
 def add_client_options(parser: argparse.ArgumentParser, *, project: bool = True) -> None:
     parser.add_argument("--url", help="the kubetrain server (default: KUBETRAIN_URL)")

@@ -21,18 +21,14 @@ import httpx2 as httpx
 from pydantic import ValidationError
 
 from kubetrain import __version__
-from kubetrain.errors import KubetrainError
+from kubetrain.cli._errors import CommandError
 from kubetrain.settings import ClientSettings
 
 # Job ids are UUIDs; anything else given as NAME|ID is a name.
 _JOB_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 PAGE_SIZE = 500  # the API's largest page
 
-
-class CommandError(KubetrainError):
-    """What the user reads after `kubetrain: error:`."""
-
-    exit_code = 1
+__all__ = ["ApiClient", "ApiError", "CommandError", "client_settings", "project_of"]
 
 
 class ApiError(CommandError):

@@ -22,7 +22,7 @@ from kubetrain.runtime import cli as runtime_cli
 
 
 def parser() -> argparse.ArgumentParser:
-    from kubetrain.cli import datasets, jobs, nodes, serve, testbed, tokens, why
+    from kubetrain.cli import commands
 
     root = argparse.ArgumentParser(
         prog="kubetrain",
@@ -32,15 +32,7 @@ def parser() -> argparse.ArgumentParser:
     root.add_argument(
         "--debug", action="store_true", help="on an unexpected error, print its traceback"
     )
-    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    testbed.register(commands)
-    serve.register(commands)
-    jobs.register(commands)
-    why.register(commands)
-    nodes.register(commands)
-    tokens.register(commands)
-    datasets.register(commands)
-    runtime_cli.add_run_arguments(commands.add_parser("run", help=runtime_cli.RUN_HELP))
+    commands.register(root.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     return root
 
 
@@ -52,7 +44,6 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str]) -> int:
-    from kubetrain.cli._client import CommandError
     from kubetrain.errors import KubetrainError
 
     # Known before parsing: a failure while building the parser is reported the same way.
@@ -60,12 +51,9 @@ def _main(argv: Sequence[str]) -> int:
     try:
         args = parser().parse_args(argv)
         return int(args.func(args))
-    except CommandError as exc:
-        _report(exc, debug)
-        return exc.exit_code
     except KubetrainError as exc:
         _report(exc, debug)
-        return 1
+        return exc.exit_code
     except KeyboardInterrupt:
         return 130
     except Exception as exc:

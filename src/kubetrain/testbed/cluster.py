@@ -39,11 +39,6 @@ class TestbedError(KubetrainError, RuntimeError):
     __test__ = False  # not a pytest test class
 
 
-def state_root() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "kubetrain" / "testbed"
-
-
 def stage_files() -> list[Path]:
     folder = resources.files("kubetrain.testbed") / "stages"
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
