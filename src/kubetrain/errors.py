@@ -23,8 +23,9 @@
       x CorruptCheckpoint
       x IncompatibleCheckpoint
     x CacheError
-  + CommandError (cli._client)   - a command cannot do what was asked; the CLI prints it
-    x ApiError                   - the server refused (a problem+json answer)
+  + CommandError (cli._errors)   - a command cannot do what was asked; the CLI prints it
+    x ApiError (cli._client)     - the server refused (a problem+json answer)
+  + WhyError (cli.why)           - a dump or a job name `why` cannot use
   + TestbedError, BuildError, PoolError, PortInUseError (testbed) - the local cluster
 ```
 

@@ -5,6 +5,9 @@
   x ApiError          the server refused (a problem+json answer), status kept
 ```
 
+(CommandError lives in _errors.py, so commands that make no request need not import
+this module; kubetrain/errors.py draws the whole tree.)
+
 No traceback and no token ever reaches the terminal: connection failures name
 the URL tried, refusals print the problem's title, detail and field errors.
 """
