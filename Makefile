@@ -60,6 +60,7 @@ lint: setup
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+	$(BIN)/lint-imports
 
 # Regenerate the lock after changing dependencies in pyproject.toml (needs uv).
 lock:

@@ -20,9 +20,9 @@ from typing import Any
 
 import httpx2 as httpx
 
-from kubetrain.cli.testbed import node_table
 from kubetrain.local_server import CLI, LocalServer
-from kubetrain.testbed.cluster import Testbed, TestbedError, state_root
+from kubetrain.testbed import state_root
+from kubetrain.testbed.cluster import Testbed, TestbedError, node_table
 
 FATE = "testbed.kubetrain.io"
 # (project, name, resources, annotations, the state and reason Kubernetes will lead to)

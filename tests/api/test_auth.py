@@ -13,7 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event
 
 from kubetrain.api import create_app
-from kubetrain.api.auth import PERMISSIONS, Action
+from kubetrain.api.principal import PERMISSIONS, Action
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.settings import ServerSettings
 from kubetrain.store import (

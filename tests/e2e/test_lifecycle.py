@@ -168,7 +168,7 @@ def test_cancel_deletes_the_kubernetes_job(server: Server, project: str, kube: C
     name = job["runtime"]["pod"].rsplit("-", 1)[0]
 
     def gone() -> bool:
-        from kubetrain.cluster.jobs import JobConflictError  # noqa: F401 - same package
+        from kubetrain.cluster.errors import JobConflictError  # noqa: F401 - same package
 
         try:
             kube.get(Job, name, namespace=project)

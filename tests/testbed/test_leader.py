@@ -8,7 +8,7 @@ import time
 import pytest
 
 from kubetrain.cluster.client import load_config, typed_client
-from kubetrain.control.leader import LeaderElector
+from kubetrain.cluster.leader import LeaderElector
 from kubetrain.testbed.cluster import Testbed
 
 pytestmark = pytest.mark.testbed

@@ -8,8 +8,8 @@ from datetime import UTC, datetime
 import httpx2 as httpx
 import pytest
 
-from kubetrain.api.auth import PERMISSIONS, Action, Principal
 from kubetrain.api.body import parse_json
+from kubetrain.api.principal import PERMISSIONS, Action, Principal
 from kubetrain.api.problems import ProblemError, validation_error
 from kubetrain.cli._client import ApiError
 from kubetrain.cli._output import age, table

@@ -9,7 +9,7 @@ import pytest
 from lightkube.config.kubeconfig import SingleConfig
 
 from kubetrain.cluster.cache import ClusterCache
-from kubetrain.control.leader import LeaderElector
+from kubetrain.cluster.leader import LeaderElector
 from kubetrain.control.runner import ControlLoops
 from kubetrain.store import Database
 

@@ -4,7 +4,8 @@
     uvicorn.run(app, host=settings.host, port=settings.port)
 
 Modules: `app` (the factory, error answers, OpenAPI), `jobs` and `datasets`
-(the routes), `auth` (tokens, roles, scopes), `body` (size limit, strict
+(the routes), `principal` (the caller and what each role may), `auth` (tokens and
+scopes: who the caller is, refusals), `body` (size limit, strict
 JSON), `schemas` (response models), `problems` (the error format).
 """
 

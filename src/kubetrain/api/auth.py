@@ -20,9 +20,7 @@ whether the job exists or not.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from datetime import UTC, datetime
-from enum import StrEnum
 from typing import Annotated
 
 from fastapi import Depends, Request
@@ -30,47 +28,16 @@ from fastapi.security import HTTPAuthorizationCredentials, HTTPBearer
 from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError, not_found
 from kubetrain.settings import ServerSettings
 from kubetrain.store import (
     ALL_PROJECTS,
-    Role,
     authenticate_token,
     find_token,
     hash_token,
     use_is_stale,
 )
-
-
-class Action(StrEnum):
-    READ = "read"
-    SUBMIT = "submit"
-    CANCEL = "cancel"
-    ADMIN = "admin"
-
-
-PERMISSIONS: dict[Role, frozenset[Action]] = {
-    Role.VIEWER: frozenset({Action.READ}),
-    Role.SUBMITTER: frozenset({Action.READ, Action.SUBMIT, Action.CANCEL}),
-    Role.ADMIN: frozenset(Action),
-}
-
-
-@dataclass(frozen=True, slots=True)
-class Principal:
-    """The caller, as its token says: never the token itself."""
-
-    token_id: str
-    name: str
-    role: Role
-    project: str  # or ALL_PROJECTS
-
-    def covers(self, project: str) -> bool:
-        return self.project in (ALL_PROJECTS, project)
-
-    def may(self, action: Action) -> bool:
-        return action in PERMISSIONS[self.role]
-
 
 # auto_error=False: a missing or malformed header is our 401 problem, not FastAPI's 403.
 _bearer = HTTPBearer(auto_error=False, description="An API token: `kubetrain token create`.")

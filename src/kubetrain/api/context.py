@@ -6,16 +6,14 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import Request
 
+from kubetrain.api.principal import Principal
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
-
-if TYPE_CHECKING:
-    from kubetrain.api.auth import Principal
 
 log = logging.getLogger("kubetrain.api")
 

@@ -10,9 +10,10 @@ from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Query, Response
 
-from kubetrain.api.auth import Action, Caller, Principal, require_global_admin, role_may
+from kubetrain.api.auth import Caller, require_global_admin, role_may
 from kubetrain.api.body import json_body
 from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import (
     DATASET_CONFLICT,
     ProblemError,

@@ -22,15 +22,14 @@ from fastapi import APIRouter, Depends, Header, Path, Query, Response
 from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.auth import (
-    Action,
     Caller,
-    Principal,
     job_not_found,
     require_job_access,
     require_project,
 )
 from kubetrain.api.body import json_body
 from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import (
     IDEMPOTENCY_CONFLICT,
     INVALID_CURSOR,

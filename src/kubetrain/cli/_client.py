@@ -5,6 +5,9 @@
   x ApiError          the server refused (a problem+json answer), status kept
 ```
 
+(CommandError lives in _errors.py, so commands that make no request need not import
+this module; kubetrain/errors.py draws the whole tree.)
+
 No traceback and no token ever reaches the terminal: connection failures name
 the URL tried, refusals print the problem's title, detail and field errors.
 """
@@ -21,17 +24,14 @@ import httpx2 as httpx
 from pydantic import ValidationError
 
 from kubetrain import __version__
+from kubetrain.cli._errors import CommandError
 from kubetrain.settings import ClientSettings
 
 # Job ids are UUIDs; anything else given as NAME|ID is a name.
 _JOB_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 PAGE_SIZE = 500  # the API's largest page
 
-
-class CommandError(Exception):
-    """What the user reads after `kubetrain: error:`."""
-
-    exit_code = 1
+__all__ = ["ApiClient", "ApiError", "CommandError", "client_settings", "project_of"]
 
 
 class ApiError(CommandError):
@@ -68,12 +68,6 @@ def settings_error(exc: ValidationError, what: str) -> CommandError:
         for error in exc.errors(include_url=False, include_input=False)
     )
     return CommandError(f"{what} settings are not valid: {problems}")
-
-
-def add_client_options(parser: argparse.ArgumentParser, *, project: bool = True) -> None:
-    parser.add_argument("--url", help="the kubetrain server (default: KUBETRAIN_URL)")
-    if project:
-        parser.add_argument("-p", "--project", help="the project (default: KUBETRAIN_PROJECT)")
 
 
 def client_settings(args: argparse.Namespace) -> ClientSettings:

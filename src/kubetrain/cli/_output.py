@@ -10,7 +10,6 @@ from typing import Any, TextIO
 
 import yaml
 
-FORMATS = ("table", "json", "yaml")
 CELL_LIMIT = 80  # a raw Kubernetes message can be kilobytes; tables show its start
 
 

@@ -9,33 +9,12 @@ from __future__ import annotations
 
 import argparse
 
-from kubetrain.cli._client import ApiClient, CommandError, add_client_options, client_settings
-from kubetrain.cli._output import FORMATS, emit, short_time, table
+from kubetrain.cli._client import ApiClient, CommandError, client_settings
+from kubetrain.cli._output import emit, short_time, table
 from kubetrain.domain.datasets import parse_dataset_version
 from kubetrain.domain.spec import SpecError
-from kubetrain.runtime import cli as runtime_cli
 
 DATASETS = "/api/v1/datasets"
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("dataset", help="the dataset registry (versions are immutable)")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-    add = verbs.add_parser("register", help="register where a dataset version lives")
-    add.add_argument("name")
-    add.add_argument("version")
-    add.add_argument("--claim", required=True, help="the PersistentVolumeClaim holding it")
-    add.add_argument("--sub-path", help="its directory inside the claim")
-    add.add_argument("--checksums", help="path of its checksum manifest, relative to --sub-path")
-    add.add_argument("--checksums-sha256", help="sha256 of that manifest, to pin it")
-    add_client_options(add, project=False)
-    add.set_defaults(func=_register)
-    listing = verbs.add_parser("list", help="registered dataset versions")
-    listing.add_argument("name", nargs="?", help="only the versions of this dataset")
-    listing.add_argument("-o", "--output", choices=FORMATS, default="table")
-    add_client_options(listing, project=False)
-    listing.set_defaults(func=_list)
-    runtime_cli.add_stamp_arguments(verbs.add_parser("stamp", help=runtime_cli.STAMP_HELP))
 
 
 def _register(args: argparse.Namespace) -> int:

@@ -15,74 +15,10 @@ from typing import Any
 from kubetrain.cli._client import (
     ApiClient,
     CommandError,
-    add_client_options,
     client_settings,
     project_of,
 )
-from kubetrain.cli._output import FORMATS, age, emit, short_time, table
-from kubetrain.domain.spec import SpecError, parse_training_job_yaml
-from kubetrain.domain.states import BusinessState, ReasonCode
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    submit = subparsers.add_parser("submit", help="submit a TrainingJob from a YAML file")
-    submit.add_argument("-f", "--filename", required=True, help="the TrainingJob YAML; - for stdin")
-    submit.add_argument(
-        "--idempotency-key",
-        help="retrying with the same key never makes a second job",
-    )
-    submit.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
-    add_client_options(submit)
-    submit.set_defaults(func=_submit)
-
-    get = subparsers.add_parser("get", help="show jobs")
-    kinds = get.add_subparsers(dest="kind", required=True, metavar="KIND")
-    many = kinds.add_parser("jobs", help="a project's jobs, newest first")
-    many.add_argument(
-        "--state",
-        action="append",
-        type=_choice(BusinessState),
-        help="only this business state (repeatable)",
-    )
-    many.add_argument(
-        "--reason", action="append", type=_choice(ReasonCode), help="only this reason (repeatable)"
-    )
-    many.add_argument("--name", help="only jobs of this name")
-    many.add_argument("--limit", type=int, help="at most this many (default: all)")
-    many.add_argument("-o", "--output", choices=(*FORMATS, "wide"), default="table")
-    add_client_options(many)
-    many.set_defaults(func=_get_jobs)
-    one = kinds.add_parser("job", help="one job: its state, reason and runtime state")
-    one.add_argument("job", metavar="NAME|ID")
-    one.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
-    add_client_options(one)
-    one.set_defaults(func=_get_job)
-
-    history = subparsers.add_parser("history", help="every change of a job's state, in order")
-    history.add_argument("job", metavar="NAME|ID")
-    history.add_argument("-o", "--output", choices=FORMATS, default="table")
-    add_client_options(history)
-    history.set_defaults(func=_history)
-
-    cancel = subparsers.add_parser("cancel", help="cancel a job (deletes its Kubernetes Job)")
-    cancel.add_argument("job", metavar="NAME|ID")
-    add_client_options(cancel)
-    cancel.set_defaults(func=_cancel)
-
-
-def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:
-    def parse(text: str) -> str:
-        value = text.upper()
-        if value not in enum.__members__:
-            allowed = ", ".join(enum.__members__)
-            raise argparse.ArgumentTypeError(f"{text!r} is not one of {allowed}")
-        return value
-
-    parse.__name__ = enum.__name__  # argparse names the type in its messages
-    return parse
-
-
-# -- submit --------------------------------------------------------------------
+from kubetrain.cli._output import age, emit, short_time, table
 
 
 def _read(filename: str) -> str:
@@ -95,6 +31,9 @@ def _read(filename: str) -> str:
 
 
 def _submit(args: argparse.Namespace) -> int:
+    # Here: the TrainingJob models (pydantic) are for submit alone, not the reads.
+    from kubetrain.domain.spec import SpecError, parse_training_job_yaml
+
     settings = client_settings(args)
     text = _read(args.filename)
     try:

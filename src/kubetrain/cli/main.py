@@ -4,12 +4,17 @@
 have only the standard library: they go to kubetrain.runtime before anything
 of the server side is imported, so the imports of the other commands are here,
 in the functions, not at the top.
+
+Whatever a command raises ends here as one line on stderr and a non-zero exit:
+kubetrain's own errors (kubetrain.errors) as `kubetrain: error: ...`, anything
+else as an internal error (70). `--debug` adds the traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import sys
+import traceback
 from collections.abc import Sequence
 
 from kubetrain import __version__
@@ -17,22 +22,17 @@ from kubetrain.runtime import cli as runtime_cli
 
 
 def parser() -> argparse.ArgumentParser:
-    from kubetrain.cli import datasets, jobs, nodes, serve, testbed, tokens, why
+    from kubetrain.cli import commands
 
     root = argparse.ArgumentParser(
         prog="kubetrain",
         description="Training jobs on Kubernetes, and why they are not running.",
     )
     root.add_argument("--version", action="version", version=f"kubetrain {__version__}")
-    commands = root.add_subparsers(dest="command", required=True, metavar="COMMAND")
-    testbed.register(commands)
-    serve.register(commands)
-    jobs.register(commands)
-    why.register(commands)
-    nodes.register(commands)
-    tokens.register(commands)
-    datasets.register(commands)
-    runtime_cli.add_run_arguments(commands.add_parser("run", help=runtime_cli.RUN_HELP))
+    root.add_argument(
+        "--debug", action="store_true", help="on an unexpected error, print its traceback"
+    )
+    commands.register(root.add_subparsers(dest="command", required=True, metavar="COMMAND"))
     return root
 
 
@@ -44,24 +44,42 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main(argv: Sequence[str]) -> int:
-    from kubetrain.cli._client import CommandError
-    from kubetrain.domain.quantity import QuantityError
-    from kubetrain.testbed.build import BuildError
-    from kubetrain.testbed.cluster import TestbedError
-    from kubetrain.testbed.pools import PoolError
-    from kubetrain.testbed.processes import PortInUseError
+    from kubetrain.errors import KubetrainError
 
-    args = parser().parse_args(argv)
+    # Known before parsing: a failure while building the parser is reported the same way.
+    debug = "--debug" in argv[: argv.index("--")] if "--" in argv else "--debug" in argv
     try:
+        args = parser().parse_args(argv)
         return int(args.func(args))
-    except (BuildError, TestbedError, PoolError, PortInUseError, QuantityError) as exc:
-        print(f"kubetrain: error: {exc}", file=sys.stderr)
-        return 1
-    except CommandError as exc:
-        print(f"kubetrain: error: {exc}", file=sys.stderr)
+    except KubetrainError as exc:
+        _report(exc, debug)
         return exc.exit_code
     except KeyboardInterrupt:
         return 130
+    except Exception as exc:
+        # A bug, or a failure nothing anticipated: one line, never a traceback
+        # unless asked for.
+        if debug:
+            traceback.print_exc()
+        print(
+            f"kubetrain: internal error: {type(exc).__name__}: {_first_line(exc)}"
+            + ("" if debug else " (run `kubetrain --debug ...` for the traceback)"),
+            file=sys.stderr,
+        )
+        return EXIT_INTERNAL
+
+
+EXIT_INTERNAL = 70  # EX_SOFTWARE, as `why` answers a diagnosis that failed
+
+
+def _report(exc: BaseException, debug: bool) -> None:
+    if debug:
+        traceback.print_exc()
+    print(f"kubetrain: error: {exc}", file=sys.stderr)
+
+
+def _first_line(exc: BaseException) -> str:
+    return (str(exc).splitlines() or [""])[0][:300]
 
 
 if __name__ == "__main__":

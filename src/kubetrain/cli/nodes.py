@@ -14,27 +14,12 @@ from decimal import Decimal
 from io import StringIO
 
 from kubetrain.cli._client import CommandError
-from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
 from kubetrain.cli._output import table
+from kubetrain.cluster.direct import BOUND_PODS, Kube, as_list
 from kubetrain.domain.inventory import Amounts, Inventory, NodeRow, inventory
 from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "nodes",
-        help="show the nodes' GPUs, cpu, memory and health, and where waiting jobs could go",
-        description="Read the cluster directly (read-only): per node the accelerator, GPUs, "
-        "cpu and memory (allocatable / requested / free), taints, health and cordon; and "
-        "for each kubetrain job waiting to be placed, where it could fit.",
-    )
-    add_kube_options(parser)
-    parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
-    )
-    parser.set_defaults(func=_nodes)
 
 
 def _nodes(args: argparse.Namespace) -> int:

@@ -14,46 +14,14 @@ import sys
 
 from sqlalchemy import exc as sa_exc
 
-from kubetrain.cluster.client import ClusterConfigError, load_config
+from kubetrain.cluster.client import load_config
+from kubetrain.cluster.errors import ClusterConfigError
 from kubetrain.control.runner import ControlLoops
 from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
 log = logging.getLogger("kubetrain.serve")
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("serve", help="run the API, dispatcher and syncer")
-    parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
-    parser.add_argument("--port", type=int, help="port to listen on (default 8080)")
-    parser.add_argument("--database-url", help="default: $KUBETRAIN_DATABASE_URL or SQLite")
-    parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
-    role = parser.add_mutually_exclusive_group()
-    role.add_argument(
-        "--no-control",
-        action="store_true",
-        help="serve the API only (other replicas run the control loops)",
-    )
-    role.add_argument(
-        "--no-api",
-        action="store_true",
-        help="run the control loops only (serving just /healthz, /livez, /readyz, /metrics)",
-    )
-    parser.add_argument(
-        "--no-leader-elect",
-        action="store_true",
-        help="act without holding the Lease (one replica only!)",
-    )
-    parser.add_argument(
-        "--lease-namespace",
-        default="default",
-        help="namespace of the coordination Lease (default: default)",
-    )
-    parser.add_argument(
-        "--resync", type=float, default=30.0, help="seconds between full resyncs of unfinished jobs"
-    )
-    parser.set_defaults(func=_serve)
 
 
 def _serve(args: argparse.Namespace) -> int:

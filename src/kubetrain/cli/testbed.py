@@ -6,50 +6,10 @@ import argparse
 import json
 import os
 import shlex
-from pathlib import Path
 
 from kubetrain.testbed import build as build_mod
-from kubetrain.testbed.cluster import Testbed, TestbedError, state_root
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "testbed", help="a real local Kubernetes control plane with fake GPU nodes"
-    )
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        verb = verbs.add_parser(name, help=help_text)
-        if name != "build":
-            verb.add_argument(
-                "--name",
-                default="default",
-                help="testbed name, for several side by side (default: default)",
-            )
-            verb.add_argument(
-                "--state-dir", type=Path, help=f"state directory (default: {state_root()}/NAME)"
-            )
-        return verb
-
-    b = add("build", "build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
-    b.add_argument("--force", action="store_true", help="rebuild even when cached")
-    b.add_argument("--print-dir", action="store_true", help="print the binaries' directory")
-    b.set_defaults(func=_build)
-    u = add("up", "start a testbed and wait until its nodes are Ready")
-    u.add_argument(
-        "--pool",
-        default="default",
-        help="node pool: default, no-gpu, large, or a pool file (.yaml)",
-    )
-    u.add_argument("--apiserver-port", type=int, help="fixed kube-apiserver port (default: free)")
-    u.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for Ready")
-    u.set_defaults(func=_up)
-    d = add("down", "stop the testbed's processes and remove its state")
-    d.add_argument("--keep", action="store_true", help="keep the state directory")
-    d.set_defaults(func=_down)
-    add("status", "say what runs").set_defaults(func=_status)
-    add("env", "print `export KUBECONFIG=...` for the testbed").set_defaults(func=_env)
-    add("nodes", "list the testbed's nodes with their GPUs").set_defaults(func=_nodes)
+from kubetrain.testbed import state_root
+from kubetrain.testbed.cluster import Testbed, TestbedError, node_table
 
 
 def _testbed(args: argparse.Namespace) -> Testbed:
@@ -123,38 +83,3 @@ def _env(args: argparse.Namespace) -> int:
 def _nodes(args: argparse.Namespace) -> int:
     print(node_table(_testbed(args)))
     return 0
-
-
-def node_table(testbed: Testbed) -> str:
-    """The nodes as the scheduler sees them: GPUs, cpu, memory, taints, readiness."""
-    from lightkube import Client
-    from lightkube.config.kubeconfig import KubeConfig
-    from lightkube.resources.core_v1 import Node
-
-    client = Client(config=KubeConfig.from_file(testbed.kubeconfig))
-    rows = [("NODE", "ACCELERATOR", "GPUS", "CPU", "MEMORY", "READY", "TAINTS")]
-    for node in client.list(Node):
-        labels = node.metadata.labels or {} if node.metadata else {}
-        status = node.status
-        alloc = (status.allocatable if status else None) or {}
-        ready = any(
-            c.type == "Ready" and c.status == "True" for c in (status and status.conditions) or []
-        )
-        taints = ",".join(
-            f"{t.key}={t.value or ''}:{t.effect}" for t in (node.spec and node.spec.taints) or []
-        )
-        rows.append(
-            (
-                node.metadata.name if node.metadata and node.metadata.name else "?",
-                labels.get("accelerator", "-"),
-                alloc.get("nvidia.com/gpu", "0"),
-                alloc.get("cpu", "?"),
-                alloc.get("memory", "?"),
-                "Ready" if ready else "NotReady",
-                taints or "-",
-            )
-        )
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
-    return "\n".join(
-        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
-    )

@@ -25,34 +25,6 @@ from kubetrain.domain import names
 if TYPE_CHECKING:
     from kubetrain.store import Database, Token
 
-ROLES = ("viewer", "submitter", "admin")
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser("token", help="API tokens (written to the database directly)")
-    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
-
-    def add(name: str, help_text: str) -> argparse.ArgumentParser:
-        verb = verbs.add_parser(name, help=help_text)
-        verb.add_argument(
-            "--database-url", help="the server's database (default: KUBETRAIN_DATABASE_URL)"
-        )
-        return verb
-
-    create = add("create", "make a token and print it (only it) on stdout")
-    create.add_argument("--project", required=True, help="a project, or '*' for every project")
-    create.add_argument("--role", required=True, choices=ROLES)
-    create.add_argument("--name", help="who or what holds it (default: ROLE-PROJECT)")
-    create.set_defaults(func=_create)
-    listing = add("list", "list tokens (never their secret)")
-    listing.add_argument("--project", help="only tokens scoped to this project or to '*'")
-    listing.add_argument("--all", action="store_true", help="include revoked tokens")
-    listing.add_argument("-o", "--output", choices=("table", "json", "yaml"), default="table")
-    listing.set_defaults(func=_list)
-    revoke = add("revoke", "revoke a token by its id")
-    revoke.add_argument("token_id", metavar="ID")
-    revoke.set_defaults(func=_revoke)
-
 
 @contextmanager
 def _database(args: argparse.Namespace) -> Iterator[Database]:

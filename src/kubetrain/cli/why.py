@@ -22,22 +22,17 @@ import textwrap
 from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import yaml
-
-from kubetrain.cli._client import (
-    ApiClient,
-    CommandError,
-    add_client_options,
-    client_settings,
-    project_of,
-)
-from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
+from kubetrain.cli._errors import CommandError
 from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
 from kubetrain.domain.manifest import LABEL_NAME
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
+from kubetrain.errors import KubetrainError
+
+if TYPE_CHECKING:
+    from kubetrain.cluster.direct import Kube
 
 # A dump is at most a namespace's objects plus the nodes; far beyond this is not a dump.
 MAX_DUMP_BYTES = 512 * 1024 * 1024
@@ -53,46 +48,8 @@ _MARKS = {
 }
 
 
-class WhyError(Exception):
+class WhyError(KubetrainError):
     """A dump or a job name that cannot be used; the message says which and why."""
-
-
-def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    parser = subparsers.add_parser(
-        "why",
-        help="say why a training job is or is not running",
-        description="Say which link of the chain holds a job, why, since when and what to do. "
-        "Three ways: `why NAME|ID [-p PROJECT]` asks the kubetrain server; "
-        "`why NAME --kubeconfig PATH -n NAMESPACE` reads the cluster directly (NAME is the "
-        "Kubernetes Job, kt-<id>); `why --from-file DUMP` reads a kubectl dump.",
-    )
-    parser.add_argument(
-        "ref",
-        nargs="?",
-        metavar="NAME|ID",
-        help="the job: its name or id (server), or the Kubernetes Job's name (direct, dump)",
-    )
-    parser.add_argument(
-        "--from-file",
-        dest="files",
-        metavar="DUMP",
-        nargs="+",
-        help="kubectl get job,pods,events,nodes,pvc,resourcequota -o json|yaml output "
-        "(several are merged; - is standard input)",
-    )
-    parser.add_argument("--job", help="the Kubernetes Job in the dump (needed when it has several)")
-    parser.add_argument(
-        "-n",
-        "--namespace",
-        help="the Job's namespace: direct mode (default: the kubeconfig's), or in a dump "
-        "when names repeat",
-    )
-    add_kube_options(parser)
-    parser.add_argument(
-        "-o", "--output", choices=("text", "json"), default="text", help="output format"
-    )
-    add_client_options(parser)
-    parser.set_defaults(func=_why)
 
 
 def _why(args: argparse.Namespace) -> int:
@@ -153,6 +110,9 @@ def _from_file(
 def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     """The `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o json` view of
     one Kubernetes Job, plus every Pod bound to a node (node usage counts them all)."""
+    from kubetrain.cluster.direct import BOUND_PODS, as_list
+    from kubetrain.cluster.errors import ClusterError
+
     job = kube.job(namespace, name)
     if job is None:
         raise CommandError(
@@ -169,7 +129,7 @@ def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     seen = {(i.get("metadata") or {}).get("uid") for i in items if i.get("kind") == "Pod"}
     try:
         bound = kube.list("pods", field_selector=BOUND_PODS)
-    except CommandError as exc:  # no cluster-wide read: the node usage is the namespace's only
+    except ClusterError as exc:  # no cluster-wide read: the node usage is the namespace's only
         print(f"kubetrain: note: node usage counts this namespace only: {exc}", file=sys.stderr)
         bound = kube.list("pods", namespace, field_selector=BOUND_PODS)
     items += [p for p in bound if (p.get("metadata") or {}).get("uid") not in seen]
@@ -177,6 +137,8 @@ def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
 
 
 def _direct(name: str, kubeconfig: str | None, namespace: str | None, output: str) -> int:
+    from kubetrain.cluster.direct import Kube
+
     with Kube(kubeconfig) as kube:
         namespace = namespace or kube.namespace
         listing = read_job_listing(kube, name, namespace)
@@ -191,6 +153,8 @@ def _direct(name: str, kubeconfig: str | None, namespace: str | None, output: st
 
 
 def _through_server(args: argparse.Namespace) -> int:
+    from kubetrain.cli._client import ApiClient, client_settings, project_of
+
     settings = client_settings(args)
     project = project_of(settings)
     with ApiClient(settings) as client:
@@ -247,6 +211,8 @@ def _parse(path: str, content: str) -> list[object]:
             raise WhyError(f"{path}: nested too deeply to be a Kubernetes dump") from None
     else:
         json_error = None
+    import yaml  # here: a JSON dump, the common case, needs no YAML parser
+
     try:
         return [doc for doc in yaml.safe_load_all(content) if doc is not None]
     except yaml.YAMLError as exc:

@@ -11,11 +11,15 @@ from lightkube.config.client_adapter import AsyncClient as adapter_async_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
+from kubetrain.cluster.errors import ClusterConfigError
+
 FIELD_MANAGER = "kubetrain"
 
-
-class ClusterConfigError(RuntimeError):
-    """No usable cluster configuration; the message says where we looked."""
+# The client objects the rooms above hold and pass back in, named here so that they
+# never import the client library themselves.
+ClusterConfig = SingleConfig
+TypedClient = AsyncClient  # lightkube's typed client: get, create, replace, patch, delete
+HttpClient = httpx.AsyncClient  # raw list+watch of JSON (the reflectors)
 
 
 def load_config(kubeconfig: str | os.PathLike[str] | None = None) -> SingleConfig:

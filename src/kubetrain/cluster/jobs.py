@@ -1,8 +1,14 @@
-"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets) idempotently."""
+"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets) idempotently.
+
+Every function raises ClusterError (cluster/errors.py) for what Kubernetes or the
+connection refused, never the client library's errors.
+"""
 
 from __future__ import annotations
 
-from typing import Any, cast
+import functools
+from collections.abc import Awaitable, Callable
+from typing import Any, ParamSpec, TypeVar, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
@@ -10,13 +16,25 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Secret
 from lightkube.types import CascadeType, PatchType
 
+from kubetrain.cluster.errors import JobConflictError, kube_errors
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 
+_R = TypeVar("_R")
+_P = ParamSpec("_P")
 
-class JobConflictError(RuntimeError):
-    """A Job of that name exists but is not ours: we must not adopt or replace it."""
+
+def _wrapped(call: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
+    """The call's client-library errors as ClusterError (kube_errors)."""
+
+    @functools.wraps(call)
+    async def wrapped(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        with kube_errors():
+            return await call(*args, **kwargs)
+
+    return wrapped
 
 
+@_wrapped
 async def ensure_namespace(client: AsyncClient, name: str) -> None:
     try:
         await client.get(Namespace, name)
@@ -31,6 +49,7 @@ async def ensure_namespace(client: AsyncClient, name: str) -> None:
                 raise
 
 
+@_wrapped
 async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> str | None:
     """Create the Job, or find it already there as ours; returns its uid.
 
@@ -59,6 +78,7 @@ def _uid(job: Job) -> str | None:
     return job.metadata.uid if job.metadata else None
 
 
+@_wrapped
 async def put_status_secret(client: AsyncClient, manifest: dict[str, Any]) -> None:
     """Create the job's status-token Secret, or replace the token of the one there (ours,
     from an attempt whose token was lost with the process that made it)."""
@@ -86,6 +106,7 @@ async def put_status_secret(client: AsyncClient, manifest: dict[str, Any]) -> No
     )
 
 
+@_wrapped
 async def own_secret(
     client: AsyncClient, namespace: str, secret: str, job: str, job_uid: str
 ) -> None:
@@ -107,6 +128,7 @@ async def own_secret(
     )
 
 
+@_wrapped
 async def delete_job(client: AsyncClient, namespace: str, name: str) -> bool:
     """Delete the Job and its Pods (background propagation); False if already gone."""
     try:

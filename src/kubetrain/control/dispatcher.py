@@ -27,13 +27,12 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-import httpx2 as httpx
-from lightkube import ApiError, AsyncClient
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
+from kubetrain.cluster.client import TypedClient
+from kubetrain.cluster.errors import ClusterError
 from kubetrain.cluster.jobs import (
-    JobConflictError,
     create_job,
     delete_job,
     ensure_namespace,
@@ -98,7 +97,7 @@ class Dispatcher:
     def __init__(
         self,
         db: Database,
-        client: AsyncClient,
+        client: TypedClient,
         *,
         render_options: RenderOptions | None = None,
         manage_namespaces: bool = True,
@@ -211,7 +210,7 @@ class Dispatcher:
         """Delete a cancelled record's Job with its Pods; gone already is fine."""
         try:
             await delete_job(self.client, namespace, name)
-        except (ApiError, httpx.HTTPError, OSError) as exc:
+        except ClusterError as exc:
             log.warning(
                 "deleting the Job failed (retried later): %s", exc, extra={"job_id": job_id}
             )
@@ -236,10 +235,13 @@ class Dispatcher:
                     manifest["metadata"]["name"],
                     uid,
                 )
-        except (ApiError, httpx.HTTPError, OSError, JobConflictError) as exc:
+        except ClusterError as exc:
             self.failures += 1
-            self._unreachable += _unreachable(exc)
-            raw_reason, raw_message = _describe(exc)
+            # The API server did not answer, or answered that it cannot now: an outage,
+            # unlike a refusal of this one Job (a quota, a conflict) that retrying
+            # sooner would not help.
+            self._unreachable += exc.unreachable
+            raw_reason, raw_message = exc.reason, exc.message
             DISPATCHER_FAILURES.labels(raw_reason).inc()
             log.warning(
                 "creating the Job failed: %s: %s",
@@ -322,19 +324,3 @@ class Dispatcher:
                 },
                 deleted=[o.job_id for o in outcomes if isinstance(o, _Deleted)],
             )
-
-
-def _unreachable(exc: BaseException) -> bool:
-    """The API server did not answer, or answered that it cannot now: an outage, unlike a
-    refusal of this one Job (a quota, a conflict) that retrying sooner would not help."""
-    if isinstance(exc, ApiError):
-        return exc.status.code in (429, 500, 502, 503, 504)
-    return isinstance(exc, httpx.TransportError | OSError)
-
-
-def _describe(exc: BaseException) -> tuple[str, str]:
-    if isinstance(exc, ApiError):
-        return (exc.status.reason or f"HTTP{exc.status.code}", exc.status.message or str(exc))
-    if isinstance(exc, JobConflictError):
-        return ("NameConflict", str(exc))
-    return (type(exc).__name__, str(exc) or repr(exc))

@@ -12,14 +12,16 @@ import uuid
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx2 as httpx
-from lightkube import AsyncClient
-from lightkube.config.kubeconfig import SingleConfig
-
 from kubetrain.cluster.cache import ClusterCache
-from kubetrain.cluster.client import http_client, typed_client
+from kubetrain.cluster.client import (
+    ClusterConfig,
+    HttpClient,
+    TypedClient,
+    http_client,
+    typed_client,
+)
+from kubetrain.cluster.leader import LeaderElector
 from kubetrain.control.dispatcher import Dispatcher
-from kubetrain.control.leader import LeaderElector
 from kubetrain.control.syncer import Syncer
 from kubetrain.domain.manifest import RenderOptions
 from kubetrain.metrics import LEADER
@@ -35,7 +37,7 @@ def default_identity() -> str:
 @dataclass
 class ControlLoops:
     db: Database
-    config: SingleConfig
+    config: ClusterConfig
     render_options: RenderOptions = field(default_factory=RenderOptions)
     leader_elect: bool = True
     lease_namespace: str = "default"
@@ -106,7 +108,7 @@ class ControlLoops:
         finally:
             await http.aclose()
 
-    async def _work(self, http: httpx.AsyncClient, client: AsyncClient) -> None:
+    async def _work(self, http: HttpClient, client: TypedClient) -> None:
         # Fresh caches for every term as leader: a standby's view may be stale.
         cache = self.cache = ClusterCache(http)
         self.syncer = Syncer(self.db, cache, resync_interval=self.resync_interval)

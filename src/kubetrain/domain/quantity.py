@@ -15,6 +15,8 @@ from __future__ import annotations
 import re
 from decimal import Decimal, InvalidOperation
 
+from kubetrain.errors import KubetrainError
+
 __all__ = [
     "QuantityError",
     "canonical_bytes",
@@ -48,7 +50,7 @@ _DECIMAL_UNITS = tuple(
 )
 
 
-class QuantityError(ValueError):
+class QuantityError(KubetrainError, ValueError):
     """A string that is not a Kubernetes quantity; the message says what is allowed."""
 
 

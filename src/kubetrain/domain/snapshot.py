@@ -28,6 +28,7 @@ from typing import Any
 
 from kubetrain.domain.nodes import NodeInfo, Taint, parse_node, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, labels, meta_name, meta_namespace, text
+from kubetrain.errors import KubetrainError
 
 __all__ = [
     "JOB_NAME_LABELS",
@@ -73,7 +74,7 @@ _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
 _CLUSTER_SCOPED = frozenset({"Node", "PersistentVolume", "StorageClass", "PriorityClass"})
 
 
-class SnapshotError(ValueError):
+class SnapshotError(KubetrainError, ValueError):
     """The input is not a Kubernetes List or object; the message says what it is."""
 
 

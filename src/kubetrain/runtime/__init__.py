@@ -6,7 +6,8 @@ training image installs kubetrain without its dependencies and runs
 `kubetrain run -- CMD` or `python -m kubetrain.runtime run -- CMD`.
 tests/unit/test_runtime_imports.py keeps it so.
 
-Errors, drawn once:
+Errors, drawn once (their root, kubetrain.errors.KubetrainError, imports
+nothing; kubetrain/errors.py draws the whole tree):
 
     * RuntimeFailure
       + CheckpointError

@@ -13,8 +13,8 @@ import os
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from kubetrain.runtime import progress
 from kubetrain.runtime.contract import (
     DATASET_STAMP,
     PHASE_PREFLIGHT,
@@ -22,10 +22,10 @@ from kubetrain.runtime.contract import (
     PREFLIGHT_EXIT_CODE,
     TERMINATION_LOG_DEFAULT,
 )
-from kubetrain.runtime.env import termination_log
-from kubetrain.runtime.preflight import Context, run_preflight
-from kubetrain.runtime.redact import Redactor
-from kubetrain.runtime.stamp import StampError, write_stamp
+
+if TYPE_CHECKING:
+    from kubetrain.runtime import progress
+    from kubetrain.runtime.redact import Redactor
 
 # Before exec: time for the TRAINING phase to reach the control plane, at most.
 EXEC_FLUSH_SECONDS = 2.0
@@ -82,6 +82,12 @@ def run_command(args: argparse.Namespace) -> int:
     if not command and not args.preflight:
         print("kubetrain run: error: no command: kubetrain run -- CMD ARGS", file=sys.stderr)
         return 2
+    # Here, not at the top: parsing any kubetrain command line must stay cheap.
+    from kubetrain.runtime import progress
+    from kubetrain.runtime.env import termination_log
+    from kubetrain.runtime.preflight import Context, run_preflight
+    from kubetrain.runtime.redact import Redactor
+
     environ = dict(os.environ)
     redact = Redactor(environ)
     reporter = progress.default_reporter()
@@ -108,6 +114,8 @@ def run_command(args: argparse.Namespace) -> int:
 
 
 def _exec(command: list[str], reporter: progress.Reporter | None, redact: Redactor) -> int:
+    from kubetrain.runtime import progress
+
     if reporter is not None:
         reporter.phase(PHASE_TRAINING)
         reporter.flush(EXEC_FLUSH_SECONDS)
@@ -137,6 +145,8 @@ def _write_termination_log(path: str, line: str, redact: Redactor) -> None:
 
 
 def stamp_command(args: argparse.Namespace) -> int:
+    from kubetrain.runtime.stamp import StampError, write_stamp
+
     try:
         stamp = write_stamp(Path(args.path), args.name, args.version, with_files=not args.no_files)
     except StampError as exc:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+from kubetrain.errors import KubetrainError
 
-class RuntimeFailure(Exception):
+
+class RuntimeFailure(KubetrainError):
     """Something kubetrain.runtime cannot do; the message says what and why."""
 
 

@@ -1,4 +1,5 @@
-"""What the store refuses, as one tree, so callers catch at the level they care about.
+"""What the store refuses, as one tree, so callers catch at the level they care about
+(its root is under kubetrain.errors.KubetrainError; kubetrain/errors.py draws the whole tree).
 
 ```
 * StoreError
@@ -17,9 +18,10 @@ database is unreachable or broken, not that a request was wrong.
 from __future__ import annotations
 
 from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.errors import KubetrainError
 
 
-class StoreError(Exception):
+class StoreError(KubetrainError):
     """Base of every refusal raised by the store."""
 
 

@@ -3,3 +3,15 @@
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler run for real
 on loopback; KWOK plays the kubelets of fake GPU nodes declared in pool files.
 """
+
+import os
+from pathlib import Path
+
+__all__ = ["state_root"]
+
+
+def state_root() -> Path:
+    """Where testbeds keep their state, one directory per name (standard library only:
+    the CLI's help text shows it without importing the testbed)."""
+    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
+    return Path(base) / "kubetrain" / "testbed"

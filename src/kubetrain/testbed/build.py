@@ -16,6 +16,8 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
+from kubetrain.errors import KubetrainError
+
 KUBERNETES_VERSION = "v1.33.13"
 MIN_GO = (1, 24)  # the `go` line of go.mod: k8s.io/kubernetes 1.33 and kwok 0.7 need 1.24
 
@@ -41,7 +43,7 @@ LDFLAGS = " ".join(
 )
 
 
-class BuildError(RuntimeError):
+class BuildError(KubetrainError, RuntimeError):
     """The binaries could not be built; the message says what to do."""
 
 

@@ -20,6 +20,7 @@ from importlib import resources
 from pathlib import Path
 from typing import Any
 
+from kubetrain.errors import KubetrainError
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import processes
 from kubetrain.testbed.build import BINARIES, Binaries, installed
@@ -32,15 +33,10 @@ POD_CIDR = "10.0.0.1/16"
 _ALWAYS_ALLOW = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
 
 
-class TestbedError(RuntimeError):
+class TestbedError(KubetrainError, RuntimeError):
     """The testbed could not do what was asked; the message says why."""
 
     __test__ = False  # not a pytest test class
-
-
-def state_root() -> Path:
-    base = os.environ.get("XDG_STATE_HOME") or str(Path.home() / ".local" / "state")
-    return Path(base) / "kubetrain" / "testbed"
 
 
 def stage_files() -> list[Path]:
@@ -476,3 +472,38 @@ def _wait_port_free(port: int, deadline: float) -> None:
             if probe.connect_ex(("127.0.0.1", port)) != 0:
                 return
         time.sleep(0.1)
+
+
+def node_table(testbed: Testbed) -> str:
+    """The nodes as the scheduler sees them: GPUs, cpu, memory, taints, readiness."""
+    from lightkube import Client
+    from lightkube.config.kubeconfig import KubeConfig
+    from lightkube.resources.core_v1 import Node
+
+    client = Client(config=KubeConfig.from_file(testbed.kubeconfig))
+    rows = [("NODE", "ACCELERATOR", "GPUS", "CPU", "MEMORY", "READY", "TAINTS")]
+    for node in client.list(Node):
+        labels = node.metadata.labels or {} if node.metadata else {}
+        status = node.status
+        alloc = (status.allocatable if status else None) or {}
+        ready = any(
+            c.type == "Ready" and c.status == "True" for c in (status and status.conditions) or []
+        )
+        taints = ",".join(
+            f"{t.key}={t.value or ''}:{t.effect}" for t in (node.spec and node.spec.taints) or []
+        )
+        rows.append(
+            (
+                node.metadata.name if node.metadata and node.metadata.name else "?",
+                labels.get("accelerator", "-"),
+                alloc.get("nvidia.com/gpu", "0"),
+                alloc.get("cpu", "?"),
+                alloc.get("memory", "?"),
+                "Ready" if ready else "NotReady",
+                taints or "-",
+            )
+        )
+    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)).rstrip() for row in rows
+    )

@@ -10,6 +10,7 @@ import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from kubetrain.domain.quantity import QuantityError, parse_quantity
+from kubetrain.errors import KubetrainError
 
 KWOK_NODE_ANNOTATION = "kwok.x-k8s.io/node"
 POOL_LABEL = "testbed.kubetrain.io/pool"
@@ -18,7 +19,7 @@ GROUP_LABEL = "testbed.kubetrain.io/group"
 _DNS_LABEL = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$"
 
 
-class PoolError(ValueError):
+class PoolError(KubetrainError, ValueError):
     """A pool file that cannot be used; the message names the file and the field."""
 
 

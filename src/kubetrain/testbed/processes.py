@@ -14,8 +14,10 @@ import urllib.request
 from collections.abc import Sequence
 from pathlib import Path
 
+from kubetrain.errors import KubetrainError
 
-class PortInUseError(RuntimeError):
+
+class PortInUseError(KubetrainError, RuntimeError):
     pass
 
 

@@ -24,9 +24,10 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
-from kubetrain.api.auth import Action, Principal, require_job_access, require_project
+from kubetrain.api.auth import require_job_access, require_project
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.jobs import cancel_job, progress_view
+from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
 from kubetrain.api.web import views

@@ -19,6 +19,8 @@ from typing import Annotated, Any, Union, get_args, get_origin
 from pydantic import BaseModel, ValidationError
 from pydantic_core import InitErrorDetails, PydanticCustomError
 
+from kubetrain.errors import KubetrainError
+
 __all__ = [
     "MAX_PROBLEMS",
     "FieldProblem",
@@ -42,7 +44,7 @@ class FieldProblem:
         return f"{self.field}: {self.message}" if self.field else self.message
 
 
-class SpecError(ValueError):
+class SpecError(KubetrainError, ValueError):
     """A TrainingJob (or dataset registration) that is refused; `problems` names each field."""
 
     def __init__(self, problems: Sequence[FieldProblem]) -> None:

@@ -28,6 +28,7 @@ from lightkube.models.coordination_v1 import LeaseSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.coordination_v1 import Lease
 
+from kubetrain.cluster.errors import ClusterError, kube_errors
 from kubetrain.metrics import LEADER
 
 log = logging.getLogger(__name__)
@@ -73,6 +74,12 @@ class LeaderElector:
         return self._observed_at + self._observed_duration - time.monotonic()
 
     async def try_acquire_or_renew(self) -> bool:
+        """Take the Lease when it is free or expired, renew it when ours; False while
+        another replica holds it. Raises ClusterError when the API server fails a call."""
+        with kube_errors():
+            return await self._acquire_or_renew()
+
+    async def _acquire_or_renew(self) -> bool:
         now = datetime.now(UTC)
         try:
             lease = await self.client.get(Lease, self.name, namespace=self.namespace)
@@ -208,7 +215,7 @@ class LeaderElector:
     async def _attempt(self) -> bool:
         try:
             return await self.try_acquire_or_renew()
-        except (ApiError, httpx.HTTPError, OSError) as exc:
+        except ClusterError as exc:
             log.warning("lease %s/%s: %s", self.namespace, self.name, exc)
             return False
 

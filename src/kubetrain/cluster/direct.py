@@ -2,12 +2,12 @@
 
 `kubetrain why --kubeconfig` and `kubetrain nodes` read the cluster with the
 kubeconfig's credentials and no server. Every failure (no kubeconfig, cluster
-unreachable, no permission) is one CommandError line, never a traceback.
+unreachable, no permission) is a ClusterError whose message is the one line the
+CLI prints, never a traceback.
 """
 
 from __future__ import annotations
 
-import argparse
 from typing import Any
 from urllib.parse import quote
 
@@ -16,8 +16,13 @@ from lightkube.config.client_adapter import Client as adapter_client
 from lightkube.config.client_adapter import ConnectionParams
 from lightkube.config.kubeconfig import SingleConfig
 
-from kubetrain.cli._client import CommandError
-from kubetrain.cluster.client import ClusterConfigError, load_config
+from kubetrain.cluster.client import load_config
+from kubetrain.cluster.errors import (
+    ClusterConfigError,
+    ClusterError,
+    ClusterRefused,
+    ClusterUnreachable,
+)
 
 TIMEOUT = 15.0  # seconds per request
 # Pods that hold resources on a node: bound, not finished (what the scheduler counts).
@@ -34,28 +39,16 @@ KINDS = {
 }
 
 
-def add_kube_options(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument(
-        "--kubeconfig",
-        metavar="PATH",
-        help="read the cluster directly with this kubeconfig (default: $KUBECONFIG, "
-        "~/.kube/config)",
-    )
-
-
 class Kube:
     """A read-only client of one cluster, answering plain JSON objects."""
 
     def __init__(self, kubeconfig: str | None) -> None:
-        try:
-            self.config: SingleConfig = load_config(kubeconfig)
-        except ClusterConfigError as exc:
-            raise CommandError(str(exc)) from None
+        self.config: SingleConfig = load_config(kubeconfig)
         self.server = str(getattr(self.config.cluster, "server", "") or "the cluster")
         try:
             self._http = adapter_client(self.config, ConnectionParams())
         except Exception as exc:  # bad certificate files, exec plugins, …
-            raise CommandError(f"cannot use the kubeconfig: {_first_line(exc)}") from None
+            raise ClusterConfigError(f"cannot use the kubeconfig: {_first_line(exc)}") from exc
         self._http.timeout = httpx.Timeout(TIMEOUT)
 
     @property
@@ -73,39 +66,49 @@ class Kube:
         try:
             response = self._http.get(path, params=params)
         except httpx.ConnectError as exc:
-            raise CommandError(
+            raise ClusterUnreachable(
+                type(exc).__name__,
                 f"cannot reach the Kubernetes API at {self.server} ({_first_line(exc)}); "
-                "is the cluster up, and is the kubeconfig right?"
-            ) from None
-        except httpx.TimeoutException:
-            raise CommandError(
-                f"the Kubernetes API at {self.server} did not answer within {TIMEOUT:g} s"
-            ) from None
+                "is the cluster up, and is the kubeconfig right?",
+            ) from exc
+        except httpx.TimeoutException as exc:
+            raise ClusterUnreachable(
+                type(exc).__name__,
+                f"the Kubernetes API at {self.server} did not answer within {TIMEOUT:g} s",
+            ) from exc
         except httpx.HTTPError as exc:
-            raise CommandError(
-                f"the request to the Kubernetes API at {self.server} failed: {_first_line(exc)}"
-            ) from None
+            raise ClusterUnreachable(
+                type(exc).__name__,
+                f"the request to the Kubernetes API at {self.server} failed: {_first_line(exc)}",
+            ) from exc
         if response.status_code == 404:
             return None
         if response.status_code in (401, 403):
-            raise CommandError(
+            raise ClusterRefused(
+                response.status_code,
+                response.reason_phrase,
                 f"the Kubernetes API at {self.server} refused to show {path} "
                 f"(HTTP {response.status_code}): {_message(response)}; "
-                "your kubeconfig's user needs read access to it"
+                "your kubeconfig's user needs read access to it",
             )
         if not response.is_success:
-            raise CommandError(
+            raise ClusterRefused(
+                response.status_code,
+                response.reason_phrase,
                 f"the Kubernetes API at {self.server} answered HTTP {response.status_code} "
-                f"for {path}: {_message(response)}"
+                f"for {path}: {_message(response)}",
             )
         try:
             body = response.json()
         except ValueError:
-            raise CommandError(
-                f"the Kubernetes API at {self.server} answered something not JSON for {path}"
+            raise ClusterError(
+                "NotJSON",
+                f"the Kubernetes API at {self.server} answered something not JSON for {path}",
             ) from None
         if not isinstance(body, dict):
-            raise CommandError(f"the Kubernetes API at {self.server} answered no object for {path}")
+            raise ClusterError(
+                "NotAnObject", f"the Kubernetes API at {self.server} answered no object for {path}"
+            )
         return body
 
     def list(

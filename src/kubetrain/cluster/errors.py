@@ -1,0 +1,88 @@
+"""What a call to Kubernetes can fail with, in kubetrain's words (the tree is in
+kubetrain/errors.py).
+
+The rooms above (control/) catch these, never the client library's own errors:
+`kube_errors()` wraps lightkube's `ApiError`, httpx's errors and `OSError` at
+the boundary, the original chained as `__cause__`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import httpx2 as httpx
+from lightkube import ApiError
+
+from kubetrain.errors import KubetrainError
+
+# Statuses meaning the API server cannot answer now (overloaded, restarting, behind
+# a proxy that cannot reach it): an outage, unlike the refusal of one object.
+_UNAVAILABLE = (429, 500, 502, 503, 504)
+
+
+class ClusterError(KubetrainError):
+    """A call to Kubernetes failed.
+
+    `reason` is a short word for it (the API server's reason, like `Forbidden`, or
+    the class of the transport error, like `ConnectError`), `message` the rest;
+    `unreachable` says the API server did not answer or cannot now (an outage,
+    which retrying sooner may help) rather than refused this one call.
+    """
+
+    unreachable = False
+
+    def __init__(self, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.reason = reason
+        self.message = message
+
+
+class ClusterUnreachable(ClusterError):
+    """No answer: the connection, TLS or a timeout failed."""
+
+    unreachable = True
+
+
+class ClusterRefused(ClusterError):
+    """The API server answered with an error status."""
+
+    def __init__(self, code: int, reason: str, message: str) -> None:
+        super().__init__(reason, message)
+        self.code = code
+        self.unreachable = code in _UNAVAILABLE
+
+
+class JobConflictError(ClusterError):
+    """A Job of that name exists but is not ours: we must not adopt or replace it."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("NameConflict", message)
+
+
+class ClusterConfigError(ClusterError):
+    """No usable cluster configuration; the message says where we looked."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__("ClusterConfig", message)
+
+
+def wrap(exc: ApiError | httpx.HTTPError | OSError) -> ClusterError:
+    """The client library's error as kubetrain's (raise it `from` the original)."""
+    if isinstance(exc, ApiError):
+        code = exc.status.code or 0
+        reason = exc.status.reason or f"HTTP{exc.status.code}"
+        return ClusterRefused(code, reason, exc.status.message or str(exc))
+    message = str(exc) or repr(exc)
+    if isinstance(exc, httpx.TransportError | OSError):
+        return ClusterUnreachable(type(exc).__name__, message)
+    return ClusterError(type(exc).__name__, message)
+
+
+@contextmanager
+def kube_errors() -> Iterator[None]:
+    """Raise the client library's errors inside as ClusterError, the original as cause."""
+    try:
+        yield
+    except (ApiError, httpx.HTTPError, OSError) as exc:
+        raise wrap(exc) from exc
