@@ -25,11 +25,12 @@ import logging
 import random
 import time
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from kubetrain.delivery import Post
 from kubetrain.domain.notifications import EventType, Notification, event_types_for, wanted
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.states import ReasonCode
@@ -46,8 +47,6 @@ from kubetrain.store.webhooks import (
 
 log = logging.getLogger(__name__)
 
-# (url, body, headers) -> the receiver's HTTP status; raises OSError-like on no answer.
-Post = Callable[[str, bytes, dict[str, str]], Awaitable[int]]
 
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 300.0
@@ -65,7 +64,7 @@ class _Work:
 def backoff(failures: int, rng: Callable[[], float]) -> float:
     """Seconds before the next try after `failures` failures in a row: exponential,
     capped, with full jitter (half to all of it) so receivers are not hit in step."""
-    delay = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2 ** min(failures - 1, 20))
+    delay: float = min(BACKOFF_MAX_SECONDS, BACKOFF_BASE_SECONDS * 2.0 ** min(failures - 1, 20))
     return delay * (0.5 + 0.5 * rng())
 
 

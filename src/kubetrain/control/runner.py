@@ -22,7 +22,9 @@ from kubetrain.cluster.client import (
 )
 from kubetrain.cluster.leader import LeaderElector
 from kubetrain.control.dispatcher import Dispatcher
+from kubetrain.control.notifier import Notifier
 from kubetrain.control.syncer import Syncer
+from kubetrain.delivery import webhook_poster
 from kubetrain.domain.manifest import RenderOptions
 from kubetrain.metrics import LEADER
 from kubetrain.store import Database
@@ -47,6 +49,7 @@ class ControlLoops:
     dispatcher: Dispatcher | None = None
     syncer: Syncer | None = None
     elector: LeaderElector | None = None
+    notifier: Notifier | None = None
     cache: ClusterCache | None = None
     _loop: asyncio.AbstractEventLoop | None = None
 
@@ -120,6 +123,10 @@ class ControlLoops:
         )
         log.info("control loops running as %s", self.identity)
         try:
-            await asyncio.gather(cache.run(), self.syncer.run(), self.dispatcher.run())
+            async with webhook_poster() as post:
+                self.notifier = Notifier(self.db, post)
+                await asyncio.gather(
+                    cache.run(), self.syncer.run(), self.dispatcher.run(), self.notifier.run()
+                )
         finally:
             self.cache = None  # a standby's view would go stale

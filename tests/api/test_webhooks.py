@@ -1,0 +1,168 @@
+"""Webhooks on a real database: the API (admins of the project only; the secret shown
+once), and the notifier delivering the job history to a real receiver on loopback,
+in order, signed, retried after a failure."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+from fastapi.testclient import TestClient
+
+from kubetrain.control.notifier import Notifier
+from kubetrain.delivery import webhook_poster
+from kubetrain.domain.notifications import sign
+from kubetrain.store import Database
+from tests.api.builders import JOBS, OTHER, PROJECT, Tokens, submitted, training_job
+
+pytestmark = pytest.mark.db
+
+HOOKS = f"/api/v1/projects/{PROJECT}/webhooks"
+
+
+class Receiver:
+    """A real HTTP server on loopback that records what it is sent."""
+
+    def __init__(self) -> None:
+        self.received: list[tuple[dict[str, str], bytes]] = []
+        self.status = 204
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                body = self.rfile.read(int(self.headers["content-length"]))
+                receiver.received.append(({k.lower(): v for k, v in self.headers.items()}, body))
+                self.send_response(receiver.status)
+                self.send_header("content-length", "0")
+                self.end_headers()
+
+            def log_message(self, *_: Any) -> None:
+                pass
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}/hook"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def events(self) -> list[dict[str, Any]]:
+        return [json.loads(body) for _, body in self.received]
+
+
+@pytest.fixture
+def receiver() -> Iterator[Receiver]:
+    r = Receiver()
+    yield r
+    r.server.shutdown()
+
+
+def rounds(db: Database, clock: datetime, times: int = 1) -> int:
+    async def go() -> int:
+        async with webhook_poster() as post:
+            notifier = Notifier(db, post, settle_seconds=0, clock=lambda: clock)
+            return sum([await notifier.round() for _ in range(times)])
+
+    return asyncio.run(go())
+
+
+def test_only_the_projects_admins_manage_webhooks_and_the_secret_is_shown_once(
+    client: TestClient, tokens: Tokens, receiver: Receiver
+):
+    body = {"url": receiver.url}
+    for role in ("viewer", "submitter"):
+        assert client.post(HOOKS, json=body, headers=tokens(role)).status_code == 403
+    assert client.post(HOOKS, json=body, headers=tokens("admin", OTHER)).status_code == 403
+    created = client.post(HOOKS, json=body, headers=tokens("admin"))
+    assert created.status_code == 201, created.text
+    secret = created.json()["secret"]
+    assert secret.startswith("whsec_")
+    listed = client.get(HOOKS, headers=tokens("admin")).json()["items"]
+    assert [h["id"] for h in listed] == [created.json()["id"]]
+    assert secret not in json.dumps(listed)
+    assert listed[0]["status"] == "ok"
+    gone = client.delete(f"{HOOKS}/{listed[0]['id']}", headers=tokens("admin", OTHER))
+    assert gone.status_code == 403
+    assert client.delete(f"{HOOKS}/{listed[0]['id']}", headers=tokens("admin")).status_code == 204
+    assert client.delete(f"{HOOKS}/{listed[0]['id']}", headers=tokens("admin")).status_code == 404
+
+
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({"url": "https://user:secret@example.org/h"}, "url"),
+        ({"url": "file:///etc/passwd"}, "url"),
+        ({}, "url"),
+        ({"url": "http://127.0.0.1/h", "events": ["io.kubetrain.job.exploded"]}, "events[0]"),
+        ({"url": "http://127.0.0.1/h", "secret": "mine"}, "secret"),
+    ],
+)
+def test_a_bad_webhook_is_refused_naming_the_field_and_nothing_is_stored(
+    client: TestClient, tokens: Tokens, body: dict[str, Any], field: str
+):
+    refused = client.post(HOOKS, json=body, headers=tokens("admin"))
+    assert refused.status_code == 422, refused.text
+    assert field in [e["field"] for e in refused.json()["errors"]]
+    assert "secret" not in refused.text or field == "secret"
+    assert client.get(HOOKS, headers=tokens("admin")).json()["items"] == []
+
+
+def test_the_history_is_delivered_in_order_signed_and_again_after_a_failure(
+    client: TestClient, tokens: Tokens, db: Database, receiver: Receiver
+):
+    created = client.post(HOOKS, json={"url": receiver.url}, headers=tokens("admin")).json()
+    secret = created["secret"]
+    first = submitted(client, tokens, "first")
+    second = submitted(client, tokens, "second")
+    assert client.post(f"{JOBS}/{first}/cancel", headers=tokens("submitter")).status_code == 200
+    now = datetime.now(UTC)
+
+    receiver.status = 503
+    assert rounds(db, now) == 0
+    assert len(receiver.received) == 1  # the first failure stops the round
+    hook = client.get(HOOKS, headers=tokens("admin")).json()["items"][0]
+    assert (hook["status"], hook["failures"], hook["delivered"]) == ("failing", 1, 0)
+    assert "503" in hook["lastError"]
+    retry_at = datetime.fromisoformat(hook["nextAttemptAt"])
+    assert now < retry_at <= now + timedelta(seconds=1)
+    assert rounds(db, now) == 0  # backing off: nothing is tried
+    assert len(receiver.received) == 1
+
+    receiver.status = 200
+    receiver.received.clear()
+    assert rounds(db, now + timedelta(seconds=2)) == 3
+    events = receiver.events()
+    assert [(e["data"]["job"]["id"], e["data"]["job"]["state"]) for e in events] == [
+        (first, "CREATED"),
+        (second, "CREATED"),
+        (first, "CANCELLED"),
+    ]
+    assert {e["type"] for e in events} == {"io.kubetrain.job.state_changed"}
+    assert events[0]["subject"] == f"projects/{PROJECT}/jobs/{first}"
+    for headers, body in receiver.received:
+        timestamp = int(headers["webhook-timestamp"])
+        assert headers["webhook-signature"] == sign(secret, headers["webhook-id"], timestamp, body)
+        assert secret not in body.decode()
+    hook = client.get(HOOKS, headers=tokens("admin")).json()["items"][0]
+    assert (hook["status"], hook["failures"], hook["delivered"]) == ("ok", 0, 3)
+    # delivered once: nothing more to send
+    assert rounds(db, now + timedelta(seconds=3)) == 0
+
+
+def test_a_webhook_hears_only_its_projects_jobs_and_its_event_types(
+    client: TestClient, tokens: Tokens, db: Database, receiver: Receiver
+):
+    body = {"url": receiver.url, "events": ["io.kubetrain.job.state_changed"]}
+    assert client.post(HOOKS, json=body, headers=tokens("admin")).status_code == 201
+    other = client.post(
+        f"/api/v1/projects/{OTHER}/jobs",
+        json=training_job("theirs"),
+        headers=tokens("submitter", OTHER),
+    )
+    assert other.status_code == 201, other.text
+    mine = submitted(client, tokens, "mine")
+    assert rounds(db, datetime.now(UTC)) == 1
+    assert [e["data"]["job"]["id"] for e in receiver.events()] == [mine]
