@@ -308,3 +308,38 @@ def test_token_create_refuses_bad_input_and_a_bad_database(server: Server, tmp_p
     assert "cannot use the database" in down.stderr
     assert "s3cret" not in down.stderr
     assert "Traceback" not in down.stderr
+
+
+def test_webhook_create_prints_the_secret_alone_then_list_and_delete(
+    server: Server, use, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(f"admin@{PROJECT}")
+    code, out, err = run(
+        capsys,
+        "webhook",
+        "create",
+        "--url",
+        "http://127.0.0.1:9/hook",
+        "--events",
+        "io.kubetrain.job.state_changed",
+    )
+    assert code == 0, err
+    secret = out.strip()
+    assert secret.startswith("whsec_")
+    assert out.count("\n") == 1
+    assert "shown only now" in err
+    webhook_id = err.split()[1]
+    code, out, _ = run(capsys, "webhook", "list")
+    assert code == 0
+    assert webhook_id in out
+    assert "state_changed" in out
+    assert secret not in out
+    code, out, _ = run(capsys, "webhook", "delete", webhook_id)
+    assert (code, out.strip()) == (0, f"webhook {webhook_id} deleted")
+    code, _, err = run(capsys, "webhook", "delete", webhook_id)
+    assert code == 1
+    assert "not found" in err.lower()
+    use(f"submitter@{PROJECT}")
+    code, _, err = run(capsys, "webhook", "list")
+    assert code == 1
+    assert "403" in err or "may not" in err

@@ -120,3 +120,16 @@ def test_backoff_grows_is_capped_and_jittered():
     assert backoff(4, lambda: 1.0) == 8.0
     assert backoff(100, lambda: 1.0) == BACKOFF_MAX_SECONDS
     assert backoff(100, lambda: 0.0) == BACKOFF_MAX_SECONDS / 2
+
+
+def test_rows_are_delivered_only_once_their_id_has_settled():
+    """A history id seen now may hide a lower id still in flight (PostgreSQL): only
+    ids at most the highest seen `settle_seconds` ago are delivered."""
+    from kubetrain.control.notifier import Notifier
+
+    ticks = iter([0.0, 1.0, 2.5, 3.0])
+    notifier = Notifier(None, None, settle_seconds=2.0, monotonic=lambda: next(ticks))  # type: ignore[arg-type]
+    assert notifier._settled_id(10) == 0  # t=0: nothing seen long enough
+    assert notifier._settled_id(12) == 0  # t=1
+    assert notifier._settled_id(15) == 10  # t=2.5: what was newest at t=0
+    assert notifier._settled_id(16) == 12  # t=3: what was newest at t=1

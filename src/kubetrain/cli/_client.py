@@ -145,6 +145,8 @@ class ApiClient:
             raise CommandError(f"the request to {self.url} failed: {_reason(exc)}") from None
         if not response.is_success:
             raise ApiError.of(response)
+        if response.status_code == 204:  # No Content, by definition
+            return Reply(204, None)
         try:
             return Reply(response.status_code, response.json())
         except ValueError:

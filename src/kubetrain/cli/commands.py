@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.cli._args import FORMATS, add_client_options, add_kube_options
+from kubetrain.domain.notifications import EventType
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.runtime import cli as runtime_cli
 from kubetrain.testbed import state_root
@@ -25,7 +26,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for add in (_testbed, _serve, _jobs, _why, _nodes, _tokens, _datasets):
+    for add in (_testbed, _serve, _jobs, _why, _nodes, _tokens, _datasets, _webhooks):
         add(subparsers)
     runtime_cli.add_run_arguments(subparsers.add_parser("run", help=runtime_cli.RUN_HELP))
 
@@ -260,6 +261,40 @@ def _datasets(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     add_client_options(listing, project=False)
     listing.set_defaults(func=_lazy("datasets", "_list"))
     runtime_cli.add_stamp_arguments(verbs.add_parser("stamp", help=runtime_cli.STAMP_HELP))
+
+
+WEBHOOK_EVENTS = tuple(str(t) for t in EventType)
+
+
+def _webhooks(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "webhook", help="a project's receivers of job events (CloudEvents, signed)"
+    )
+    verbs = parser.add_subparsers(dest="verb", required=True, metavar="VERB")
+    create = verbs.add_parser("create", help="add a receiver; prints its signing secret once")
+    create.add_argument(
+        "--url", dest="url_to_call", metavar="URL", required=True, help="the receiver's http(s) URL"
+    )
+    create.add_argument(
+        "--events",
+        nargs="+",
+        choices=WEBHOOK_EVENTS,
+        metavar="TYPE",
+        help=f"event types to send (default: all): {', '.join(WEBHOOK_EVENTS)}",
+    )
+    create.add_argument(
+        "--server", dest="url", help="the kubetrain server (default: KUBETRAIN_URL)"
+    )
+    create.add_argument("-p", "--project", help="the project (default: KUBETRAIN_PROJECT)")
+    create.set_defaults(func=_lazy("webhooks", "_create"))
+    listing = verbs.add_parser("list", help="the project's webhooks and their deliveries")
+    listing.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(listing)
+    listing.set_defaults(func=_lazy("webhooks", "_list"))
+    delete = verbs.add_parser("delete", help="remove a receiver")
+    delete.add_argument("id")
+    add_client_options(delete)
+    delete.set_defaults(func=_lazy("webhooks", "_delete"))
 
 
 def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:
