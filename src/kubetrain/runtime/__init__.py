@@ -11,6 +11,6 @@ Errors, drawn once:
     * RuntimeFailure
       + CheckpointError
         - CorruptCheckpoint        (partial, truncated, checksum mismatch)
-        - IncompatibleCheckpoint   (bound to another dataset version, code, params)
+        - IncompatibleCheckpoint   (bound to another dataset version, code, params, world size)
       + CacheError
 """

@@ -194,13 +194,12 @@ class CheckpointManager:
     ) -> int | None:
         """Every rank takes the same checkpoint: the newest that every rank finds whole
         (all sizes; its own shard's checksum; its own shard loads), agreed rank by rank."""
-        newest_first = gang.from_rank_0(
+        newest_first: list[int] = gang.from_rank_0(
             [f.step for f in checkpoint_files.scan(self.root) if f.problem is None]
             if gang.rank == 0
             else None
         )
         name = shard_name(gang.rank)
-        step: int
         for step in newest_first:
             found = checkpoint_files.verify(self.root / step_dir_name(step), step, checksums=False)
             problem, refusal, state = found.problem, None, None
@@ -211,10 +210,10 @@ class CheckpointManager:
                 except IncompatibleCheckpoint as exc:
                     refusal = str(exc)
             if problem is None and refusal is None:
-                problem = checkpoint_files.checksum_problem(found, name)
-            if problem is None and refusal is None:
-                try:
-                    state = _load(found.path / name)
+                try:  # whatever goes wrong, this rank still gives its verdict: none waits
+                    problem = checkpoint_files.checksum_problem(found, name)
+                    if problem is None:
+                        state = _load(found.path / name)
                 except Exception as exc:  # a file that verified but will not load
                     problem = f"{name} does not load ({exc})"
             verdicts = gang.gather((problem, refusal))
