@@ -298,3 +298,24 @@ def test_a_blocking_save_of_a_cpu_state_copies_nothing_and_keeps_the_async_buffe
     manager.save(2, model=model, optimizer=optimizer)
     assert {buffer.data_ptr() for buffer in manager._staging.values()} == held
     manager.close()
+
+
+def test_a_checkpoint_of_another_world_size_is_refused_even_when_mismatches_are_allowed(
+    tmp_path,
+):
+    """A gang's checkpoint (here: its manifest) is one shard per rank: no single process
+    may take it up, whatever it allows."""
+    _saved(tmp_path, [2])
+    path = tmp_path / "step-000000000002" / "MANIFEST.json"
+    manifest = json.loads(path.read_text())
+    assert "world_size" not in manifest["binding"]  # a single process's: as before gangs
+    manifest["binding"]["world_size"] = 2
+    path.write_text(json.dumps(manifest))
+    everything = ["dataset_version", "code_version", "params_sha256"]
+    with pytest.raises(IncompatibleCheckpoint, match="saved by 2 ranks, this run has 1 process"):
+        _resumed_bias(tmp_path, allow_mismatch=everything)
+
+
+def test_distributed_true_without_torch_distributed_is_an_error(tmp_path):
+    with pytest.raises(ValueError, match=r"distributed=True needs torch\.distributed initialised"):
+        CheckpointManager(tmp_path, distributed=True)

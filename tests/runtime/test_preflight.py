@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -52,7 +53,8 @@ def status_url() -> Iterator[str]:
 
 @pytest.fixture
 def job(volume: Path, status_url: str) -> dict[str, str]:
-    """The environment of a job whose every check passes (no GPU expected)."""
+    """The environment of a job whose every check passes (no GPU expected): rank 0 of a
+    gang of two, on this machine."""
     data = volume / "data"
     (data / "train").mkdir(parents=True)
     (data / "train" / "a.bin").write_bytes(b"a" * 1000)
@@ -72,6 +74,13 @@ def job(volume: Path, status_url: str) -> dict[str, str]:
         KUBETRAIN_OUTPUT_DIR=str(volume / "output"),
         KUBETRAIN_STATUS_URL=status_url,
         KUBETRAIN_TERMINATION_LOG=str(volume / "termination-log"),
+        KUBETRAIN_WORKERS="2",
+        KUBETRAIN_WORKER_INDEX="0",
+        PET_NNODES="2",
+        PET_NPROC_PER_NODE="1",
+        PET_NODE_RANK="0",
+        PET_MASTER_ADDR="localhost",
+        PET_MASTER_PORT=str(_closed_port()),
     )
 
 
@@ -180,6 +189,10 @@ def _break(case: str, env: dict[str, str]) -> None:
         env["KUBETRAIN_OUTPUT_DIR"] = str(data.parent / "no-output")
     elif case == "status-down":
         env["KUBETRAIN_STATUS_URL"] = f"http://127.0.0.1:{_closed_port()}"
+    elif case == "rank-contradicted":
+        env["PET_NODE_RANK"] = "1"
+    elif case == "rank-out-of-range":
+        env.update(PET_NODE_RANK="2", KUBETRAIN_WORKER_INDEX="2")
 
 
 FAILURES = {
@@ -216,6 +229,11 @@ FAILURES = {
     "output-full": ("output-writable", "MiB needed"),
     "output-absent": ("output-writable", "no-output does not exist or is not a directory"),
     "status-down": ("status-reachable", "failed within 2 s"),
+    "rank-contradicted": (
+        "rendezvous-reachable",
+        "KUBETRAIN_WORKER_INDEX is 0 but PET_NODE_RANK is 1",
+    ),
+    "rank-out-of-range": ("rendezvous-reachable", "PET_NODE_RANK is 2, not below the 2 workers"),
 }
 
 
@@ -287,6 +305,10 @@ def test_planted_secrets_appear_in_no_output(job, volume):
         KUBETRAIN_DATASET_VERSION=secrets[2],
         KUBETRAIN_OUTPUT_DIR=f"/tmp/Bearer {secrets[4]}",
         KUBETRAIN_EXPECTED_GPUS="1",
+        PET_MASTER_ADDR=f"{secrets[2]}.invalid",
+        PET_NODE_RANK="1",
+        KUBETRAIN_WORKER_INDEX="1",
+        KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS="0.5",
     )
     done = kubetrain("run", "--", "true", env=job)
     assert done.returncode == PREFLIGHT_EXIT_CODE
@@ -298,6 +320,82 @@ def test_planted_secrets_appear_in_no_output(job, volume):
         for output in outputs:
             assert secret not in output
     assert "***" in done.stdout
+
+
+def _as_rank_1(job: dict[str, str], timeout: float) -> None:
+    job.update(
+        PET_NODE_RANK="1",
+        KUBETRAIN_WORKER_INDEX="1",
+        KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS=str(timeout),
+    )
+
+
+@pytest.mark.parametrize(
+    ("case", "cause"),
+    [
+        (
+            "name-unknown",
+            "rank 0's address rank-0.kubetrain-test.invalid did not resolve within 1 s",
+        ),
+        ("port-closed", "did not answer within 1 s (127.0.0.1: connection refused"),
+    ],
+)
+def test_a_rank_that_cannot_reach_rank_0_fails_its_preflight_within_the_bound(job, case, cause):
+    """Where torchrun would wait out its rendezvous timeout (600 s by default)."""
+    _as_rank_1(job, timeout=1)
+    if case == "name-unknown":  # .invalid never resolves (RFC 2606)
+        job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
+    started = time.monotonic()
+    done = kubetrain("run", "--", "touch", "/never-run", env=job)
+    assert time.monotonic() - started < 5  # the bound, plus starting python
+    assert done.returncode == PREFLIGHT_EXIT_CODE, done.stderr
+    line = Path(job["KUBETRAIN_TERMINATION_LOG"]).read_text()
+    assert line.startswith("preflight failed: rendezvous-reachable: "), line
+    assert cause in line
+    report = json.loads(done.stdout)
+    assert report["failedCheck"] == "rendezvous-reachable"
+    assert [c["status"] for c in report["checks"]][:-1] == ["passed"] * (len(CHECK_NAMES) - 1)
+
+
+def test_a_worker_waits_for_rank_0_to_listen(job):
+    _as_rank_1(job, timeout=30)
+    listener = socket.socket()
+    listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+
+    def listen() -> None:  # rank 0's torchrun, a second after this rank's preflight began
+        listener.bind(("127.0.0.1", int(job["PET_MASTER_PORT"])))
+        listener.listen()
+
+    timer = threading.Timer(1.0, listen)
+    timer.start()
+    try:
+        report = run_preflight(Context(job), Redactor(job))
+    finally:
+        timer.join()
+        listener.close()
+    rendezvous = report.results[-1]
+    assert rendezvous.status == "passed", rendezvous.detail
+    assert rendezvous.detail.startswith("rank 1 of 2: rank 0 at localhost:")
+    assert 1.0 <= rendezvous.seconds < 10
+
+
+def test_rank_0_fails_when_its_port_is_taken(job):
+    with socket.socket() as taken:
+        taken.bind(("", int(job["PET_MASTER_PORT"])))
+        taken.listen()
+        report = run_preflight(Context(job), Redactor(job))
+    rendezvous = report.results[-1]
+    assert rendezvous.status == "failed"
+    assert rendezvous.detail.startswith(
+        f"port {job['PET_MASTER_PORT']} (PET_MASTER_PORT) cannot be listened on here, on rank 0"
+    )
+
+
+def test_a_single_worker_skips_the_rendezvous(job):
+    for name in ("KUBETRAIN_WORKERS", "PET_NNODES"):
+        job[name] = "1"
+    rendezvous = run_preflight(Context(job), Redactor(job)).results[-1]
+    assert rendezvous.status == "skipped"
 
 
 PRINT_TORCH_CUDA_BUILD = (

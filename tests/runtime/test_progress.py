@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.runtime.progress import MAX_BATCH, Reporter
+from kubetrain.runtime.progress import MAX_BATCH, Reporter, reporter_from_env
 from tests.runtime.conftest import base_env, kubetrain
 
 pytestmark = pytest.mark.runtime
@@ -160,3 +160,30 @@ def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, mon
     assert saved["sizeBytes"] > 0
     assert resumed["type"] == "resumed"
     assert (resumed["fromStep"], resumed["fromPod"]) == (7, "job-9-0-first")
+
+
+GANG = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "job-9-0.job-9"}
+
+
+@pytest.mark.parametrize(
+    ("extra", "rank"), [({}, None), (GANG, 1), ({**GANG, "KUBETRAIN_WORKER_INDEX": "1"}, 1)]
+)
+def test_a_gang_worker_reports_its_rank_and_a_single_worker_the_body_of_before(peer, extra, rank):
+    environ = {"KUBETRAIN_JOB_ID": "job-9", "KUBETRAIN_STATUS_URL": peer.url, **extra}
+    reporter = reporter_from_env({**environ, "KUBETRAIN_POD_NAME": "job-9-1-abcde"})
+    assert reporter is not None
+    reporter.step(3, loss=0.5)
+    assert reporter.close(10)
+    (_, _, body), *_ = peer.posts
+    if rank is None:  # what servers before gangs accept: nothing more
+        assert set(body) == {"pod", "dropped", "events"}
+    else:
+        assert body["rank"] == rank
+    assert body["pod"] == "job-9-1-abcde"
+
+
+def test_only_the_first_process_of_a_pod_reports(peer):
+    """torchrun's other local processes would send the same pod and seq numbers."""
+    environ = {"KUBETRAIN_JOB_ID": "job-9", "KUBETRAIN_STATUS_URL": peer.url, **GANG}
+    assert reporter_from_env({**environ, "LOCAL_RANK": "1"}) is None
+    assert reporter_from_env({**environ, "LOCAL_RANK": "0"}) is not None

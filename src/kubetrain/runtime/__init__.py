@@ -12,6 +12,6 @@ nothing; kubetrain/errors.py draws the whole tree):
     * RuntimeFailure
       + CheckpointError
         - CorruptCheckpoint        (partial, truncated, checksum mismatch)
-        - IncompatibleCheckpoint   (bound to another dataset version, code, params)
+        - IncompatibleCheckpoint   (bound to another dataset version, code, params, world size)
       + CacheError
 """

@@ -17,6 +17,14 @@ writes MANIFEST.json last, fsyncs it and the directory, renames the directory
 into place and fsyncs the root. A Pod killed at any moment leaves either the
 previous set of checkpoints or the new one, plus a staging directory that the
 next manager sweeps. Layout and validity: `checkpoint_files`.
+
+In a gang (torch.distributed initialised, world size > 1) every rank makes its
+manager, saves and resumes: each rank writes its own shard into the shared
+staging directory, then rank 0, once every rank has said its shard is durable,
+writes the one manifest listing them all and renames the directory into place.
+That manifest is the commit marker: a checkpoint missing one rank's shard never
+has one. The ranks talk over a gloo group of the manager's own, so a background
+save never interleaves its collectives with training's.
 """
 
 from __future__ import annotations
@@ -38,7 +46,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.runtime import checkpoint_files, progress
-from kubetrain.runtime.checkpoint_files import MANIFEST, STAGING_PREFIX, Found, step_dir_name
+from kubetrain.runtime.checkpoint_files import (
+    MANIFEST,
+    STAGING_PREFIX,
+    Found,
+    shard_name,
+    step_dir_name,
+)
 from kubetrain.runtime.checkpoint_stream import StateFile, save_state
 from kubetrain.runtime.env import pod_name
 from kubetrain.runtime.errors import CheckpointError, CorruptCheckpoint, IncompatibleCheckpoint
@@ -84,7 +98,13 @@ class CheckpointManager:
         binding: Mapping[str, Any] | None = None,
         *,
         reporter: progress.Reporter | None = None,
+        distributed: bool | None = None,
     ) -> None:
+        """`distributed`: None (the default) saves as a gang when torch.distributed is
+        initialised with a world size above 1, then every rank must make its manager,
+        in the same order, and call save and resume; False: this process alone (the
+        rank-0-only pattern), True: a gang, or an error if torch.distributed is not
+        initialised."""
         if keep_last < 1:
             raise ValueError("keep_last must be at least 1")
         self.root = Path(root)
@@ -99,6 +119,9 @@ class CheckpointManager:
             "code_version": given.get("code_version"),
             "params_sha256": params_sha256(given["params"]) if "params" in given else None,
         }
+        self._gang = _Gang.join(distributed)
+        if self._gang is not None:
+            self.binding["world_size"] = self._gang.size
         self._reporter = reporter if reporter is not None else progress.default_reporter()
         self.resumed: Resumed | None = None
         self.extra: Any = None  # the `extra` of the checkpoint resumed from
@@ -111,7 +134,10 @@ class CheckpointManager:
         self._deleter: threading.Thread | None = None  # removes checkpoints set aside
         self._error: BaseException | None = None
         self._lock = threading.Lock()
-        self._sweep_staging()
+        if self._gang is None or self._gang.rank == 0:
+            self._sweep_staging()
+        if self._gang is not None:
+            self._gang.gather(None)  # no rank stages a shard before rank 0 has swept
         atexit.register(self._at_exit)
 
     # reading -------------------------------------------------------------
@@ -136,10 +162,14 @@ class CheckpointManager:
         `allow_mismatch` ("dataset_version", "code_version", "params_sha256");
         what was allowed is recorded in every checkpoint this run writes.
         """
+        if self._gang is not None:
+            self.wait()  # a save's collectives would interleave with these
         self._raise_pending()
         bad = set(allow_mismatch) - set(BINDING_FIELDS)
         if bad:
             raise ValueError(f"allow_mismatch: unknown fields {sorted(bad)}")
+        if self._gang is not None:
+            return self._resume_shard(self._gang, set(allow_mismatch), model, optimizer, scheduler)
         for found in checkpoint_files.scan(self.root, checksums=True):
             if found.problem is not None:
                 continue
@@ -149,20 +179,80 @@ class CheckpointManager:
             except Exception as exc:  # a file that verified but will not load
                 _warn(f"checkpoint {found.path.name} skipped: it does not load ({exc})")
                 continue
-            if model is not None:
-                model.load_state_dict(state["model"])
-            if optimizer is not None and state.get("optimizer") is not None:
-                optimizer.load_state_dict(state["optimizer"])
-            if scheduler is not None and state.get("scheduler") is not None:
-                scheduler.load_state_dict(state["scheduler"])
-            _set_rng(state["rng"])
-            self.extra = state.get("extra")
             pod = found.manifest.get("pod")
-            self.resumed = Resumed(found.step, pod if isinstance(pod, str) else None, allowed)
-            if self._reporter is not None:
-                self._reporter.resumed(found.step, self.resumed.pod)
+            self._apply(found, state, pod, allowed, model, optimizer, scheduler)
             return found.step
         return None
+
+    def _resume_shard(
+        self,
+        gang: _Gang,
+        allow: set[str],
+        model: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler: Any,
+    ) -> int | None:
+        """Every rank takes the same checkpoint: the newest that every rank finds whole
+        (all sizes; its own shard's checksum; its own shard loads), agreed rank by rank."""
+        newest_first: list[int] = gang.from_rank_0(
+            [f.step for f in checkpoint_files.scan(self.root) if f.problem is None]
+            if gang.rank == 0
+            else None
+        )
+        name = shard_name(gang.rank)
+        for step in newest_first:
+            found = checkpoint_files.verify(self.root / step_dir_name(step), step, checksums=False)
+            problem, refusal, state = found.problem, None, None
+            allowed: tuple[str, ...] = ()
+            if problem is None:
+                try:
+                    allowed = self._check_binding(found, allow)
+                except IncompatibleCheckpoint as exc:
+                    refusal = str(exc)
+            if problem is None and refusal is None:
+                try:  # whatever goes wrong, this rank still gives its verdict: none waits
+                    problem = checkpoint_files.checksum_problem(found, name)
+                    if problem is None:
+                        state = _load(found.path / name)
+                except Exception as exc:  # a file that verified but will not load
+                    problem = f"{name} does not load ({exc})"
+            verdicts = gang.gather((problem, refusal))
+            refused = next((r for _, r in verdicts if r is not None), None)
+            if refused is not None:  # the same manifest on every rank: all refuse alike
+                raise IncompatibleCheckpoint(refused)
+            problems = [f"rank {rank}: {p}" for rank, (p, _) in enumerate(verdicts) if p]
+            if problems:
+                if gang.rank == 0:
+                    _warn(f"checkpoint {found.path.name} skipped: {'; '.join(problems)}")
+                continue
+            assert state is not None
+            pods = found.manifest.get("pods")
+            pod = pods[gang.rank] if isinstance(pods, list) and len(pods) == gang.size else None
+            self._apply(found, state, pod, allowed, model, optimizer, scheduler)
+            return step
+        return None
+
+    def _apply(
+        self,
+        found: Found,
+        state: dict[str, Any],
+        pod: Any,
+        allowed: tuple[str, ...],
+        model: torch.nn.Module | None,
+        optimizer: torch.optim.Optimizer | None,
+        scheduler: Any,
+    ) -> None:
+        if model is not None:
+            model.load_state_dict(state["model"])
+        if optimizer is not None and state.get("optimizer") is not None:
+            optimizer.load_state_dict(state["optimizer"])
+        if scheduler is not None and state.get("scheduler") is not None:
+            scheduler.load_state_dict(state["scheduler"])
+        _set_rng(state["rng"])
+        self.extra = state.get("extra")
+        self.resumed = Resumed(found.step, pod if isinstance(pod, str) else None, allowed)
+        if self._reporter is not None:
+            self._reporter.resumed(found.step, self.resumed.pod)
 
     # writing -------------------------------------------------------------
 
@@ -236,39 +326,96 @@ class CheckpointManager:
                 self._error = exc
 
     def _write(self, step: int, state: dict[str, Any]) -> None:
-
+        if self._gang is not None:
+            self._write_shard(self._gang, step, state)
+            return
         started = time.perf_counter()
         staging = self.root / f"{STAGING_PREFIX}{step_dir_name(step)}-{uuid.uuid4().hex[:8]}"
         staging.mkdir()
         try:
-            with StateFile(staging / STATE_FILE) as writer:
-                save_state(state, writer)
-                size, crc = writer.size, writer.finish()
-            manifest = {
-                "format": checkpoint_files.FORMAT,
-                "step": step,
-                "files": {STATE_FILE: checkpoint_files.file_entry(size, crc)},
-                "binding": self.binding,
-                "pod": pod_name(os.environ),
-                "resumedFrom": self.resumed.document() if self.resumed else None,
-                "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
-            }
-            _write_synced(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
-            _fsync_dir(staging)
-            target = self.root / step_dir_name(step)
-            if target.exists():  # the same step again, after resuming from an older one
-                aside = self._set_aside(target)
-                os.rename(staging, target)
-                self._delete([aside])
-            else:
-                os.rename(staging, target)
-            _fsync_dir(self.root)
+            size, crc = _write_state(staging / STATE_FILE, state)
+            files = {STATE_FILE: checkpoint_files.file_entry(size, crc)}
+            target = self._commit(step, staging, files, pods=None)
         except BaseException:
             shutil.rmtree(staging, ignore_errors=True)
             raise
         self._retain(target)
         if self._reporter is not None:
             self._reporter.checkpoint(step, size, time.perf_counter() - started)
+
+    def _write_shard(self, gang: _Gang, step: int, state: dict[str, Any]) -> None:
+        """Every rank writes its shard and says how it went; rank 0 commits only when all
+        shards are durable, then says whether it did. A rank that failed still takes
+        part in both exchanges, so none waits for it: all raise."""
+        started = time.perf_counter()
+        # One name for all ranks; what an attempt killed mid-save left there was swept.
+        staging = self.root / f"{STAGING_PREFIX}{step_dir_name(step)}-ranks"
+        written: tuple[int, int] | None = None
+        error: Exception | None = None
+        try:
+            staging.mkdir(exist_ok=True)
+            written = _write_state(staging / shard_name(gang.rank), state)
+            _fsync_dir(staging)  # the shard's name is as durable as its bytes
+        except Exception as exc:
+            error = exc
+        shards = gang.gather((written, _described(error), pod_name(os.environ)))
+        failed = [f"rank {rank}: {why}" for rank, (_, why, _) in enumerate(shards) if why]
+        target, commit_error = None, None
+        if gang.rank == 0:
+            try:
+                if failed:
+                    shutil.rmtree(staging, ignore_errors=True)
+                else:
+                    files = {
+                        shard_name(rank): checkpoint_files.file_entry(*entry)
+                        for rank, (entry, _, _) in enumerate(shards)
+                    }
+                    target = self._commit(step, staging, files, pods=[p for _, _, p in shards])
+            except Exception as exc:
+                shutil.rmtree(staging, ignore_errors=True)
+                commit_error = exc
+        not_committed = gang.from_rank_0(_described(commit_error))
+        if error is not None:
+            raise error
+        if commit_error is not None:
+            raise commit_error
+        if failed:
+            raise CheckpointError(f"checkpoint of step {step} not saved: {'; '.join(failed)}")
+        if not_committed is not None:
+            raise CheckpointError(
+                f"checkpoint of step {step} not committed by rank 0: {not_committed}"
+            )
+        if target is not None:  # rank 0: the job's progress is rank 0's
+            self._retain(target)
+            if self._reporter is not None:
+                size = sum(entry[0] for entry, _, _ in shards if entry is not None)
+                self._reporter.checkpoint(step, size, time.perf_counter() - started)
+
+    def _commit(
+        self, step: int, staging: Path, files: dict[str, Any], *, pods: list[Any] | None
+    ) -> Path:
+        """Writes the manifest, the proof that every file listed is whole, last; renames."""
+        manifest = {
+            "format": checkpoint_files.FORMAT,
+            "step": step,
+            "files": files,
+            "binding": self.binding,
+            "pod": pod_name(os.environ),
+            **({"pods": pods} if pods is not None else {}),  # by rank
+            "resumedFrom": self.resumed.document() if self.resumed else None,
+            "createdAt": datetime.now(UTC).isoformat(timespec="seconds"),
+        }
+        _write_synced(staging / MANIFEST, json.dumps(manifest, indent=1).encode())
+        _fsync_dir(staging)
+        target = self.root / step_dir_name(step)
+        if target.exists():  # the same step again, after resuming from an older one
+            aside = self._set_aside(target)
+            os.rename(staging, target)
+            self._delete([aside])
+        else:
+            os.rename(staging, target)
+        _fsync_dir(self.root)
+        return target
 
     def _retain(self, newest: Path) -> None:
         """Keeps the newest keep_last valid checkpoints, and never the only valid one."""
@@ -319,6 +466,15 @@ class CheckpointManager:
         )
 
     def _check_binding(self, found: Found, allow: set[str]) -> tuple[str, ...]:
+        ranks = self._gang.size if self._gang is not None else 1
+        if found.world_size != ranks:
+            raise IncompatibleCheckpoint(
+                f"checkpoint {found.path.name} was saved by {_ranks(found.world_size)}, this "
+                f"run has {_ranks(ranks)}: resuming with another world size is refused (each "
+                "rank resumes its own shard: its RNG, its place in the data, its part of any "
+                "sharded state); run with the same number of workers and processes, or start "
+                "from another checkpoint directory"
+            )
         differing = [
             name
             for name in BINDING_FIELDS
@@ -353,6 +509,57 @@ class CheckpointManager:
             self.wait()
         except CheckpointError as exc:
             _warn(str(exc))
+
+
+class _Gang:
+    """This process's place among the ranks of a torch.distributed job, and a gloo group
+    of the manager's own to talk over (CPU objects, whatever backend training uses)."""
+
+    def __init__(self, dist: Any) -> None:
+        self._dist = dist
+        self.rank: int = dist.get_rank()
+        self.size: int = dist.get_world_size()
+        self._group = dist.new_group(backend="gloo")
+
+    @classmethod
+    def join(cls, distributed: bool | None) -> _Gang | None:
+        if distributed is False:
+            return None
+        dist = sys.modules.get("torch.distributed")
+        if dist is None or not dist.is_available() or not dist.is_initialized():
+            if distributed:
+                raise ValueError(
+                    "distributed=True needs torch.distributed initialised first "
+                    "(torch.distributed.init_process_group)"
+                )
+            return None
+        return cls(dist) if dist.get_world_size() > 1 else None
+
+    def gather(self, value: Any) -> list[Any]:
+        """Every rank's value, by rank, on every rank."""
+        out: list[Any] = [None] * self.size
+        self._dist.all_gather_object(out, value, group=self._group)
+        return out
+
+    def from_rank_0(self, value: Any) -> Any:
+        box = [value]
+        self._dist.broadcast_object_list(box, src=0, group=self._group)
+        return box[0]
+
+
+def _ranks(count: int) -> str:
+    return "1 process" if count == 1 else f"{count} ranks"
+
+
+def _described(error: BaseException | None) -> str | None:
+    return None if error is None else f"{type(error).__name__}: {error}"
+
+
+def _write_state(path: Path, state: dict[str, Any]) -> tuple[int, int]:
+    """Writes, checksums and fsyncs one state file; its size and CRC-32."""
+    with StateFile(path) as writer:
+        save_state(state, writer)
+        return writer.size, writer.finish()
 
 
 def _write_synced(path: Path, body: bytes) -> None:

@@ -4,6 +4,11 @@
     ROOT/step-000000001200/MANIFEST.json   written last: step, files (size, checksum), binding, pod
     ROOT/.staging-...                      a save in flight, or one killed mid-way (swept)
 
+A gang's checkpoint (torch.distributed, world size N > 1) holds one shard per
+rank in place of state.pt, rank-00000.pt ... rank-<N-1>.pt, each that rank's
+own state; its manifest lists them all and binds the world size
+(`binding.world_size`; absent: 1).
+
 A checkpoint directory is renamed into place only once complete, and its
 manifest is the only proof of validity: a directory without one, or whose
 files differ from it in size or checksum, is skipped.
@@ -47,6 +52,10 @@ def step_dir_name(step: int) -> str:
     return f"step-{step:012d}"
 
 
+def shard_name(rank: int) -> str:
+    return f"rank-{rank:05d}.pt"
+
+
 @dataclass
 class Found:
     """One committed checkpoint directory, and why it cannot be used (None: it can)."""
@@ -60,6 +69,12 @@ class Found:
     def binding(self) -> dict[str, Any]:
         binding = self.manifest.get("binding")
         return binding if isinstance(binding, dict) else {}
+
+    @property
+    def world_size(self) -> int:
+        """How many ranks saved it: one shard each (1: a single process, state.pt)."""
+        size = self.binding.get("world_size", 1)
+        return size if isinstance(size, int) else 0
 
 
 def scan(root: Path, *, checksums: bool = False) -> list[Found]:
@@ -103,6 +118,18 @@ def verify(path: Path, step: int, *, checksums: bool) -> Found:
         if checksums and CHECKSUMS[algorithm](path / name) != digest:
             return Found(path, step, f"{name} does not match its {algorithm}")
     return Found(path, step, None, manifest)
+
+
+def checksum_problem(found: Found, name: str) -> str | None:
+    """Why one file of a checkpoint verified by size fails its checksum (None: it passes).
+    Each rank of a gang checks its own shard: every byte is read once, by one rank."""
+    entry = found.manifest.get("files", {}).get(name)
+    if not isinstance(entry, dict):
+        return f"{name} is not in its manifest"
+    algorithm, digest = _checksum(found.manifest["format"], entry)
+    if CHECKSUMS[algorithm](found.path / name) != digest:
+        return f"{name} does not match its {algorithm}"
+    return None
 
 
 def file_entry(size: int, crc32: int) -> dict[str, Any]:

@@ -31,6 +31,7 @@ CHECK_NAMES: Final = (
     "checkpoint-readable",
     "output-writable",
     "status-reachable",
+    "rendezvous-reachable",  # last: a worker waits there for rank 0, after its own checks
 )
 
 # Run phases the reporter sends (the RUNNING sub-phases of the control plane).

@@ -18,7 +18,8 @@ class CorruptCheckpoint(CheckpointError):
 
 
 class IncompatibleCheckpoint(CheckpointError):
-    """A valid checkpoint bound to another dataset version, code version or hyper-parameters."""
+    """A valid checkpoint bound to another dataset version, code version, hyper-parameters
+    or world size."""
 
 
 class CacheError(RuntimeFailure):

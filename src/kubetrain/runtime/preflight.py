@@ -1,4 +1,4 @@
-"""The preflight: can this container train? Seven checks, in order, each timed.
+"""The preflight: can this container train? Eight checks, in order, each timed.
 
 Each check reads its expectation from a KUBETRAIN_* variable the manifest sets;
 an unset variable skips its check, and the report says so. A check that
@@ -16,8 +16,10 @@ import json
 import os
 import re
 import shutil
+import socket
 import subprocess
 import sys
+import threading
 import time
 import tomllib
 import urllib.error
@@ -27,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from kubetrain.runtime import checkpoint_files
+from kubetrain.runtime import checkpoint_files, env
 from kubetrain.runtime.contract import (
     CHECK_NAMES,
     DATASET_STAMP,
@@ -44,6 +46,13 @@ MIN_FREE_BYTES = 1 << 30
 STATUS_TIMEOUT_SECONDS = 2.0
 GPU_PROBE_TIMEOUT_SECONDS = 5.0  # nvidia-smi, the CUDA driver: a wedged GPU hangs both
 PROBE_NAME = ".kubetrain-preflight-probe"
+# How long a worker waits for rank 0's name to resolve and its port to answer: the
+# ranks of a gang start within seconds of each other when all are placed, but an
+# image pull or a slow node can put minutes between them.
+RENDEZVOUS_TIMEOUT_SECONDS = 300.0
+RENDEZVOUS_ATTEMPT_SECONDS = 2.0  # one connection attempt (a dropped SYN never answers)
+RENDEZVOUS_RETRY_SECONDS = 0.5
+RENDEZVOUS_LAST_ATTEMPT_SECONDS = 0.1  # the least time an attempt is given
 
 Status = Literal["passed", "failed", "skipped"]
 
@@ -456,6 +465,155 @@ def check_status_reachable(context: Context) -> str:
     return f"GET {url} answered {status} in {took * 1000:.0f} ms{note}"
 
 
+# rendezvous-reachable ------------------------------------------------------------
+
+
+def check_rendezvous_reachable(context: Context) -> str:
+    """In a gang: rank 0's name resolves and, from the other ranks, its port answers.
+
+    Waits (bounded) instead of failing at the first refusal: cluster DNS publishes
+    a Pod's name only once it has an address, and rank 0 listens only once its own
+    preflight has passed and torchrun runs. Rank 0 itself cannot connect to its
+    port (nothing listens there before this check ends and torchrun starts), so it
+    checks that the port is free to listen on here instead."""
+    try:
+        gang = env.gang(context.environ)
+    except ValueError as exc:
+        raise CheckFailed(str(exc)) from None
+    if gang is None:
+        raise CheckSkipped("a single worker (KUBETRAIN_WORKERS and PET_NNODES unset or 1)")
+    host = gang.master_addr
+    if host is None:
+        raise CheckFailed("PET_MASTER_ADDR is not set: the other ranks cannot find rank 0")
+    timeout = _seconds(context, "KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", RENDEZVOUS_TIMEOUT_SECONDS)
+    deadline = time.monotonic() + timeout
+    where = f"rank {gang.rank} of {gang.workers}"
+    if gang.rank == 0:
+        addresses = _resolve_until(host, gang.master_port, deadline, timeout)
+        _port_free(gang.master_port)
+        return (
+            f"{where}: {host} resolves to {_shown(addresses)}; port {gang.master_port} is free "
+            "to listen on (the other ranks connect once torchrun listens)"
+        )
+    started = time.monotonic()
+    address = _connect_until(host, gang.master_port, deadline, timeout)
+    return (
+        f"{where}: rank 0 at {host}:{gang.master_port} ({address}) answered after "
+        f"{time.monotonic() - started:.2f} s"
+    )
+
+
+def _seconds(context: Context, name: str, default: float) -> float:
+    text = context.get(name)
+    if text is None:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not 0 < value < float("inf"):
+        raise CheckFailed(f"{name} must be a positive number of seconds, not {text!r}")
+    return value
+
+
+Address = tuple[int, Any]  # (family, sockaddr) as getaddrinfo gives them
+
+
+def _lookup(host: str, port: int, wait: float) -> list[Address]:
+    """getaddrinfo within `wait` seconds. It has no timeout of its own (resolv.conf's
+    timeouts, times attempts, times search domains): it runs on a daemon thread that
+    is left behind if it hangs."""
+    outcome: list[Any] = []
+
+    def run() -> None:
+        try:
+            outcome.append(socket.getaddrinfo(host, port, type=socket.SOCK_STREAM))
+        except OSError as exc:
+            outcome.append(exc)
+
+    thread = threading.Thread(target=run, name="kubetrain-resolve", daemon=True)
+    thread.start()
+    thread.join(max(wait, 0.0))
+    if not outcome:
+        raise OSError(f"the lookup did not answer within {wait:.1f} s")
+    if isinstance(outcome[0], OSError):
+        raise outcome[0]
+    return [(family, sockaddr) for family, _, _, _, sockaddr in outcome[0]]
+
+
+def _resolve_until(host: str, port: int, deadline: float, timeout: float) -> list[Address]:
+    while True:
+        try:
+            return _lookup(host, port, deadline - time.monotonic())
+        except OSError as exc:
+            cause = _cause(exc)
+        if not _wait_to_retry(deadline):
+            raise CheckFailed(
+                f"rank 0's address {host} did not resolve within {timeout:g} s: {cause} "
+                "(is rank 0's Pod running, with the headless Service its name belongs to?)"
+            )
+
+
+def _connect_until(host: str, port: int, deadline: float, timeout: float) -> str:
+    """Resolves again before each round: a restarted rank 0 comes back with another address."""
+    while True:
+        try:
+            addresses = _lookup(host, port, deadline - time.monotonic())
+        except OSError as exc:
+            failure = f"rank 0's address {host} did not resolve within {timeout:g} s: {_cause(exc)}"
+        else:
+            failure, refused = "", []
+            for family, sockaddr in addresses:
+                try:
+                    with socket.socket(family, socket.SOCK_STREAM) as sock:
+                        sock.settimeout(
+                            max(0.05, min(RENDEZVOUS_ATTEMPT_SECONDS, deadline - time.monotonic()))
+                        )
+                        sock.connect(sockaddr)
+                    return str(sockaddr[0])
+                except OSError as exc:
+                    refused.append(f"{sockaddr[0]}: {_cause(exc)}")
+            failure = (
+                f"rank 0 at {host}:{port} did not answer within {timeout:g} s "
+                f"({'; '.join(refused)})"
+            )
+        if not _wait_to_retry(deadline):
+            raise CheckFailed(failure)
+
+
+def _wait_to_retry(deadline: float) -> bool:
+    """Sleeps before the next attempt; False when too little time is left for one."""
+    left = deadline - time.monotonic() - RENDEZVOUS_LAST_ATTEMPT_SECONDS
+    if left <= 0:
+        return False
+    time.sleep(min(RENDEZVOUS_RETRY_SECONDS, left))
+    return True
+
+
+def _port_free(port: int) -> None:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            sock.bind(("", port))
+        except OSError as exc:
+            raise CheckFailed(
+                f"port {port} (PET_MASTER_PORT) cannot be listened on here, on rank 0: "
+                f"{_cause(exc)}"
+            ) from None
+
+
+def _cause(exc: OSError) -> str:
+    if isinstance(exc, TimeoutError):
+        return "no answer (timed out: a firewall or NetworkPolicy dropping it?)"
+    if isinstance(exc, ConnectionRefusedError):
+        return "connection refused (nothing listens there yet)"
+    return exc.strerror or str(exc)
+
+
+def _shown(addresses: list[Address]) -> str:
+    return ", ".join(dict.fromkeys(str(sockaddr[0]) for _, sockaddr in addresses))
+
+
 CHECKS: dict[str, Callable[[Context], str]] = {
     "gpu-visible": check_gpu_visible,
     "dataset-mounted": check_dataset_mounted,
@@ -464,4 +622,5 @@ CHECKS: dict[str, Callable[[Context], str]] = {
     "checkpoint-readable": check_checkpoint_readable,
     "output-writable": check_output_writable,
     "status-reachable": check_status_reachable,
+    "rendezvous-reachable": check_rendezvous_reachable,
 }

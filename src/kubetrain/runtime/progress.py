@@ -28,6 +28,7 @@ from collections.abc import Callable, Mapping
 from datetime import UTC, datetime
 from typing import Any
 
+from kubetrain.runtime import env
 from kubetrain.runtime.contract import reports_path
 from kubetrain.runtime.env import pod_name
 from kubetrain.runtime.redact import Redactor
@@ -60,10 +61,12 @@ class Reporter:
         backoff: tuple[float, ...] = BACKOFF_SECONDS,
         redact: Callable[[str], str] | None = None,
         first_seq: int = 1,
+        rank: int | None = None,
     ) -> None:
         self._url = base_url.rstrip("/") + reports_path(job_id)
         self._token = token
         self._pod = pod
+        self._rank = rank  # the worker's index in a gang; None (left out) for a single worker
         self._max_queue = max_queue
         self._timeout = timeout
         self._interval = interval
@@ -228,7 +231,10 @@ class Reporter:
                         self._cond.wait(delay)
 
     def _send(self, batch: list[dict[str, Any]], dropped: int) -> str:
-        body = json.dumps({"pod": self._pod, "dropped": dropped, "events": batch}).encode()
+        document: dict[str, Any] = {"pod": self._pod, "dropped": dropped, "events": batch}
+        if self._rank is not None:
+            document["rank"] = self._rank
+        body = json.dumps(document).encode()
         headers = {"Content-Type": "application/json"}
         if self._token:
             headers["Authorization"] = f"Bearer {self._token}"
@@ -256,11 +262,20 @@ def _now() -> str:
 
 
 def reporter_from_env(environ: Mapping[str, str]) -> Reporter | None:
-    """The job's reporter when the manifest set a status URL and a job id, else None."""
+    """The job's reporter when the manifest set a status URL and a job id, else None.
+
+    None too in the processes torchrun starts beside the first one of a Pod
+    (LOCAL_RANK 1, 2, ...): they would report the same steps under the same pod and
+    seq numbers, and the server keeps one event per (pod, seq). A Pod reports once,
+    for its worker; in a gang, with that worker's rank."""
     url = environ.get("KUBETRAIN_STATUS_URL")
     job_id = environ.get("KUBETRAIN_JOB_ID")
-    if not url or not job_id:
+    if not url or not job_id or environ.get("LOCAL_RANK", "0").strip() not in ("0", ""):
         return None
+    try:
+        gang = env.gang(environ)
+    except ValueError:  # the preflight fails on it; the reporter never raises
+        gang = None
     return Reporter(
         url,
         job_id,
@@ -268,6 +283,7 @@ def reporter_from_env(environ: Mapping[str, str]) -> Reporter | None:
         pod_name(environ),
         redact=Redactor(environ),
         first_seq=_first_seq(environ),
+        rank=gang.rank if gang is not None else None,
     )
 
 
