@@ -277,3 +277,20 @@ def test_the_token_is_checked_before_the_body_is_read(client: TestClient, job_id
         f"/api/v1/jobs/{job_id}/reports", content=b"<xml/>", headers={"Content-Type": "text/xml"}
     )
     assert answer.status_code == 401
+
+
+def test_in_a_gang_every_rank_reports_and_the_jobs_progress_is_rank_0s(
+    client: TestClient, tokens: Tokens, job_id: str, db: Database
+) -> None:
+    def step(seq: int, number: int) -> dict[str, Any]:
+        return {"seq": seq, "time": T.format(seq), "type": "step", "step": number}
+
+    lead = post(client, job_id, batch(job_id, step(0, 10), suffix="0-aaaaa", rank=0))
+    assert lead.status_code == 202, lead.text
+    other = post(client, job_id, batch(job_id, step(0, 99), suffix="1-bbbbb", rank=1))
+    assert other.status_code == 202, other.text
+    assert reports(db, job_id) == 2
+    progress = detail(client, tokens, job_id)["progress"]
+    assert (progress["step"], progress["pod"]) == (10, pod(job_id, "0-aaaaa"))
+    refused = post(client, job_id, batch(job_id, step(1, 11), suffix="0-aaaaa", rank=-1))
+    assert refused.status_code == 422

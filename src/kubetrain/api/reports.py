@@ -109,6 +109,9 @@ class ReportBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pod: str = Field(min_length=1, max_length=253)
+    rank: int | None = Field(
+        default=None, ge=0, le=2**31, description="the worker's index in a gang (rank 0 leads)"
+    )
     dropped: int = Field(default=0, ge=0, le=2**62, description="events dropped since last batch")
     events: list[AnyEvent] = Field(max_length=MAX_EVENTS)
 
@@ -185,7 +188,12 @@ def post_reports(
         )
     with context.db.transaction() as session:
         stored = record_reports(
-            session, job_id, batch.pod, [_event(e) for e in batch.events], dropped=batch.dropped
+            session,
+            job_id,
+            batch.pod,
+            [_event(e) for e in batch.events],
+            dropped=batch.dropped,
+            rank=batch.rank,
         )
     if stored and any(e.type == "phase" for e in batch.events):
         context.reported(job_id)

@@ -80,9 +80,14 @@ def record_reports(
     events: Sequence[ReportEvent],
     *,
     dropped: int = 0,
+    rank: int | None = None,
     now: datetime | None = None,
 ) -> int:
-    """Store a batch from `pod`; returns how many events were new."""
+    """Store a batch from `pod`; returns how many events were new.
+
+    In a gang each worker's Pod reports with its `rank`; every report is kept,
+    and the job's progress (its phase, step, checkpoint) is rank 0's alone.
+    """
     now = now if now is not None else datetime.now(UTC)
     seen = set(
         session.scalars(
@@ -105,12 +110,13 @@ def record_reports(
                 pod=pod,
                 seq=event.seq,
                 kind=event.kind,
-                data=dict(event.data),
+                data=dict(event.data) | ({"rank": rank} if rank is not None else {}),
                 reported_at=event.at,
                 received_at=now,
             )
         )
-        _fold(progress, pod, event)
+        if not rank:
+            _fold(progress, pod, event)
     progress.dropped += dropped
     progress.updated_at = now
     if any(e.kind == "step" for e in fresh):
