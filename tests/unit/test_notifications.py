@@ -128,7 +128,7 @@ def test_rows_are_delivered_only_once_their_id_has_settled():
     from kubetrain.control.notifier import Notifier
 
     ticks = iter([0.0, 1.0, 2.5, 3.0])
-    notifier = Notifier(None, None, settle_seconds=2.0, monotonic=lambda: next(ticks))  # type: ignore[arg-type]
+    notifier = Notifier(None, None, settle_seconds=2.0, monotonic=lambda: next(ticks))
     assert notifier._settled_id(10) == 0  # t=0: nothing seen long enough
     assert notifier._settled_id(12) == 0  # t=1
     assert notifier._settled_id(15) == 10  # t=2.5: what was newest at t=0
