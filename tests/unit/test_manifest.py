@@ -631,7 +631,8 @@ def test_any_failed_worker_fails_the_gang_at_once_and_disruptions_are_replaced()
 
 def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
     service = m.render_service(JOB_ID, "ai-training", "uid-1")
-    assert service["apiVersion"] == "v1" and service["kind"] == "Service"
+    assert service["apiVersion"] == "v1"
+    assert service["kind"] == "Service"
     assert service["metadata"]["name"] == GANG_NAME
     assert service["metadata"]["namespace"] == "ai-training"
     assert service["metadata"]["labels"][m.LABEL_JOB_ID] == JOB_ID

@@ -21,9 +21,9 @@ from kubetrain.domain.spec.problems import fail
 
 __all__ = [
     "ENV_RESERVED_PREFIX",
-    "MAX_WORKERS",
     "MAX_ANNOTATION_BYTES",
     "MAX_NAME_LENGTH",
+    "MAX_WORKERS",
     "TESTBED_PREFIX",
     "AnnotationValue",
     "ArgItem",
