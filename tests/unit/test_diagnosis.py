@@ -621,6 +621,14 @@ def test_insufficient_gpu_says_how_many_are_free_and_allocatable() -> None:
     assert "8" in never.action
 
 
+def test_a_single_pod_larger_than_any_node_is_told_to_split_into_workers() -> None:
+    d = recorded("insufficient-gpu")  # 16 GPUs, two 8-GPU nodes
+    assert d.waitable is False
+    assert d.action == (
+        "Run it as 2 workers of 8 GPUs: `workers: 2` with `gpus: 8`; waiting will not help."
+    )
+
+
 def test_a_lost_node_is_named_on_its_attempt_and_uses_no_retry() -> None:
     d = recorded("node-lost-replaced")
     lost = d.blockers[1]

@@ -39,6 +39,8 @@ REASON_WORDS: dict[ReasonCode, str] = {
     R.CONTAINER_CONFIG_ERROR: "container config error",
     R.CONTAINER_CREATING: "starting container",
     R.SCHEDULING: "being scheduled",
+    R.GANG_PARTIAL: "gang partly placed",
+    R.RENDEZVOUS: "ranks meeting",
     R.PREFLIGHT: "in preflight",
     R.TRAINING: "training",
     R.PREFLIGHT_FAILED: "preflight failed",
