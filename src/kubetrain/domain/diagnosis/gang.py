@@ -191,7 +191,7 @@ def first_failed_rank(
             failed.append((not named, cause.since is None, cause.since, rank, pod, cause))
     if not failed:
         return None
-    failed.sort(key=lambda f: (f[0], f[1], f[2] or 0, f[3]))  # type: ignore[operator]
+    failed.sort(key=lambda f: (f[0], f[1], f[2] or 0, f[3]))
     _, _, _, rank, pod, cause = failed[0]
     return rank, pod, cause
 
