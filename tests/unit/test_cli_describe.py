@@ -41,7 +41,10 @@ def job_view(diagnosis: dict[str, object] | None, reason: str) -> dict[str, obje
 def test_a_request_no_node_can_hold_says_waiting_will_not_help():
     diagnosis = recorded("insufficient-gpu").to_json("llm")
     text = describe(job_view(diagnosis, "INSUFFICIENT_GPU"))
-    assert "Ask for at most 8 GPUs per node; waiting will not help." in text
+    # 16 GPUs on 8-GPU nodes: one Pod never fits, a gang of two does.
+    assert (
+        "Run it as 2 workers of 8 GPUs: `workers: 2` with `gpus: 8`; waiting will not help." in text
+    )
     assert "Wait for GPUs to free up" not in text
 
 

@@ -11,7 +11,7 @@ import pytest
 from kubetrain.domain.diagnosis import ChainState, Diagnosis
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
-from tests.unit.diagnosis_helpers import SNAPSHOTS, dump, items, recorded, the_job
+from tests.unit.diagnosis_helpers import NOW, SNAPSHOTS, dump, items, recorded, run, the_job
 
 pytestmark = pytest.mark.unit
 
@@ -444,6 +444,53 @@ CASES: dict[str, Expected] = {
         "non-empty scheduling gates",
         explanation="example.com/queue",
     ),
+    # Gangs (workers > 1): Indexed Jobs recorded on the default pool (two 8-GPU nodes).
+    "gang-succeeded": Expected(
+        S.SUCCEEDED,
+        R.COMPLETED,
+        None,
+        (),
+        "CompletionsReached",
+        chain={link: ChainState.PASSED for link in Link},
+        attempts=2,
+    ),
+    "gang-running": Expected(
+        S.RUNNING,
+        R.RENDEZVOUS,
+        None,
+        (),
+        None,
+        chain={Link.PREFLIGHT: ChainState.PASSED, Link.TRAINING: ChainState.ACTIVE},
+        attempts=2,
+        explanation="All 2 workers run (ranks 0, 1 on gpu-h100-1, gpu-h100-0)",
+    ),
+    # The real scheduler placed ranks 0 and 2; rank 1 can never have a node.
+    "gang-partial": Expected(
+        S.QUEUED,
+        R.INSUFFICIENT_GPU,
+        False,
+        ((R.INSUFFICIENT_GPU, 4), (R.GANG_PARTIAL, None)),
+        "Unschedulable",
+        "Insufficient nvidia.com/gpu",
+        chain=SCHEDULER_BLOCKING,
+        nodes={
+            "gpu-h100-0": (False, "nvidia.com/gpu 8/8 used, needs 8"),
+            "gpu-h100-1": (False, "nvidia.com/gpu 8/8 used, needs 8"),
+        },
+        attempts=3,
+        explanation="the gang needs 3 nodes with 8 free GPUs; the cluster has 2 such nodes",
+    ),
+    "gang-worker-failed": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None),),
+        "Error",
+        "NCCL error: unhandled system error",
+        chain={Link.TRAINING: ChainState.FAILED, Link.JOB: ChainState.FAILED},
+        attempts=2,
+        explanation="Rank 1 (Pod kt-gang-worker-failed-1-",
+    ),
 }
 
 
@@ -619,6 +666,73 @@ def test_insufficient_gpu_says_how_many_are_free_and_allocatable() -> None:
     never = recorded("insufficient-gpu")
     assert "waiting will not help" in never.action
     assert "8" in never.action
+
+
+def test_a_gang_with_a_rank_pending_is_queued_and_names_who_is_placed() -> None:
+    d = recorded("gang-partial")
+    partial = d.blockers[1]
+    assert partial.reason is R.GANG_PARTIAL
+    assert partial.waitable is False
+    assert partial.detail.startswith(
+        "2 of 3 workers placed (ranks 0, 2 on gpu-h100-1, gpu-h100-0, holding 16 GPUs idle); "
+        "rank 1 waits: needs 8 GPUs"
+    )
+    assert d.blockers[0].detail.startswith("rank 1: ")
+    assert d.action.startswith("Run at most 2 workers (`workers: 2`)")
+    assert [(a.rank, a.node) for a in d.attempts] == [
+        (0, "gpu-h100-1"),
+        (1, None),
+        (2, "gpu-h100-0"),
+    ]
+
+
+def test_a_gang_the_nodes_could_hold_waits_for_the_busy_ones() -> None:
+    # Two ranks of 8 GPUs, one running: with the second node free of the third rank the
+    # gang would fit, so waiting helps. Built from gang-partial by dropping rank 2's Pod
+    # and shrinking the Job to 2 workers.
+    data = dump("gang-partial")
+    data["items"] = [
+        i
+        for i in data["items"]
+        if not (i["kind"] == "Pod" and i["metadata"]["name"].startswith("kt-gang-partial-2-"))
+    ]
+    the_job(data)["spec"]["completions"] = the_job(data)["spec"]["parallelism"] = 2
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.INSUFFICIENT_GPU)
+    assert d.waitable is not False
+    assert "the gang needs" not in d.explanation
+
+
+def test_a_gang_is_training_once_a_rank_says_so() -> None:
+    data = dump("gang-running")
+    rank0 = next(
+        p for p in items(data, "Pod") if p["metadata"]["name"].startswith("kt-gang-running-0-")
+    )
+    d = run(data, reported_phase=(rank0["metadata"]["name"], "TRAINING", NOW))
+    assert (d.state, d.reason) == (S.RUNNING, R.TRAINING)
+    assert recorded("gang-running").reason is R.RENDEZVOUS
+
+
+def test_a_gang_with_one_rank_running_is_never_running() -> None:
+    data = dump("gang-running")
+    rank1 = next(
+        p for p in items(data, "Pod") if p["metadata"]["name"].startswith("kt-gang-running-1-")
+    )
+    rank1["status"] = {"phase": "Pending"}
+    rank1["spec"].pop("nodeName")
+    d = run(data)
+    assert d.state is S.QUEUED
+    assert d.reason is R.SCHEDULING
+    assert d.blockers[1].reason is R.GANG_PARTIAL
+    assert d.blockers[1].detail.startswith("1 of 2 workers placed (rank 0 on gpu-h100-1")
+
+
+def test_a_single_pod_larger_than_any_node_is_told_to_split_into_workers() -> None:
+    d = recorded("insufficient-gpu")  # 16 GPUs, two 8-GPU nodes
+    assert d.waitable is False
+    assert d.action == (
+        "Run it as 2 workers of 8 GPUs: `workers: 2` with `gpus: 8`; waiting will not help."
+    )
 
 
 def test_a_lost_node_is_named_on_its_attempt_and_uses_no_retry() -> None:

@@ -555,3 +555,98 @@ def test_rendering_does_not_change_the_job():
     before = parsed.model_dump()
     m.render_job(JOB_ID, parsed, "ai-training", dataset=resolve_dataset(parsed.spec.dataset, None))
     assert parsed.model_dump() == before
+
+
+# -- gangs ------------------------------------------------------------------------------------
+
+GANG_NAME = "kt-" + JOB_ID.lower()
+INDEX_REF = {
+    "fieldRef": {
+        "apiVersion": "v1",
+        "fieldPath": "metadata.annotations['batch.kubernetes.io/job-completion-index']",
+    }
+}
+
+
+def gang(workers: int = 2, gpus: int = 8) -> dict[str, Any]:
+    data = full()
+    data["spec"]["workers"] = workers
+    data["spec"]["resources"]["gpus"] = gpus
+    if not gpus:
+        del data["spec"]["resources"]["gpuType"]
+    return render(data)
+
+
+def test_one_worker_renders_no_gang_fields():
+    one = full()
+    one["spec"]["workers"] = 1
+    assert json.dumps(render(one)) == json.dumps(render(full()))
+    spec = render(full())["spec"]
+    assert not {"completionMode", "completions", "parallelism"} & set(spec)
+    assert "subdomain" not in pod(render(full()))
+    assert not [name for name in env(render(full())) if name.startswith("PET_")]
+
+
+def test_a_gang_is_an_indexed_job_of_its_workers_under_the_services_subdomain():
+    manifest = gang(workers=3)
+    spec = manifest["spec"]
+    assert (spec["completionMode"], spec["completions"], spec["parallelism"]) == ("Indexed", 3, 3)
+    assert pod(manifest)["subdomain"] == GANG_NAME == manifest["metadata"]["name"]
+    assert container(manifest)["ports"] == [{"containerPort": 29500, "protocol": "TCP"}]
+
+
+def test_a_gang_gets_the_torchrun_environment_of_trainer_v2():
+    variables = env(gang(workers=3, gpus=8))
+    assert variables["PET_NNODES"] == "3"
+    assert variables["PET_NPROC_PER_NODE"] == "8"
+    assert variables["PET_NODE_RANK"] == INDEX_REF
+    assert variables["PET_MASTER_ADDR"] == f"{GANG_NAME}-0.{GANG_NAME}.ai-training.svc"
+    assert variables["PET_MASTER_PORT"] == "29500"
+    assert variables["KUBETRAIN_WORKER_INDEX"] == INDEX_REF
+    assert variables["KUBETRAIN_WORKERS"] == "3"
+
+
+def test_a_cpu_gang_runs_one_process_per_worker():
+    assert env(gang(gpus=0))["PET_NPROC_PER_NODE"] == "1"
+
+
+def test_the_user_env_comes_after_the_gang_env_so_it_may_refer_to_it():
+    names = list(env(gang()))
+    assert names.index("PET_MASTER_ADDR") < names.index("EPOCHS")
+
+
+def test_any_failed_worker_fails_the_gang_at_once_and_disruptions_are_replaced():
+    spec = gang()["spec"]
+    ignore, fail = spec["podFailurePolicy"]["rules"]
+    assert ignore == {
+        "action": "Ignore",
+        "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
+    }
+    assert fail == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+    }
+    assert spec["backoffLimit"] == 3  # failures without an exit code (admission) still retry
+
+
+def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
+    service = m.render_service(JOB_ID, "ai-training", "uid-1")
+    assert service["apiVersion"] == "v1"
+    assert service["kind"] == "Service"
+    assert service["metadata"]["name"] == GANG_NAME
+    assert service["metadata"]["namespace"] == "ai-training"
+    assert service["metadata"]["labels"][m.LABEL_JOB_ID] == JOB_ID
+    assert service["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": "batch/v1",
+            "kind": "Job",
+            "name": GANG_NAME,
+            "uid": "uid-1",
+            "blockOwnerDeletion": False,
+        }
+    ]
+    assert service["spec"] == {
+        "clusterIP": "None",
+        "publishNotReadyAddresses": True,
+        "selector": {"batch.kubernetes.io/job-name": GANG_NAME},
+    }

@@ -161,6 +161,7 @@ def test_the_code_calls_what_this_reading_expects():
     assert ("batch", "jobs", "create") in calls
     assert ("", "pods", "watch") in calls
     assert ("", "namespaces", "create") in calls
+    assert ("", "services", "create") in calls
 
 
 def test_the_cluster_role_grants_exactly_the_cluster_wide_calls():

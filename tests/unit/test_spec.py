@@ -153,6 +153,7 @@ def test_a_minimal_job_gets_the_documented_defaults():
     assert spec.priority_class is None
     assert spec.max_runtime is None
     assert spec.retries == 0
+    assert spec.workers == 1
     assert job.metadata.labels == {}
     assert job.metadata.annotations == {}
 
@@ -816,6 +817,18 @@ def test_retries_are_a_small_whole_number(value, says):
     assert says in refused("spec.retries", value)
 
 
+@pytest.mark.parametrize(
+    ("value", "says"),
+    [(0, "from 1"), (257, "to 256"), (2.0, "fraction"), (True, "bool"), ("2", "str")],
+)
+def test_workers_are_a_whole_number_from_one(value, says):
+    assert says in refused("spec.workers", value)
+
+
+def test_a_gang_of_workers_is_accepted():
+    assert parse_training_job(put(minimal(), "spec.workers", 4)).spec.workers == 4
+
+
 def test_every_problem_is_reported_at_once():
     data = put(put(minimal(), "spec.image", "Bad"), "spec.retries", -1)
     data = put(data, "metadata.name", "Bad")
@@ -982,11 +995,17 @@ def test_the_digest_ignores_spelling(path, first, second):
         ("metadata.name", "other"),
         ("spec.resources.gpus", 2),
         ("spec.retries", 0),
+        ("spec.workers", 2),
         ("spec.env", [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
     ],
 )
 def test_the_digest_sees_every_change(path, value):
     assert digest(put(full(), path, value)) != digest(full())
+
+
+def test_one_worker_keeps_the_digest_of_a_job_that_names_none():
+    # Every job made before gangs has no workers field: its digest stays what it was.
+    assert digest(put(full(), "spec.workers", 1)) == digest(full())
 
 
 def test_the_digest_keeps_env_order():

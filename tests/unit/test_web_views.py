@@ -103,6 +103,13 @@ def test_gpu_demand_counts_per_gpu_type() -> None:
     assert views.gpu_demand(specs) == {"nvidia-h100": 10, "": 1}
 
 
+def test_a_gang_asks_for_its_gpus_on_every_worker() -> None:
+    gang = {"spec": {"workers": 2, "resources": {"gpus": 8, "gpuType": "nvidia-h100"}}}
+    assert views.gpu_demand([gang]) == {"nvidia-h100": 16}
+    assert views.gpu_shape(gang) == "2x8"
+    assert views.gpu_shape({"spec": {"resources": {"gpus": 8}}}) == "8"
+
+
 def test_quotas_show_gpu_then_cpu_then_memory_and_only_the_namespaces_asked() -> None:
     gpu, cpu, memory = "requests.nvidia.com/gpu", "requests.cpu", "requests.memory"
     quota = {

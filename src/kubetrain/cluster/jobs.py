@@ -1,4 +1,5 @@
-"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets) idempotently.
+"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets and gang
+Services) idempotently.
 
 Every function raises ClusterError (cluster/errors.py) for what Kubernetes or the
 connection refused, never the client library's errors.
@@ -13,7 +14,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Secret
+from lightkube.resources.core_v1 import Namespace, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
 from kubetrain.cluster.errors import JobConflictError, kube_errors
@@ -126,6 +127,36 @@ async def own_secret(
         namespace=namespace,
         patch_type=PatchType.MERGE,
     )
+
+
+@_wrapped
+async def put_service(client: AsyncClient, manifest: dict[str, Any]) -> None:
+    """Create a gang's headless Service, or find it there as ours (a create repeated after
+    a lost answer). One left by an earlier Job of the same name is given the new owner."""
+    obj = cast(Service, Service.from_dict(manifest))
+    meta = manifest["metadata"]
+    try:
+        await client.create(obj)
+        return
+    except ApiError as exc:
+        if exc.status.code != 409:
+            raise
+    existing = await client.get(Service, meta["name"], namespace=meta["namespace"])
+    labels = (existing.metadata.labels if existing.metadata else None) or {}
+    if labels.get(LABEL_JOB_ID) != meta["labels"][LABEL_JOB_ID]:
+        raise JobConflictError(
+            f"a Service named {meta['name']} exists in {meta['namespace']} "
+            "and is not this kubetrain job's"
+        )
+    owners = (existing.metadata.ownerReferences if existing.metadata else None) or []
+    if [o.uid for o in owners] != [o["uid"] for o in meta["ownerReferences"]]:
+        await client.patch(
+            Service,
+            meta["name"],
+            {"metadata": {"ownerReferences": meta["ownerReferences"]}},
+            namespace=meta["namespace"],
+            patch_type=PatchType.MERGE,
+        )
 
 
 @_wrapped

@@ -37,9 +37,16 @@ from kubetrain.cluster.jobs import (
     delete_job,
     ensure_namespace,
     own_secret,
+    put_service,
     put_status_secret,
 )
-from kubetrain.domain.manifest import RenderOptions, job_name, render_job, render_status_secret
+from kubetrain.domain.manifest import (
+    RenderOptions,
+    job_name,
+    render_job,
+    render_service,
+    render_status_secret,
+)
 from kubetrain.domain.spec import SpecError, parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.metrics import DISPATCHER_CREATED, DISPATCHER_FAILURES, DISPATCHER_RETRIES
@@ -227,6 +234,9 @@ class Dispatcher:
             if secret is not None:
                 await put_status_secret(self.client, secret)
             uid = await create_job(self.client, manifest)
+            if uid is not None and manifest["spec"].get("completionMode") == "Indexed":
+                # A gang's Pods find rank 0 through it; owned by the Job, it goes with it.
+                await put_service(self.client, render_service(job_id, namespace, uid))
             if secret is not None and uid is not None:
                 await own_secret(
                     self.client,

@@ -36,6 +36,30 @@ What the Job carries, and why:
 * No service account token and no service links: training talks to the status
   URL, not to the Kubernetes API, and service variables could shadow the
   user's.
+
+A gang (`spec.workers` > 1) is one Job of N Pods, rendered the way Kubernetes
+documents pod-to-pod communication in a Job and the way Kubeflow Trainer v2's
+torch runtime sets up torchrun, so its images run unchanged:
+
+* `completionMode: Indexed`, `completions = parallelism = workers`: each Pod
+  has an index (0..N-1) and the hostname `<job>-<index>`; with `subdomain`
+  set to the headless Service `render_service` makes (named like the Job),
+  rank 0 is `<job>-0.<job>.<namespace>.svc` for as long as the Job lives.
+* The torchrun environment Trainer v2 sets: PET_NNODES (workers),
+  PET_NPROC_PER_NODE (the GPUs of one worker, at least 1), PET_NODE_RANK from
+  the `batch.kubernetes.io/job-completion-index` annotation (downward API),
+  PET_MASTER_ADDR (rank 0's name), PET_MASTER_PORT (MASTER_PORT, torch's
+  default, also a container port); and KUBETRAIN_WORKER_INDEX and
+  KUBETRAIN_WORKERS for kubetrain's runtime.
+* Failure is the gang's: a worker whose trainer exits non-zero fails the Job
+  at once (podFailurePolicy FailJob; the Job controller then terminates the
+  other ranks), since a collective cannot go on without one rank and the
+  others would otherwise hold their GPUs until a timeout. A disrupted worker
+  (DisruptionTarget) is replaced under the same index and hostname without
+  using a retry, as a single Pod is. JobSet's `RestartJobSet` (recreate every
+  child Job) is what restarts a whole gang elsewhere; Kubernetes' own
+  `backoffLimitPerIndex` retries one index alone, which a gang must not do,
+  so it is not used (docs/diagnosis.md, "Gangs").
 """
 
 from __future__ import annotations
@@ -68,6 +92,7 @@ __all__ = [
     "LABEL_NAME",
     "LABEL_PROJECT",
     "MANAGED_BY",
+    "MASTER_PORT",
     "MAX_JOB_ID_LENGTH",
     "OUTPUT_DIR",
     "PREFLIGHT_EXIT_CODE",
@@ -76,6 +101,7 @@ __all__ = [
     "RenderOptions",
     "job_name",
     "render_job",
+    "render_service",
     "render_status_secret",
     "status_secret_name",
 ]
@@ -92,6 +118,11 @@ CHECKPOINT_DIR = "/checkpoints"
 OUTPUT_DIR = "/output"
 CACHE_DIR = "/cache"
 TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMessagePath
+# Where rank 0 listens for torchrun's rendezvous: torch's default, and Trainer v2's.
+MASTER_PORT = 29500
+# The Job controller's annotation (and label) with a Pod's index in an Indexed Job.
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
+_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its Pods
 
 LABEL_JOB_ID = "kubetrain.io/job-id"
 LABEL_PROJECT = "kubetrain.io/project"
@@ -221,9 +252,10 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
             )
 
 
-def pod_failure_policy() -> dict[str, Any]:
+def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
     """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
-    without using a retry; the preflight's exit code fails the Job at once."""
+    without using a retry; the preflight's exit code fails the Job at once, and in a
+    gang so does any non-zero exit (the other ranks cannot go on without it)."""
     return {
         "rules": [
             {
@@ -234,12 +266,66 @@ def pod_failure_policy() -> dict[str, Any]:
                 "action": "FailJob",
                 "onExitCodes": {
                     "containerName": CONTAINER_NAME,
-                    "operator": "In",
-                    "values": [PREFLIGHT_EXIT_CODE],
+                    "operator": "NotIn" if gang else "In",
+                    "values": [0] if gang else [PREFLIGHT_EXIT_CODE],
                 },
             },
         ]
     }
+
+
+def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
+    """The headless Service that gives a gang's Pods their DNS names (`subdomain`).
+
+    Named like the Job, selecting its Pods, publishing them before they are ready
+    (rank 0 must resolve while every rank is still starting), and owned by the Job
+    (`job_uid`), so the garbage collector removes it with the Job.
+    """
+    name = job_name(job_id)
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "labels": {LABEL_JOB_ID: job_id, LABEL_MANAGED_BY: MANAGED_BY},
+            "ownerReferences": [
+                {
+                    "apiVersion": "batch/v1",
+                    "kind": "Job",
+                    "name": name,
+                    "uid": job_uid,
+                    "blockOwnerDeletion": False,
+                }
+            ],
+        },
+        "spec": {
+            "clusterIP": "None",
+            "publishNotReadyAddresses": True,
+            "selector": {_JOB_NAME_LABEL: name},
+        },
+    }
+
+
+def _gang_env(name: str, namespace: str, workers: int, gpus: int) -> list[dict[str, Any]]:
+    index = {
+        "valueFrom": {
+            "fieldRef": {
+                "apiVersion": "v1",
+                "fieldPath": f"metadata.annotations['{COMPLETION_INDEX}']",
+            }
+        }
+    }
+    return [
+        _plain("PET_NNODES", str(workers)),
+        _plain("PET_NPROC_PER_NODE", str(max(gpus, 1))),
+        {"name": "PET_NODE_RANK", **index},
+        # The Indexed Job's hostname `<job>-<index>` under the Service's subdomain.
+        _plain("PET_MASTER_ADDR", f"{name}-0.{name}.{namespace}.svc"),
+        _plain("PET_MASTER_PORT", str(MASTER_PORT)),
+        {"name": "KUBETRAIN_WORKER_INDEX", **index},
+        _plain("KUBETRAIN_WORKERS", str(workers)),
+    ]
 
 
 def render_job(
@@ -302,6 +388,9 @@ def render_job(
     # not asked, and the report says the check was skipped.
     if options.gpu_resource.startswith("nvidia.com/"):
         env.append(_plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)))
+    gang = spec.workers > 1
+    if gang:
+        env += _gang_env(name, namespace, spec.workers, res.gpus)
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if dataset is not None:
@@ -361,6 +450,8 @@ def render_job(
     if spec.args:
         container["args"] = list(spec.args)
     container["env"] = env
+    if gang:
+        container["ports"] = [{"containerPort": MASTER_PORT, "protocol": "TCP"}]
     container["resources"] = {"requests": requests, "limits": limits}
     if mounts:
         container["volumeMounts"] = mounts
@@ -380,6 +471,8 @@ def render_job(
         pod["tolerations"] = [
             {"key": options.gpu_resource, "operator": "Exists", "effect": "NoSchedule"}
         ]
+    if gang:
+        pod["subdomain"] = name  # the headless Service of render_service
     pod["containers"] = [container]
     if volumes:
         pod["volumes"] = volumes
@@ -391,10 +484,14 @@ def render_job(
         template_meta["annotations"] = dict(sorted(job.metadata.annotations.items()))
 
     job_spec: dict[str, Any] = {"backoffLimit": spec.retries}
+    if gang:
+        job_spec["completionMode"] = "Indexed"
+        job_spec["completions"] = spec.workers
+        job_spec["parallelism"] = spec.workers
     if spec.max_runtime is not None:
         job_spec["activeDeadlineSeconds"] = duration_seconds(spec.max_runtime)
     job_spec["podReplacementPolicy"] = "Failed"
-    job_spec["podFailurePolicy"] = pod_failure_policy()
+    job_spec["podFailurePolicy"] = pod_failure_policy(gang=gang)
     job_spec["template"] = {"metadata": template_meta, "spec": pod}
 
     return {

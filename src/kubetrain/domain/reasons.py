@@ -263,6 +263,24 @@ CATALOG: dict[ReasonCode, Reason] = {
             "Wait.",
             N,
         ),
+        _r(
+            R.GANG_PARTIAL,
+            L.SCHEDULER,
+            "Some workers of the gang are placed and others wait: the placed ones hold their "
+            "GPUs idle, since no rank trains until every rank runs.",
+            "See what the waiting rank needs (the reason beside this one).",
+            U,
+            waitable=True,
+        ),
+        _r(
+            R.RENDEZVOUS,
+            L.TRAINING,
+            "Every worker of the gang runs; none has reported training yet (torchrun's "
+            "rendezvous: the ranks find rank 0 and form the group).",
+            "Wait. If it lasts, check that rank 0's name resolves and its port answers "
+            "(the rendezvous-reachable preflight check), and the ranks' logs.",
+            N,
+        ),
         _r(R.TRAINING, L.TRAINING, "The job is training.", "Nothing to do.", N),
         _r(
             R.PREFLIGHT_FAILED,
@@ -384,7 +402,10 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.BACKOFF_LIMIT_EXCEEDED,
     R.CONTAINER_CREATING,
     R.SCHEDULING,
+    # beside the waiting rank's own code, never before it
+    R.GANG_PARTIAL,
     R.PREFLIGHT,
+    R.RENDEZVOUS,
     R.TRAINING,
     R.COMPLETED,
 )

@@ -320,9 +320,8 @@ def _since(job: JobStatus, diagnosis: dict[str, Any] | None) -> datetime:
     return since or job.updated_at
 
 
-def _gpus(spec: dict[str, Any]) -> int:
-    gpus = (spec.get("spec") or {}).get("resources", {}).get("gpus", 0)
-    return gpus if isinstance(gpus, int) else 0
+def _gpus(spec: dict[str, Any]) -> str:
+    return views.gpu_shape(spec)
 
 
 @router.get("/projects/{project}/jobs")

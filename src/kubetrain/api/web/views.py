@@ -39,6 +39,8 @@ REASON_WORDS: dict[ReasonCode, str] = {
     R.CONTAINER_CONFIG_ERROR: "container config error",
     R.CONTAINER_CREATING: "starting container",
     R.SCHEDULING: "being scheduled",
+    R.GANG_PARTIAL: "gang partly placed",
+    R.RENDEZVOUS: "ranks meeting",
     R.PREFLIGHT: "in preflight",
     R.TRAINING: "training",
     R.PREFLIGHT_FAILED: "preflight failed",
@@ -268,8 +270,22 @@ def node_groups(found: Inventory, demand: Mapping[str, int]) -> list[NodeGroup]:
     return sorted(groups.values(), key=lambda g: (g.supply is None, g.accelerator))
 
 
+def _workers(spec: Mapping[str, Any]) -> int:
+    workers = as_map(spec, "spec").get("workers", 1)
+    return workers if isinstance(workers, int) and not isinstance(workers, bool) else 1
+
+
+def gpu_shape(spec: Mapping[str, Any]) -> str:
+    """A job's GPUs as the pages show them: "8", or per worker for a gang ("2x8")."""
+    gpus = as_map(spec, "spec", "resources").get("gpus", 0)
+    gpus = gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else 0
+    workers = _workers(spec)
+    return f"{workers}x{gpus}" if workers > 1 else str(gpus)
+
+
 def gpu_demand(specs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
-    """GPUs per GPU type that waiting jobs ask for, from their TrainingJob documents."""
+    """GPUs per GPU type that waiting jobs ask for, from their TrainingJob documents
+    (a gang's GPUs are per worker)."""
     demand: dict[str, int] = {}
     for spec in specs:
         resources = as_map(spec, "spec", "resources")
@@ -277,7 +293,7 @@ def gpu_demand(specs: Iterable[Mapping[str, Any]]) -> dict[str, int]:
         if isinstance(gpus, int) and gpus > 0:
             kind = resources.get("gpuType")
             key = kind if isinstance(kind, str) else ""
-            demand[key] = demand.get(key, 0) + gpus
+            demand[key] = demand.get(key, 0) + gpus * _workers(spec)
     return demand
 
 

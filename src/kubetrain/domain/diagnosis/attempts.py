@@ -103,8 +103,18 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
         return when, view.pod_name
 
     views.sort(key=order)
+    pods = {meta_name(p): p for p in reader.pods}
     return tuple(
-        AttemptView(**{**view.__dict__, "number": number}) for number, view in enumerate(views, 1)
+        AttemptView(
+            **{
+                **view.__dict__,
+                "number": number,
+                "rank": reader.rank_of(
+                    pods.get(view.pod_name) or {"metadata": {"name": view.pod_name}}
+                ),
+            }
+        )
+        for number, view in enumerate(views, 1)
     )
 
 

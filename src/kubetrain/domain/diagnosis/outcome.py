@@ -17,13 +17,16 @@ from kubetrain.domain.diagnosis.attempts import (
     _lost_node,
     _reached,
 )
+from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active
 from kubetrain.domain.diagnosis.pending import _pending
 from kubetrain.domain.diagnosis.quota import _quota, _suspended
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
     _Finding,
+    _gone,
     _main_status,
     _Reader,
+    _running,
     _state,
     _true,
 )
@@ -48,21 +51,10 @@ class _Outcome:
     stage: Link
 
 
-def _running(pod: Mapping[str, Any]) -> bool:
-    if text(pod, "status", "phase") in ("Succeeded", "Failed"):
-        return False
-    status = _main_status(pod)
-    state, _ = _state(status)
-    return state == "running"
-
-
-def _gone(pod: Mapping[str, Any]) -> bool:
-    return text(pod, "status", "phase") in ("Succeeded", "Failed") or bool(
-        text(pod, "metadata", "deletionTimestamp")
-    )
-
-
 def _active(reader: _Reader) -> _Outcome:
+    if reader.workers > 1:
+        gang = gang_active(reader)
+        return _Outcome(gang.state, gang.findings, gang.stage)
     pods = reader.pods
     running = [p for p in pods if _running(p) and not text(p, "metadata", "deletionTimestamp")]
     if running:
@@ -174,10 +166,15 @@ def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
         else None
     )
     cause: _Finding | None = None
-    for pod in reversed(reader.pods):
-        cause = _attempt_cause(pod)
-        if cause is not None:
-            break
+    first = first_failed_rank(reader, job_message) if reader.workers > 1 else None
+    if first is not None:
+        rank, pod, cause = first
+        cause.detail = f"rank {rank} (Pod {meta_name(pod)}) failed first: {cause.detail}"
+    else:
+        for pod in reversed(reader.pods):
+            cause = _attempt_cause(pod)
+            if cause is not None:
+                break
     if cause is None and job_reason == "PodFailurePolicy" and job_message:
         match = _FAILED_WITH_EXIT.search(job_message)
         if match:
@@ -260,7 +257,9 @@ def _outcome(reader: _Reader) -> _Outcome:
     return _active(reader)
 
 
-_HEALTHY = frozenset({R.TRAINING, R.PREFLIGHT, R.SCHEDULING, R.CONTAINER_CREATING, R.COMPLETED})
+_HEALTHY = frozenset(
+    {R.TRAINING, R.RENDEZVOUS, R.PREFLIGHT, R.SCHEDULING, R.CONTAINER_CREATING, R.COMPLETED}
+)
 
 
 def _chain(outcome: _Outcome) -> tuple[ChainMark, ...]:

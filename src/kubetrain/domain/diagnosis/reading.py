@@ -15,9 +15,9 @@ from typing import Any, Literal
 
 from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts
 from kubetrain.domain.fit import FitAnalysis
-from kubetrain.domain.manifest import CONTAINER_NAME
+from kubetrain.domain.manifest import COMPLETION_INDEX, CONTAINER_NAME
 from kubetrain.domain.nodes import NodeInfo
-from kubetrain.domain.objects import as_list, as_map, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.snapshot import Snapshot, SnapshotIndex
 from kubetrain.domain.states import ReasonCode
@@ -79,6 +79,28 @@ class _Reader:
         self.fit: FitAnalysis | None = None  # set when scheduling is read
 
     @cached_property
+    def workers(self) -> int:
+        """The gang's size: an Indexed Job's completions; 1 for any other Job."""
+        if text(self.k8s_job, "spec", "completionMode") != "Indexed":
+            return 1
+        completions = get(self.k8s_job, "spec", "completions")
+        if isinstance(completions, bool) or not isinstance(completions, int):
+            return 1
+        return max(completions, 1)
+
+    def rank_of(self, pod: object) -> int | None:
+        """A gang Pod's index (the Job controller's annotation, else its name
+        `<job>-<index>-<suffix>`); None outside a gang."""
+        if self.workers == 1:
+            return None
+        found = _index(text(pod, "metadata", "annotations", COMPLETION_INDEX))
+        if found is None:
+            name = meta_name(pod) or ""
+            if name.startswith(self.job.k8s_name + "-"):
+                found = _index(name[len(self.job.k8s_name) + 1 :].partition("-")[0])
+        return found
+
+    @cached_property
     def nodes_by_name(self) -> dict[str, NodeInfo]:
         # Only a waiting container's node is looked up: not built for every job.
         return {n.name: n for n in self.index.nodes}
@@ -106,6 +128,24 @@ class _Reader:
             if (not reasons or text(e, "reason") in reasons)
             and text(e, "involvedObject", "uid") in (None, "", uid)
         ]
+
+
+def _index(value: str | None) -> int | None:
+    return int(value) if value and value.isdigit() and len(value) < 7 else None
+
+
+def _running(pod: Mapping[str, Any]) -> bool:
+    if text(pod, "status", "phase") in ("Succeeded", "Failed"):
+        return False
+    status = _main_status(pod)
+    state, _ = _state(status)
+    return state == "running"
+
+
+def _gone(pod: Mapping[str, Any]) -> bool:
+    return text(pod, "status", "phase") in ("Succeeded", "Failed") or bool(
+        text(pod, "metadata", "deletionTimestamp")
+    )
 
 
 def _owner_uid(pod: object) -> str | None:

@@ -45,10 +45,12 @@ class AttemptView:
     termination_message: str | None
     started_at: datetime | None
     finished_at: datetime | None
+    rank: int | None = None  # the worker's index in a gang (workers > 1); None for one Pod
 
     def to_json(self) -> dict[str, Any]:
         return {
             "number": self.number,
+            "rank": self.rank,
             "pod": self.pod_name,
             "pod_uid": self.pod_uid,
             "node": self.node,

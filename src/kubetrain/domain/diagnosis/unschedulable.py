@@ -115,8 +115,23 @@ def _selector_detail(pod_spec: object, nodes: Sequence[NodeInfo]) -> str:
     return "; ".join(parts)
 
 
+def _split(need: Decimal, bound: Decimal) -> tuple[int, Decimal] | None:
+    """The fewest workers of equal whole GPUs, each within `bound`, that make `need`."""
+    if bound < 1 or need % 1 != 0:
+        return None
+    for workers in range(2, int(need) + 1):
+        if need % workers == 0 and need / workers <= bound:
+            return workers, need / workers
+    return None
+
+
 def _resource_finding(
-    code: ReasonCode, resource: str, fit: FitAnalysis | None, count: int | None
+    code: ReasonCode,
+    resource: str,
+    fit: FitAnalysis | None,
+    count: int | None,
+    *,
+    workers: int = 1,
 ) -> _Finding:
     numbers = fit.resources.get(resource) if fit is not None else None
     if numbers is None:
@@ -162,14 +177,16 @@ def _resource_finding(
             )
         else:
             detail += f"has {format_quantity(largest)}"
-        return _Finding(
-            code,
-            detail,
-            waitable=False,
-            nodes=count,
-            numbers=values,
-            action=f"Ask for at most {_amount(resource, bound)} per node; waiting will not help.",
-        )
+        action = f"Ask for at most {_amount(resource, bound)} per node; waiting will not help."
+        split = _split(need, bound) if workers == 1 and is_gpu_resource(resource) else None
+        if split is not None:
+            # One Pod cannot span nodes; a gang of workers can (spec.workers).
+            many, each = split
+            action = (
+                f"Run it as {many} workers of {_amount(resource, each)}: `workers: {many}` "
+                f"with `gpus: {format_quantity(each)}`; waiting will not help."
+            )
+        return _Finding(code, detail, waitable=False, nodes=count, numbers=values, action=action)
     free = numbers.most_free_matching if numbers.most_free_matching is not None else Decimal(0)
     detail = (
         f"needs {_amount(resource, need)}; the most free on a node the job may use is "
@@ -196,7 +213,7 @@ def _verdict_findings(
             continue
         count = part.count if part.count is not None else verdict.total_nodes
         if part.filter is Filter.INSUFFICIENT and part.resource:
-            finding = _resource_finding(code, part.resource, fit, count)
+            finding = _resource_finding(code, part.resource, fit, count, workers=reader.workers)
             code = finding.reason
         elif code is R.UNTOLERATED_TAINT:
             finding = _Finding(
@@ -284,7 +301,9 @@ def _closest_finding(reader: _Reader, fit: FitAnalysis, pod: object) -> _Finding
     if closest is None:
         return None
     if closest.resource:
-        return _resource_finding(closest.reason, closest.resource, fit, closest.nodes)
+        return _resource_finding(
+            closest.reason, closest.resource, fit, closest.nodes, workers=reader.workers
+        )
     spec = get(pod, "spec")
     if closest.reason is R.UNTOLERATED_TAINT:
         detail = _taint_detail(reader, fit, None, None, closest.nodes)

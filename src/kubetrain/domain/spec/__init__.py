@@ -9,6 +9,7 @@ API, so it reads like a Kubernetes object:
     spec:
       image: registry.example/trainer:2026-08
       command: [python, train.py]
+      workers: 2            # a gang of 2 Pods (one Indexed Job); resources are per worker
       env: [{name: EPOCHS, value: "10"},
             {name: WANDB_API_KEY, secretRef: {name: wandb, key: token}}]
       resources: {requests: {cpu: "4", memory: 16Gi}, limits: {cpu: "8", memory: 32Gi},

@@ -23,6 +23,7 @@ __all__ = [
     "ENV_RESERVED_PREFIX",
     "MAX_ANNOTATION_BYTES",
     "MAX_NAME_LENGTH",
+    "MAX_WORKERS",
     "TESTBED_PREFIX",
     "AnnotationValue",
     "ArgItem",
@@ -46,6 +47,7 @@ __all__ = [
     "Retries",
     "SecretKey",
     "SubPath",
+    "Workers",
     "bytes_value",
     "checked_by",
     "cpu_value",
@@ -69,6 +71,8 @@ MAX_ENV_VALUE_BYTES = 32 * 1024
 MAX_ANNOTATION_BYTES = 64 * 1024
 MAX_GPUS = 1024  # beyond any node; a larger count is a typo, not a wait
 MAX_RETRIES = 100
+# A gang larger than this is a typo; the largest pools (1,000 nodes) hold it.
+MAX_WORKERS = 256
 MAX_CPU = Decimal(1_000_000)  # cores; beyond any node, and inside int64 millicores
 MAX_BYTES = Decimal(2) ** 60  # 1Ei; inside int64 bytes
 # A memory or cache size below this is a unit left off: `memory: 16` is 16 bytes.
@@ -376,3 +380,4 @@ SubPath = Annotated[str, checked_by(names.relative_path_problem)]
 PriorityClass = Annotated[str, checked_by(_priority_class_problem)]
 Duration = Annotated[str, AfterValidator(_check_duration)]
 Retries = Annotated[int, _whole_number(0, MAX_RETRIES, "retries")]
+Workers = Annotated[int, _whole_number(1, MAX_WORKERS, "workers")]

@@ -36,6 +36,7 @@ from kubetrain.domain.spec.fields import (
     Retries,
     SecretKey,
     SubPath,
+    Workers,
     bytes_value,
     cpu_value,
     looks_like_credential,
@@ -219,6 +220,8 @@ class TrainingJobSpec(SpecModel):
     command: Argv = []
     args: Args = []
     env: EnvList = []
+    # A gang of this many Pods started, failed and restarted as one; resources are per worker.
+    workers: Workers = 1
     resources: Resources
     dataset: DatasetRef | None = None
     checkpoints: VolumeClaim | None = None

@@ -1,0 +1,265 @@
+"""A gang (an Indexed Job of N workers), rank by rank: running only when every rank runs,
+otherwise held by the first rank that does not, with who is placed and who waits
+(GANG_PARTIAL), and whether waiting can help judged for the whole gang.
+
+Each rank's current Pod is its newest; what holds it is read as for a single Pod
+(pending.py, attempts.py), its words prefixed with the rank.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from decimal import Decimal
+from typing import Any
+
+from kubetrain.domain.diagnosis.attempts import _attempt_cause, _lost_node
+from kubetrain.domain.diagnosis.pending import _pending
+from kubetrain.domain.diagnosis.quota import _quota
+from kubetrain.domain.diagnosis.reading import (
+    _Finding,
+    _gone,
+    _main_status,
+    _Reader,
+    _running,
+    _state,
+)
+from kubetrain.domain.nodes import is_gpu_resource, pod_requests
+from kubetrain.domain.objects import get, meta_name, text, timestamp
+from kubetrain.domain.quantity import format_quantity
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
+
+R = ReasonCode
+S = BusinessState
+
+# Findings about where a Pod may go: the ones whose waiting the whole gang decides.
+_SCHEDULING = frozenset(
+    {
+        R.INSUFFICIENT_GPU,
+        R.INSUFFICIENT_CPU,
+        R.INSUFFICIENT_MEMORY,
+        R.INSUFFICIENT_RESOURCE,
+        R.NO_GPU_NODES,
+        R.UNTOLERATED_TAINT,
+        R.NODE_SELECTOR_MISMATCH,
+        R.NODE_NOT_READY,
+        R.PLACEMENT_RULES,
+        R.VOLUME_NODE_CONFLICT,
+    }
+)
+
+
+@dataclass
+class GangState:
+    state: BusinessState
+    findings: list[_Finding]
+    stage: Link
+
+
+def _ranks(reader: _Reader) -> dict[int, Mapping[str, Any]]:
+    """Each rank's newest Pod."""
+    newest: dict[int, Mapping[str, Any]] = {}
+    for pod in reader.pods:  # oldest first
+        rank = reader.rank_of(pod)
+        if rank is not None:
+            newest[rank] = pod
+    return newest
+
+
+def _gpus(pod: object) -> Decimal:
+    return sum(
+        (v for r, v in pod_requests(get(pod, "spec")).items() if is_gpu_resource(r)), Decimal(0)
+    )
+
+
+def _listing(ranks: list[int]) -> str:
+    return ", ".join(str(r) for r in ranks)
+
+
+def gang_active(reader: _Reader) -> GangState:
+    """An active (not finished, not suspended) gang's state."""
+    workers = reader.workers
+    newest = _ranks(reader)
+    runs: dict[int, Mapping[str, Any]] = {}
+    done: set[int] = set()
+    for rank, pod in newest.items():
+        node = text(pod, "spec", "nodeName")
+        if _running(pod) and not text(pod, "metadata", "deletionTimestamp"):
+            if reader.node_gone(node):
+                # Running on a deleted node: the gang cannot go on; the Pod will be replaced.
+                finding = _lost_node(reader, pod, node or "")
+                finding.detail = f"rank {rank}: {finding.detail}"
+                return GangState(S.QUEUED, [finding], Link.TRAINING)
+            runs[rank] = pod
+        elif text(pod, "status", "phase") == "Succeeded":
+            done.add(rank)
+    if runs and len(runs) + len(done) == workers:
+        return _all_run(reader, runs, done)
+    if not runs and len(done) == workers:
+        return GangState(
+            S.RUNNING,
+            [_Finding(R.TRAINING, "every rank exited 0; the Job is completing")],
+            Link.TRAINING,
+        )
+    blocking = min(r for r in range(workers) if r not in runs and r not in done)
+    findings, stage = _rank_waits(reader, blocking, newest.get(blocking))
+    placed = {
+        rank: pod
+        for rank, pod in newest.items()
+        if rank != blocking and text(pod, "spec", "nodeName") and not _gone(pod)
+    }
+    primary = findings[0]
+    waitable = _gang_waitable(reader, primary)
+    if placed:
+        ranks = sorted(placed)
+        nodes = ", ".join(dict.fromkeys(text(placed[r], "spec", "nodeName") or "?" for r in ranks))
+        gpus = sum((_gpus(placed[r]) for r in ranks), Decimal(0))
+        holding = f", holding {format_quantity(gpus)} GPUs idle" if gpus else ""
+        waiting = [r for r in range(workers) if r not in placed and r not in done]
+        verb = "waits" if len(waiting) == 1 else "wait"
+        partial = _Finding(
+            R.GANG_PARTIAL,
+            f"{len(placed)} of {workers} workers placed (rank{'s' * (len(ranks) > 1)} "
+            f"{_listing(ranks)} on {nodes}{holding}); rank{'s' * (len(waiting) > 1)} "
+            f"{_listing(waiting)} {verb}: {primary.detail}",
+            waitable=primary.waitable if waitable is None else waitable,
+            since=primary.since,
+            raw_reason=primary.raw_reason,
+            raw_message=primary.raw_message,
+        )
+        findings.insert(1, partial)
+    if waitable is not None:
+        primary.waitable = waitable
+    for finding in findings:
+        if finding.reason is not R.GANG_PARTIAL and finding.current:
+            finding.detail = (
+                f"rank {blocking}: {finding.detail}" if finding.detail else (f"rank {blocking}")
+            )
+    return GangState(S.QUEUED, findings, stage)
+
+
+def _all_run(reader: _Reader, runs: dict[int, Mapping[str, Any]], done: set[int]) -> GangState:
+    ranks = sorted(runs)
+    nodes = ", ".join(dict.fromkeys(text(runs[r], "spec", "nodeName") or "?" for r in ranks))
+    where = f"rank{'s' * (len(ranks) > 1)} {_listing(ranks)} on {nodes}"
+    if done:
+        where += f"; rank{'s' * (len(done) > 1)} {_listing(sorted(done))} exited 0"
+    reported = reader.job.reported_phase
+    names = {meta_name(p) for p in runs.values()}
+    if reported and reported[0] in names and reported[1] == "TRAINING":
+        return GangState(
+            S.RUNNING,
+            [_Finding(R.TRAINING, f"{reader.workers} workers: {where}", since=reported[2])],
+            Link.TRAINING,
+        )
+    if reported and reported[0] in names and reported[1] == "PREFLIGHT":
+        return GangState(
+            S.RUNNING,
+            [_Finding(R.PREFLIGHT, f"preflight checks: {where}", since=reported[2])],
+            Link.PREFLIGHT,
+        )
+    # The gang formed when its last rank started; no rank has said it trains since.
+    started = [
+        timestamp(_state(_main_status(p))[1], "startedAt") or timestamp(p, "status", "startTime")
+        for p in runs.values()
+    ]
+    since = max((s for s in started if s is not None), default=None)
+    return GangState(
+        S.RUNNING,
+        [
+            _Finding(
+                R.RENDEZVOUS,
+                f"all {reader.workers} workers run ({where}); no rank has reported TRAINING yet",
+                since=since,
+            )
+        ],
+        Link.TRAINING,
+    )
+
+
+def first_failed_rank(
+    reader: _Reader, job_message: str | None
+) -> tuple[int, Mapping[str, Any], _Finding] | None:
+    """The rank whose failure ended the gang: the Pod the Job's failure names (its
+    podFailurePolicy message), else the one that finished first with a cause."""
+    failed = []
+    for pod in reader.pods:
+        cause = _attempt_cause(pod)
+        rank = reader.rank_of(pod)
+        if cause is not None and rank is not None:
+            named = bool(job_message) and f"/{meta_name(pod)} " in (job_message or "")
+            failed.append((not named, cause.since is None, cause.since, rank, pod, cause))
+    if not failed:
+        return None
+    failed.sort(key=lambda f: (f[0], f[1], f[2] or 0, f[3]))
+    _, _, _, rank, pod, cause = failed[0]
+    return rank, pod, cause
+
+
+def _rank_waits(
+    reader: _Reader, rank: int, pod: Mapping[str, Any] | None
+) -> tuple[list[_Finding], Link]:
+    """What holds one rank: its live Pod's blocker, or why its last Pod ended."""
+    if pod is not None and not _gone(pod):
+        return _pending(reader, pod)
+    if pod is not None:
+        cause = _attempt_cause(pod)
+        if cause is not None:
+            cause.current = False
+            if cause.reason not in (R.NODE_LOST, R.PREEMPTED):
+                cause.waitable = None
+            return [cause], Link.SCHEDULER
+    quota = _quota(reader)
+    if quota:
+        return quota, Link.QUOTA
+    return [
+        _Finding(
+            R.SCHEDULING,
+            "the Job controller has not created this rank's Pod yet",
+            since=timestamp(reader.k8s_job, "metadata", "creationTimestamp"),
+        )
+    ], Link.QUOTA
+
+
+def _gang_waitable(reader: _Reader, primary: _Finding) -> bool | None:
+    """False when the nodes the gang may use could never hold all its workers at once
+    (their allocatable, not what is free now); None when this is not about placement."""
+    fit = reader.fit
+    if fit is None or primary.reason not in _SCHEDULING or primary.waitable is False:
+        return None
+    workers = reader.workers
+    pod = next(iter(_ranks(reader).values()), None)
+    need = {r: v for r, v in pod_requests(get(pod, "spec")).items() if r != "pods" and v > 0}
+    usable = {row.name for row in fit.nodes if row.closeness <= 1}
+    slots: list[int] = []
+    for node in reader.index.nodes:
+        if node.name not in usable:
+            continue
+        held = min(
+            (int(node.allocatable.get(r, Decimal(0)) // v) for r, v in need.items()), default=1
+        )
+        if held > 0:
+            slots.append(held)
+    if sum(slots) >= workers:
+        return None  # the rank's own answer stands
+    gpus = sum((v for r, v in need.items() if is_gpu_resource(r)), Decimal(0))
+    unit = f"{format_quantity(gpus)} free GPUs" if gpus else "room for one worker"
+    if max(slots, default=0) <= 1:
+        said = (
+            f"the gang needs {workers} nodes with {unit}; the cluster has {len(slots)} such "
+            f"node{'s' * (len(slots) != 1)}"
+        )
+    else:
+        said = (
+            f"the gang needs room for {workers} workers at once; the nodes it may use hold "
+            f"{sum(slots)}"
+        )
+    primary.detail = f"{primary.detail}; {said}" if primary.detail else said
+    most = sum(slots)
+    primary.action = (
+        f"Run at most {most} worker{'s' * (most != 1)} (`workers: {most}`), or ask for less "
+        "per worker so that more fit on a node; waiting will not help."
+        if most
+        else "Ask for less per worker; waiting will not help."
+    )
+    return False
