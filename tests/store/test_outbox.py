@@ -27,7 +27,7 @@ from kubetrain.store import (
     request_cancel,
     retry_backed_off_now,
 )
-from kubetrain.store.jobs import STATE_DURATIONS_KEY
+from kubetrain.store.metrics import STATE_DURATIONS_KEY
 from tests.store.builders import T0, at, new_job
 
 pytestmark = pytest.mark.db

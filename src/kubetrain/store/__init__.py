@@ -9,7 +9,9 @@ production database. Both are tested for real.
         submission = submit_job(session, project=..., name=..., owner=..., ...)
 
 Repository functions take a `Session` in a transaction the caller owns and never
-commit; time comes in as `now` (default: the current UTC time).
+commit; time comes in as `now` (default: the current UTC time). Importing the
+package registers store/metrics.py's listeners, which count each stay in a
+business state once its transaction commits.
 """
 
 from kubetrain.store.datasets import (
@@ -58,6 +60,7 @@ from kubetrain.store.jobs import (
     spec_digest,
     submit_job,
 )
+from kubetrain.store.metrics import JobCounts
 from kubetrain.store.models import (
     ALL_PROJECTS,
     Attempt,
@@ -120,6 +123,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidCursor",
     "Job",
+    "JobCounts",
     "JobNotFound",
     "JobPage",
     "PodObservation",

@@ -46,6 +46,7 @@ from kubetrain.store.errors import (
     JobNotFound,
     TerminalStateError,
 )
+from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 
 DEFAULT_PAGE_SIZE = 50
@@ -60,11 +61,6 @@ def spec_digest(spec: Mapping[str, Any]) -> str:
 
 def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(UTC)
-
-
-# session.info key: (state, seconds) of each stay in a business state that ended in
-# this transaction; kubetrain.metrics reports them once the transaction commits.
-STATE_DURATIONS_KEY = "kubetrain.state_durations"
 
 
 # Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
@@ -91,11 +87,6 @@ def state_entered(session: Session, job_ids: Sequence[str]) -> dict[str, datetim
         )
         entered.update({job_id: at for job_id, at in session.execute(query)})
     return entered
-
-
-def _note_state_duration(session: Session, job: Job, now: datetime, entered: datetime) -> None:
-    seconds = max(0.0, (now - entered).total_seconds())
-    session.info.setdefault(STATE_DURATIONS_KEY, []).append((str(job.business_state), seconds))
 
 
 # -- submission ----------------------------------------------------------------
@@ -537,7 +528,7 @@ def apply_locked_business_change(
     if state != job.business_state:
         if entered is None:
             entered = state_entered(session, [job_id])
-        _note_state_duration(session, job, now, entered.get(job_id) or job.created_at)
+        note_state_durations(session, [(job_id, job.business_state, job.created_at)], now, entered)
 
     job.business_state = state
     job.reason = reason

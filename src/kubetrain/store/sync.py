@@ -29,11 +29,11 @@ from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_mov
 from kubetrain.store.errors import IllegalTransition, TerminalStateError
 from kubetrain.store.jobs import (
     MATERIAL_FIELDS,
-    STATE_DURATIONS_KEY,
     PodObservation,
     in_chunks,
     state_entered,
 )
+from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 
 _OBSERVED = tuple(f.name for f in fields(PodObservation))
@@ -84,7 +84,8 @@ class SyncPlan:
     def write(self, session: Session) -> None:
         """Write the plan in the caller's transaction (one made with `lock=True`)."""
         if self.leaving:
-            _note_state_durations(session, self.leaving, self.now)
+            entered = state_entered(session, [job_id for job_id, _, _ in self.leaving])
+            note_state_durations(session, self.leaving, self.now, entered)
         if self.new_attempts:
             session.execute(insert(Attempt), self.new_attempts)
         for group in _same_keys(self.changed_attempts):
@@ -289,17 +290,6 @@ def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[
         for row in session.execute(select(*columns).where(Attempt.job_id.in_(chunk))).mappings():
             out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
     return out
-
-
-def _note_state_durations(
-    session: Session, leaving: list[tuple[str, BusinessState, datetime]], now: datetime
-) -> None:
-    """How long each job stayed in the state it leaves, for kubetrain.metrics (see jobs.py)."""
-    entered = state_entered(session, [job_id for job_id, _, _ in leaving])
-    noted = session.info.setdefault(STATE_DURATIONS_KEY, [])
-    for job_id, state, created in leaving:
-        since = entered.get(job_id) or created
-        noted.append((str(state), max(0.0, (now - since).total_seconds())))
 
 
 @dataclass(frozen=True, slots=True)
