@@ -26,7 +26,13 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
 from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
 from kubetrain.store import Database, PodObservation, Progress, progress_by_job
-from kubetrain.store.sync import SyncedJob, plan_synced, sync_facts, unfinished_job_ids
+from kubetrain.store.sync import (
+    SyncedJob,
+    plan_synced,
+    record_synced,
+    sync_facts,
+    unfinished_job_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -239,11 +245,10 @@ class Syncer:
         synced = [_synced(f, d) for f, d in diagnosed]
         with self.db.read_only() as session:
             plan = plan_synced(session, synced, now=now, lock=False)
+        results = plan.results
         if not plan.empty:
             with self.db.transaction() as session:
-                plan = plan_synced(session, synced, now=now)
-                plan.write(session)
-        results = plan.results
+                results = record_synced(session, synced, now=now)
         committed = self.monotonic()
         SYNC_ROUND.labels("write").observe(committed - diagnosed_at)
         finished: list[tuple[str, str, list[str]]] = []

@@ -33,15 +33,11 @@ from kubetrain.store.errors import (
     TerminalStateError,
 )
 from kubetrain.store.jobs import (
-    MATERIAL_FIELDS,
     MAX_PAGE_SIZE,
     JobPage,
-    PodObservation,
-    RuntimeChange,
     Submission,
     apply_business_change,
     apply_locked_business_change,
-    apply_runtime_change,
     count_jobs,
     current_attempts,
     get_attempt,
@@ -55,7 +51,6 @@ from kubetrain.store.jobs import (
     list_unfinished_jobs,
     lock_job,
     lock_jobs,
-    record_diagnosis,
     request_cancel,
     spec_digest,
     submit_job,
@@ -108,6 +103,7 @@ from kubetrain.store.tokens import (
     token_covers,
     use_is_stale,
 )
+from kubetrain.store.transitions import MATERIAL_FIELDS, PodObservation
 
 __all__ = [
     "ALL_PROJECTS",
@@ -132,7 +128,6 @@ __all__ = [
     "ReportEvent",
     "Resume",
     "Role",
-    "RuntimeChange",
     "Source",
     "StoreError",
     "Submission",
@@ -142,7 +137,6 @@ __all__ = [
     "TransitionKind",
     "apply_business_change",
     "apply_locked_business_change",
-    "apply_runtime_change",
     "authenticate_token",
     "claim_due_deletions",
     "claim_due_jobs",
@@ -175,7 +169,6 @@ __all__ = [
     "mark_dispatched",
     "normalize_url",
     "progress_by_job",
-    "record_diagnosis",
     "record_dispatch_failure",
     "record_dispatch_outcomes",
     "record_reports",
