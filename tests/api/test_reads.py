@@ -16,10 +16,9 @@ from kubetrain.store import (
     PodObservation,
     Source,
     apply_business_change,
-    mark_dispatched,
 )
 from tests.api.builders import JOBS, Tokens, submitted
-from tests.store.builders import observe
+from tests.store.builders import mark_dispatched, observe
 
 pytestmark = pytest.mark.db
 

@@ -3,7 +3,7 @@ and what the syncer records of its Pods and diagnosis."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -11,7 +11,16 @@ from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
-from kubetrain.store import Job, PodObservation, Source, apply_business_change, submit_job
+from kubetrain.store import (
+    Job,
+    PodObservation,
+    Source,
+    Transition,
+    apply_business_change,
+    dispatch_backoff,
+    record_dispatch_outcomes,
+    submit_job,
+)
 from kubetrain.store.sync import SyncedJob, SyncResult, record_synced
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
@@ -91,3 +100,32 @@ def observe(
         diagnosis=kept,
     )
     return record_synced(session, [synced], now=now)[job_id]
+
+
+# One job's outcome through the dispatcher's `record_dispatch_outcomes`.
+
+
+def mark_dispatched(
+    session: Session, job_id: str, *, k8s_job_name: str, now: datetime | None = None
+) -> Transition | None:
+    """Its Job exists; the history row of its move to `QUEUED`, if one was made."""
+    return record_dispatch_outcomes(session, dispatched={job_id: k8s_job_name}, now=now).get(job_id)
+
+
+def record_dispatch_failure(
+    session: Session,
+    job_id: str,
+    *,
+    raw_reason: str,
+    raw_message: str,
+    backoff: Callable[[int], timedelta] = dispatch_backoff,
+    now: datetime | None = None,
+) -> Transition | None:
+    """Its create failed; the history row written, if the reason changed."""
+    failed = {job_id: (raw_reason, raw_message)}
+    return record_dispatch_outcomes(session, failed=failed, backoff=backoff, now=now).get(job_id)
+
+
+def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
+    """It was cancelled and its Kubernetes Job is gone."""
+    record_dispatch_outcomes(session, deleted=[job_id], now=now)

@@ -43,7 +43,6 @@ from kubetrain.store.jobs import (
     get_attempt,
     get_job,
     get_job_any_project,
-    get_job_by_name,
     job_history,
     list_attempts,
     list_jobs,
@@ -74,9 +73,6 @@ from kubetrain.store.outbox import (
     claim_due_deletions,
     claim_due_jobs,
     dispatch_backoff,
-    mark_deleted,
-    mark_dispatched,
-    record_dispatch_failure,
     record_dispatch_outcomes,
     retry_backed_off_now,
 )
@@ -100,7 +96,6 @@ from kubetrain.store.tokens import (
     hash_token,
     list_tokens,
     revoke_token,
-    token_covers,
     use_is_stale,
 )
 from kubetrain.store.transitions import MATERIAL_FIELDS, PodObservation
@@ -153,7 +148,6 @@ __all__ = [
     "get_dataset",
     "get_job",
     "get_job_any_project",
-    "get_job_by_name",
     "get_progress",
     "hash_token",
     "job_history",
@@ -165,11 +159,8 @@ __all__ = [
     "list_unfinished_jobs",
     "lock_job",
     "lock_jobs",
-    "mark_deleted",
-    "mark_dispatched",
     "normalize_url",
     "progress_by_job",
-    "record_dispatch_failure",
     "record_dispatch_outcomes",
     "record_reports",
     "register_dataset",
@@ -184,6 +175,5 @@ __all__ = [
     "status_token_matches",
     "step_series",
     "submit_job",
-    "token_covers",
     "use_is_stale",
 ]

@@ -297,16 +297,6 @@ def get_job_any_project(session: Session, job_id: str) -> Job | None:
     return session.get(Job, job_id)
 
 
-def get_job_by_name(session: Session, project: str, name: str) -> Job | None:
-    """The newest job of that name in the project (names may repeat)."""
-    return session.scalars(
-        select(Job)
-        .where(Job.project == project, Job.name == name)
-        .order_by(Job.created_at.desc(), Job.id.desc())
-        .limit(1)
-    ).one_or_none()
-
-
 def list_unfinished_jobs(session: Session, *, project: str | None = None) -> list[Job]:
     """Every job not yet terminal, oldest first: what the syncer must account for on resync."""
     query = select(Job).where(Job.business_state.not_in(list(TERMINAL)))
