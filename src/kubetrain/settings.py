@@ -215,12 +215,11 @@ class ServerSettings(_Settings):
         return namespace
 
     def project_open(self, project: str) -> bool:
-        """Whether jobs may exist in `project`: its namespace is allowed, not reserved."""
-        try:
-            self.namespace_for(project)
-        except ValueError:
-            return False
-        return True
+        """Whether jobs may exist in `project`: its namespace is allowed, not reserved.
+        (A project that maps to no DNS label at all is for namespace_for to refuse,
+        naming the field.)"""
+        namespace = self.namespaces.get(project, self.namespace_prefix + project)
+        return self.namespace_refusal(namespace) is None
 
     def namespace_refusal(self, namespace: str) -> str | None:
         reserved = [*self.reserved_namespaces, *_own_namespace()]

@@ -22,7 +22,6 @@ from kubetrain.store import (
     Role,
     create_token,
     list_tokens,
-    record_diagnosis,
     revoke_token,
 )
 from tests.api.builders import (
@@ -35,6 +34,7 @@ from tests.api.builders import (
     submitted,
     training_job,
 )
+from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
 
@@ -88,7 +88,7 @@ def expected_status(endpoint: Endpoint, role: Role, scope: str) -> int:
 def job_id(client: TestClient, tokens: Tokens, db: Database) -> str:
     job_id = submitted(client, tokens)
     with db.transaction() as session:
-        record_diagnosis(session, job_id, {"primary": "SCHEDULING"})
+        observe(session, job_id, diagnosis={"primary": "SCHEDULING"})
     return job_id
 
 

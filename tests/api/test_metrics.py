@@ -7,7 +7,7 @@ from fastapi.testclient import TestClient
 from prometheus_client.parser import text_string_to_metric_families
 
 from kubetrain.api import create_app
-from kubetrain.metrics import HTTP_METHODS
+from kubetrain.api.timing import HTTP_METHODS
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 from tests.api.builders import JOBS, Tokens, submitted
@@ -122,4 +122,5 @@ def test_no_request_can_add_series_to_the_metrics(client: TestClient, tokens: To
     after = series()
     assert after == before, sorted(map(str, after ^ before))
     methods = {dict(labels).get("method") for (_, labels) in after}
+    # The registry is process-wide: earlier tests' requests (a DELETE) have series too.
     assert methods <= HTTP_METHODS | {"other"}

@@ -16,11 +16,9 @@ from kubetrain.store import (
     PodObservation,
     Source,
     apply_business_change,
-    apply_runtime_change,
-    mark_dispatched,
-    record_diagnosis,
 )
 from tests.api.builders import JOBS, Tokens, submitted
+from tests.store.builders import mark_dispatched, observe
 
 pytestmark = pytest.mark.db
 
@@ -43,7 +41,7 @@ def fail_with_exit_code(db: Database, job_id: str) -> None:
     """What the dispatcher and syncer would record for a job whose trainer exits 3."""
     with db.transaction() as session:
         mark_dispatched(session, job_id, k8s_job_name=job_name(job_id))
-        apply_runtime_change(session, job_id, POD)
+        observe(session, job_id, POD)
         apply_business_change(
             session,
             job_id,
@@ -196,7 +194,7 @@ def test_the_diagnosis_is_served_once_stored(
     assert none_yet.json()["type"] == "urn:kubetrain:problem:no-diagnosis"
     diagnosis = {"primary": {"code": "INSUFFICIENT_GPU"}, "blockers": [{"nodes": 2}]}
     with db.transaction() as session:
-        record_diagnosis(session, job_id, diagnosis)
+        observe(session, job_id, diagnosis=diagnosis)
     served = client.get(f"{JOBS}/{job_id}/diagnosis", headers=tokens("viewer"))
     assert (served.status_code, served.json()) == (200, diagnosis)
     assert client.get(f"{JOBS}/{job_id}", headers=tokens("viewer")).json()["diagnosis"] == diagnosis

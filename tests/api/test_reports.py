@@ -17,10 +17,10 @@ from kubetrain.store import (
     Database,
     PodObservation,
     Report,
-    apply_runtime_change,
     set_status_token,
 )
 from tests.api.builders import JOBS, Tokens, submitted
+from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
 
@@ -233,9 +233,7 @@ def test_the_resume_lineage_names_attempts(
     first, second = pod(job_id, "aaaaa"), pod(job_id, "bbbbb")
     with db.transaction() as session:
         for name in (first, second):
-            apply_runtime_change(
-                session, job_id, PodObservation(pod_name=name, pod_uid=f"uid-{name}")
-            )
+            observe(session, job_id, PodObservation(pod_name=name, pod_uid=f"uid-{name}"))
     post(
         client,
         job_id,

@@ -7,9 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from kubetrain.store import record_diagnosis
 from tests.cli.conftest import PROJECT, Server
 from tests.cli.test_cli import job_file, run
+from tests.store.builders import observe
 from tests.unit.diagnosis_helpers import dump
 from tests.unit.diagnosis_helpers import run as diagnose_dump
 
@@ -34,7 +34,7 @@ def test_why_prints_the_stored_diagnosis(
     # What the syncer stores: the diagnosis of a recorded 16-GPU job.
     stored = diagnose_dump(dump("insufficient-gpu")).to_json("train-policy-v12")
     with server.db.transaction() as session:
-        record_diagnosis(session, job_id, stored)
+        observe(session, job_id, diagnosis=stored)
 
     for ref in ("train-policy-v12", job_id):
         code, out, err = run(capsys, "why", ref, "-p", PROJECT, "-o", "json")

@@ -20,8 +20,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from kubetrain.store import ALL_PROJECTS, Database, Role, record_diagnosis
+from kubetrain.store import ALL_PROJECTS, Database, Role
 from tests.api.builders import PROJECT, Tokens, submitted
+from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
 
@@ -51,7 +52,7 @@ def seeded_job(app: FastAPI, tokens: Tokens, db: Database) -> str:
     with TestClient(app) as client:
         job_id = submitted(client, tokens)
     with db.transaction() as session:
-        record_diagnosis(session, job_id, {"primary": "SCHEDULING"})
+        observe(session, job_id, diagnosis={"primary": "SCHEDULING"})
     return job_id
 
 

@@ -1,14 +1,27 @@
-"""Small constructors for the store tests: a fixed clock and a job in any business state."""
+"""Small constructors for the store tests: a fixed clock, a job in any business state,
+and what the syncer records of its Pods and diagnosis."""
 
 from __future__ import annotations
 
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
+from sqlalchemy import select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
-from kubetrain.store import Job, Source, apply_business_change, submit_job
+from kubetrain.store import (
+    Job,
+    PodObservation,
+    Source,
+    Transition,
+    apply_business_change,
+    dispatch_backoff,
+    record_dispatch_outcomes,
+    submit_job,
+)
+from kubetrain.store.sync import SyncedJob, SyncResult, record_synced
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {"image": "registry.example/trainer:1", "resources": {"gpus": 1}}
@@ -57,3 +70,62 @@ def new_job(
     for target, reason in PATHS[state]:
         apply_business_change(session, job.id, target, reason, source=Source.SYNCER, now=now)
     return job
+
+
+def observe(
+    session: Session,
+    job_id: str,
+    *pods: PodObservation,
+    diagnosis: Mapping[str, Any] | None = None,
+    now: datetime = T0,
+) -> SyncResult:
+    """Record `pods` (oldest first) and `diagnosis` as the syncer does (`record_synced`),
+    leaving the job's business state, reason and messages as they are. Without a
+    diagnosis the stored one is kept (None stays None)."""
+    job = session.scalars(
+        # populate_existing: the batch path writes with Core, past the ORM's copies
+        select(Job).where(Job.id == job_id).execution_options(populate_existing=True)
+    ).one()
+    kept = diagnosis if diagnosis is not None else cast(Mapping[str, Any], job.diagnosis)
+    synced = SyncedJob(
+        job_id=job_id,
+        pods=pods,
+        state=job.business_state,
+        reason=job.reason,
+        raw_reason=job.raw_reason,
+        raw_message=job.raw_message,
+        message=job.reason_message,
+        attempt=None,
+        detail=None,
+        diagnosis=kept,
+    )
+    return record_synced(session, [synced], now=now)[job_id]
+
+
+# One job's outcome through the dispatcher's `record_dispatch_outcomes`.
+
+
+def mark_dispatched(
+    session: Session, job_id: str, *, k8s_job_name: str, now: datetime | None = None
+) -> Transition | None:
+    """Its Job exists; the history row of its move to `QUEUED`, if one was made."""
+    return record_dispatch_outcomes(session, dispatched={job_id: k8s_job_name}, now=now).get(job_id)
+
+
+def record_dispatch_failure(
+    session: Session,
+    job_id: str,
+    *,
+    raw_reason: str,
+    raw_message: str,
+    backoff: Callable[[int], timedelta] = dispatch_backoff,
+    now: datetime | None = None,
+) -> Transition | None:
+    """Its create failed; the history row written, if the reason changed."""
+    failed = {job_id: (raw_reason, raw_message)}
+    return record_dispatch_outcomes(session, failed=failed, backoff=backoff, now=now).get(job_id)
+
+
+def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
+    """It was cancelled and its Kubernetes Job is gone."""
+    record_dispatch_outcomes(session, deleted=[job_id], now=now)

@@ -1,4 +1,5 @@
-"""Runtime state: one attempt per Pod uid, history only for material changes."""
+"""Runtime state, as the syncer records it: one attempt per Pod uid, history only for
+material changes."""
 
 from __future__ import annotations
 
@@ -10,9 +11,7 @@ from kubetrain.domain.states import BusinessState
 from kubetrain.store import (
     Database,
     PodObservation,
-    Source,
     TransitionKind,
-    apply_runtime_change,
     current_attempts,
     get_attempt,
     get_job,
@@ -20,7 +19,7 @@ from kubetrain.store import (
     job_history,
     list_attempts,
 )
-from tests.store.builders import at, new_job
+from tests.store.builders import at, new_job, observe
 
 pytestmark = pytest.mark.db
 
@@ -46,15 +45,13 @@ def runtime_rows(db: Database, job_id: str) -> list[dict[str, object]]:
 def test_first_pod_is_attempt_one_and_replays_write_nothing(db: Database) -> None:
     with db.transaction() as session:
         job = new_job(session, state=BusinessState.QUEUED)
-        change = apply_runtime_change(session, job.id, PENDING, now=at(1))
-        assert change.new_attempt
-        assert change.attempt.number == 1
-        assert change.transition is not None
+        observe(session, job.id, PENDING, now=at(1))
+    first = runtime_rows(db, job.id)
+    assert [row["attempt"] for row in first] == [1]
     for i in range(3):
         with db.transaction() as session:
-            replay = apply_runtime_change(session, job.id, PENDING, now=at(2 + i))
-            assert not replay.new_attempt
-            assert replay.transition is None
+            observe(session, job.id, PENDING, now=at(2 + i))
+        assert runtime_rows(db, job.id) == first  # no new attempt, no history row
     assert runtime_rows(db, job.id) == [
         {
             "attempt": 1,
@@ -77,7 +74,7 @@ def test_first_pod_is_attempt_one_and_replays_write_nothing(db: Database) -> Non
 def test_material_changes_write_history_and_the_rest_is_refreshed(db: Database) -> None:
     with db.transaction() as session:
         job = new_job(session, state=BusinessState.QUEUED)
-        apply_runtime_change(session, job.id, PENDING, now=at(1))
+        observe(session, job.id, PENDING, now=at(1))
     # Only the scheduler's message changed: stored, but no history row.
     newer_message = dataclasses.replace(PENDING, raw_message="0/4 nodes are available: ...")
     running = dataclasses.replace(
@@ -101,9 +98,10 @@ def test_material_changes_write_history_and_the_rest_is_refreshed(db: Database) 
     )
     written = []
     for i, observation in enumerate([newer_message, running, running, done, done]):
+        before = len(runtime_rows(db, job.id))
         with db.transaction() as session:
-            change = apply_runtime_change(session, job.id, observation, now=at(2 + i))
-            written.append(change.transition is not None)
+            observe(session, job.id, observation, now=at(2 + i))
+        written.append(len(runtime_rows(db, job.id)) > before)
     assert written == [False, True, False, True, False]
     rows = runtime_rows(db, job.id)
     assert [(r["from"], r["to"]) for r in rows] == [
@@ -140,15 +138,16 @@ def test_a_new_pod_uid_is_the_next_attempt(db: Database) -> None:
     )
     with db.transaction() as session:
         job = new_job(session, state=BusinessState.RUNNING)
-        apply_runtime_change(session, job.id, PENDING, now=at(1))
-        change = apply_runtime_change(session, job.id, second_pod, now=at(2))
-        assert change.new_attempt
-        assert change.attempt.number == 2
+        observe(session, job.id, PENDING, now=at(1))
+        observe(session, job.id, second_pod, now=at(2))
+    with db.read_only() as session:
+        assert [a.number for a in list_attempts(session, job.id)] == [1, 2]
     # A late update of the lost first Pod changes its own attempt only.
     lost = dataclasses.replace(PENDING, pod_phase="Failed", raw_reason="DisruptionTarget")
     with db.transaction() as session:
-        late = apply_runtime_change(session, job.id, lost, source=Source.SYNCER, now=at(3))
-        assert (late.new_attempt, late.attempt.number) == (False, 1)
+        observe(session, job.id, lost, now=at(3))
+    with db.read_only() as session:
+        assert [a.number for a in list_attempts(session, job.id)] == [1, 2]  # no new attempt
     with db.read_only() as session:
         stored = get_job(session, "ai-training", job.id)
         assert stored is not None
@@ -168,8 +167,8 @@ def test_a_new_pod_uid_is_the_next_attempt(db: Database) -> None:
 def test_runtime_state_is_kept_after_the_job_finished(db: Database) -> None:
     with db.transaction() as session:
         job = new_job(session, state=BusinessState.FAILED)
-        change = apply_runtime_change(session, job.id, PENDING, now=at(1))
-        assert change.transition is not None
+        observe(session, job.id, PENDING, now=at(1))
+    assert [row["to"] for row in runtime_rows(db, job.id)] == ["Pending"]
 
 
 def test_current_attempts_of_a_page_in_one_lookup(db: Database) -> None:
@@ -177,10 +176,10 @@ def test_current_attempts_of_a_page_in_one_lookup(db: Database) -> None:
         first = new_job(session, name="first")
         second = new_job(session, name="second")
         waiting = new_job(session, name="waiting")
-        apply_runtime_change(session, first.id, PENDING, now=at(1))
-        apply_runtime_change(session, second.id, PENDING, now=at(1))
+        observe(session, first.id, PENDING, now=at(1))
+        observe(session, second.id, PENDING, now=at(1))
         retry = dataclasses.replace(PENDING, pod_uid="second-pod", node="gpu-1")
-        apply_runtime_change(session, second.id, retry, now=at(2))
+        observe(session, second.id, retry, now=at(2))
     with db.read_only() as session:
         jobs = [get_job_any_project(session, j.id) for j in (first, second, waiting)]
         found = current_attempts(session, [job for job in jobs if job is not None])

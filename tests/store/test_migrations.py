@@ -18,10 +18,9 @@ from kubetrain.store import (
     Base,
     Database,
     PodObservation,
-    apply_runtime_change,
     job_history,
 )
-from tests.store.builders import T0, new_job
+from tests.store.builders import T0, new_job, observe
 
 pytestmark = pytest.mark.db
 
@@ -95,7 +94,7 @@ def test_sqlite_table_rebuilds_keep_referencing_rows(
     the drop must not trip the foreign keys of the attempts and history pointing at it."""
     with db.transaction() as session:
         job = new_job(session)
-        apply_runtime_change(session, job.id, PodObservation("pod", "uid"), now=T0)
+        observe(session, job.id, PodObservation("pod", "uid"), now=T0)
 
     def rebuild_jobs(config: Config, _revision: str) -> None:
         operations = Operations(MigrationContext.configure(config.attributes["connection"]))

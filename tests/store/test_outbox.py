@@ -21,14 +21,19 @@ from kubetrain.store import (
     get_job,
     job_history,
     lock_jobs,
-    mark_dispatched,
-    record_dispatch_failure,
     record_dispatch_outcomes,
     request_cancel,
     retry_backed_off_now,
 )
-from kubetrain.store.jobs import STATE_DURATIONS_KEY
-from tests.store.builders import T0, at, new_job
+from kubetrain.store.metrics import STATE_DURATIONS_KEY
+from tests.store.builders import (
+    T0,
+    at,
+    mark_deleted,
+    mark_dispatched,
+    new_job,
+    record_dispatch_failure,
+)
 
 pytestmark = pytest.mark.db
 
@@ -178,8 +183,6 @@ def deletions(db: Database, seconds: float) -> list[str]:
 
 
 def test_a_cancelled_dispatched_job_is_due_for_deletion_until_marked(db: Database) -> None:
-    from kubetrain.store import mark_deleted
-
     with db.transaction() as session:
         job = new_job(session, now=at(0))
         mark_dispatched(session, job.id, k8s_job_name="kt-x", now=at(1))

@@ -15,7 +15,6 @@ from kubetrain.store import (
     apply_business_change,
     get_job,
     get_job_any_project,
-    get_job_by_name,
     job_history,
     list_jobs,
     list_unfinished_jobs,
@@ -43,10 +42,9 @@ def test_by_name_is_the_newest_of_that_name(db: Database) -> None:
         new_job(session, name="other", now=at(20))
         new_job(session, name="train", project="elsewhere", now=at(30))
     with db.read_only() as session:
-        found = get_job_by_name(session, "ai-training", "train")
-        assert found is not None
+        [found] = list_jobs(session, "ai-training", name="train", limit=1).jobs
         assert found.id == newest.id
-        assert get_job_by_name(session, "ai-training", "missing") is None
+        assert list_jobs(session, "ai-training", name="missing", limit=1).jobs == []
 
 
 def test_filters_by_state_reason_and_name(db: Database) -> None:

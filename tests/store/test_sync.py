@@ -1,15 +1,12 @@
-"""The syncer's batch writes (store/sync.py) against the one-job functions they replace.
-
-Each step of a job's life is recorded for one job through `apply_runtime_change`,
-`apply_business_change` and `record_diagnosis` (the reference) and for a twin
-through `record_synced`, in one batch with other jobs: history, attempts and
-job rows must come out the same, and a replayed step must write nothing.
+"""The syncer's batch writes (store/sync.py): each step of a job's life is recorded
+through `record_synced`, in one batch with another job; the history, attempts and
+job row must come out as the rules of store/transitions.py say, and a replayed step
+must write nothing.
 """
 
 from __future__ import annotations
 
 import dataclasses
-from datetime import datetime
 from typing import Any
 
 import pytest
@@ -18,17 +15,13 @@ from sqlalchemy import func, select
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
     Database,
-    IllegalTransition,
     Job,
     PodObservation,
-    Source,
     Transition,
-    apply_business_change,
-    apply_runtime_change,
+    TransitionKind,
     get_job_any_project,
     job_history,
     list_attempts,
-    record_diagnosis,
 )
 from kubetrain.store.sync import (
     SyncedJob,
@@ -41,6 +34,7 @@ from tests.store.builders import at, new_job
 
 pytestmark = pytest.mark.db
 
+BUSINESS, RUNTIME = TransitionKind.BUSINESS, TransitionKind.RUNTIME
 Q, R, S, F = (
     BusinessState.QUEUED,
     BusinessState.RUNNING,
@@ -107,31 +101,6 @@ def synced(job_id: str, step: int) -> SyncedJob:
     )
 
 
-def reference(db: Database, record: SyncedJob, now: datetime) -> bool:
-    """What the syncer did per job before the batch path, one transaction per job."""
-    with db.transaction() as session:
-        for pod in record.pods:
-            apply_runtime_change(session, record.job_id, pod, now=now)
-        try:
-            changed = apply_business_change(
-                session,
-                record.job_id,
-                record.state,
-                record.reason,
-                record.raw_reason,
-                record.raw_message,
-                source=Source.SYNCER,
-                attempt=record.attempt,
-                message=record.message,
-                detail=record.detail,
-                now=now,
-            )
-        except IllegalTransition:
-            changed = None
-        record_diagnosis(session, record.job_id, record.diagnosis, now=now)
-    return changed is not None
-
-
 def state_of(db: Database, job_id: str) -> dict[str, Any]:
     with db.read_only() as session:
         job = get_job_any_project(session, job_id)
@@ -152,26 +121,45 @@ def state_of(db: Database, job_id: str) -> dict[str, Any]:
         return {"job": row, "history": history, "attempts": attempts}
 
 
-def test_batch_writes_match_the_one_job_path_step_by_step(db: Database) -> None:
+def test_a_life_step_by_step(db: Database) -> None:
     with db.transaction() as session:
-        ref = new_job(session, name="ref", state=Q).id
-        twin = new_job(session, name="twin", state=Q).id
+        job = new_job(session, name="job", state=Q).id
         bystander = new_job(session, name="other", state=Q).id
     for step in range(len(STEPS)):
-        now = at(10 + step)
-        expected = reference(db, synced(ref, step), now)
-        before = state_of(db, twin)
+        before = state_of(db, job)
         with db.transaction() as session:
-            results = record_synced(session, [synced(twin, step), synced(bystander, 0)], now=now)
-        assert results[twin].changed == expected, step
-        assert (results[twin].refused is not None) == (step in (5, 9)), step
-        after = state_of(db, twin)
-        assert after == state_of(db, ref), step
+            results = record_synced(
+                session, [synced(job, step), synced(bystander, 0)], now=at(step)
+            )
+        assert results[job].changed == (step in (0, 3, 6, 7)), step
+        assert (results[job].refused is not None) == (step in (5, 9)), step
+        after = state_of(db, job)
         if step in (1, 4, 8):  # a replay writes nothing, not even updated_at
             assert after == before, step
-    final = state_of(db, twin)
+        if step == 2:  # the latest word is refreshed without a history row
+            assert after["job"]["raw_message"] == "0/4 nodes are available"
+            assert after["history"] == before["history"]
+        # A refused move writes no business change but still keeps the diagnosis.
+        assert after["job"]["diagnosis"] == synced(job, step).diagnosis, step
+    final = state_of(db, job)
     assert [a["number"] for a in final["attempts"]] == [1, 2]
     assert final["job"]["business_state"] == S
+    assert final["job"]["current_attempt"] == 2
+    assert [
+        (row["kind"], row["to_state"], row["to_reason"], row["attempt"]) for row in final["history"]
+    ] == [
+        (BUSINESS, "CREATED", ReasonCode.JOB_NOT_CREATED, None),
+        (BUSINESS, Q, ReasonCode.SCHEDULING, None),
+        (RUNTIME, "Pending", None, 1),
+        (BUSINESS, Q, ReasonCode.INSUFFICIENT_CPU, 1),
+        (RUNTIME, "Running", None, 1),
+        (BUSINESS, R, ReasonCode.TRAINING, 1),
+        (RUNTIME, "Failed", None, 1),
+        (RUNTIME, "Pending", None, 2),
+        (BUSINESS, Q, ReasonCode.SCHEDULING, 2),
+        (RUNTIME, "Succeeded", None, 2),
+        (BUSINESS, S, ReasonCode.COMPLETED, 2),
+    ]
 
 
 def test_a_replayed_batch_writes_nothing(db: Database) -> None:

@@ -17,9 +17,8 @@ from kubetrain.store import (
     apply_business_change,
     get_job,
     job_history,
-    record_diagnosis,
 )
-from tests.store.builders import FITTING_REASON, T0, at, new_job
+from tests.store.builders import FITTING_REASON, T0, at, new_job, observe
 
 pytestmark = pytest.mark.db
 
@@ -168,8 +167,8 @@ def test_the_latest_diagnosis_is_kept_with_the_job(db: Database) -> None:
     diagnosis = {"primary": "INSUFFICIENT_GPU", "blockers": [{"nodes": 2}]}
     with db.transaction() as session:
         job = new_job(session)
-        assert record_diagnosis(session, job.id, diagnosis, now=at(1)) is True
-        assert record_diagnosis(session, job.id, dict(diagnosis), now=at(2)) is False
+        observe(session, job.id, diagnosis=diagnosis, now=at(1))
+        observe(session, job.id, diagnosis=dict(diagnosis), now=at(2))  # the same: no write
     with db.read_only() as session:
         stored = get_job(session, "ai-training", job.id)
         assert stored is not None

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import time
 from typing import cast
 
 import pytest
@@ -14,10 +13,9 @@ from kubetrain.store.db import Database
 pytestmark = pytest.mark.unit
 
 
-def test_dispatch_times_are_let_go_once_past_their_grace(monkeypatch):
+def test_dispatch_times_are_let_go_once_past_their_grace():
     now = [1000.0]
-    monkeypatch.setattr(time, "monotonic", lambda: now[0])
-    syncer = Syncer(cast(Database, None), ClusterCache(http=None))
+    syncer = Syncer(cast(Database, None), ClusterCache(http=None), monotonic=lambda: now[0])
     for index in range(5):
         syncer.note_dispatched(f"old-{index}")
     now[0] += DISPATCH_GRACE / 2

@@ -42,10 +42,10 @@ from kubetrain.api.problems import (
     validation_error,
 )
 from kubetrain.api.schemas import Health
+from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.spec import FieldProblem, TrainingJob
-from kubetrain.metrics import RequestTimer
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 

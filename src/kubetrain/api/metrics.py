@@ -3,12 +3,31 @@ holds no API token); it shows counts and timings, never a job's name or spec."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+
 from fastapi import FastAPI
-from prometheus_client import CONTENT_TYPE_LATEST, generate_latest
+from prometheus_client import CONTENT_TYPE_LATEST, REGISTRY, CollectorRegistry, generate_latest
+from prometheus_client.core import Metric
+from prometheus_client.registry import Collector
 from starlette.responses import Response
 
-from kubetrain.metrics import app_registry
 from kubetrain.store import Database
+from kubetrain.store.metrics import JobCounts
+
+
+class _ProcessWide(Collector):
+    """The process-wide registry, seen through an app's own registry."""
+
+    def collect(self) -> Iterable[Metric]:
+        return REGISTRY.collect()
+
+
+def app_registry(db: Database) -> CollectorRegistry:
+    """What one app's /metrics shows: the process' metrics and `db`'s job counts."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(_ProcessWide())
+    registry.register(JobCounts(db))
+    return registry
 
 
 def add_metrics(app: FastAPI, db: Database) -> None:

@@ -26,7 +26,13 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
 from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
 from kubetrain.store import Database, PodObservation, Progress, progress_by_job
-from kubetrain.store.sync import SyncedJob, plan_synced, sync_facts, unfinished_job_ids
+from kubetrain.store.sync import (
+    SyncedJob,
+    plan_synced,
+    record_synced,
+    sync_facts,
+    unfinished_job_ids,
+)
 
 log = logging.getLogger(__name__)
 
@@ -56,11 +62,15 @@ class Syncer:
         *,
         resync_interval: float = 30.0,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
+        """`clock` dates what the syncer writes; `monotonic` times marks, lags, the
+        dispatch grace and the rounds' stages."""
         self.db = db
         self.cache = cache
         self.resync_interval = resync_interval
         self.clock = clock
+        self.monotonic = monotonic
         # job id -> monotonic time first marked. Jobs a watch event of their own
         # marked go first; the resync's and cluster-wide changes' marks (every
         # unfinished job at once) fill the rest of a round, so that they never
@@ -87,13 +97,13 @@ class Syncer:
     def mark(self, job_id: str, *, urgent: bool = True) -> None:
         if urgent:
             self.background.pop(job_id, None)
-            self.dirty.setdefault(job_id, time.monotonic())
+            self.dirty.setdefault(job_id, self.monotonic())
         elif job_id not in self.dirty:
-            self.background.setdefault(job_id, time.monotonic())
+            self.background.setdefault(job_id, self.monotonic())
         self.wake.set()
 
     def note_dispatched(self, job_id: str) -> None:
-        now = time.monotonic()
+        now = self.monotonic()
         self.dispatched_at.pop(job_id, None)  # kept in time order: the oldest first
         self.dispatched_at[job_id] = now
         # Past the grace an entry says what its absence says: drop it (one per job).
@@ -152,10 +162,10 @@ class Syncer:
         and the node state the cache keeps up to date, so its cost follows the
         batch, not the cluster. The writes of the batch commit together.
         """
-        began = time.monotonic()
+        began = self.monotonic()
         SYNC_ROUND.labels("wait").observe(began - min(batch.values(), default=began))
         records = await asyncio.to_thread(self._load, list(batch))
-        loaded = time.monotonic()
+        loaded = self.monotonic()
         SYNC_ROUND.labels("load").observe(loaded - began)
         due = [
             facts
@@ -168,7 +178,7 @@ class Syncer:
             return []
         # Taken on the event loop, where the caches change; the rest runs in a thread.
         snapshot = self.cache.snapshot(facts.job_id for facts in due)
-        SYNC_ROUND.labels("snapshot").observe(time.monotonic() - loaded)
+        SYNC_ROUND.labels("snapshot").observe(self.monotonic() - loaded)
         failed, finished = await asyncio.to_thread(self._apply, due, snapshot, batch)
         for namespace, k8s_name, pods in finished:
             self.cache.forget(namespace, k8s_name, pods)  # their events are recorded now
@@ -178,7 +188,7 @@ class Syncer:
         if self.cache.deleted(facts.namespace, facts.k8s_name):
             return True
         recent = self.dispatched_at.get(facts.job_id)
-        return recent is None or time.monotonic() - recent > DISPATCH_GRACE
+        return recent is None or self.monotonic() - recent > DISPATCH_GRACE
 
     def _load(self, job_ids: list[str]) -> list[_Facts]:
         out = []
@@ -210,7 +220,7 @@ class Syncer:
     def _apply(
         self, due: list[_Facts], snapshot: Snapshot, marked: dict[str, float]
     ) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
-        began, now = time.monotonic(), self.clock()
+        began, now = self.monotonic(), self.clock()
         failed: list[str] = []
         diagnosed: list[tuple[_Facts, Diagnosis]] = []
         for facts in due:
@@ -224,7 +234,7 @@ class Syncer:
                 failed.append(facts.job_id)
                 continue
             diagnosed.append((facts, diagnosis))
-        diagnosed_at = time.monotonic()
+        diagnosed_at = self.monotonic()
         SYNC_ROUND.labels("diagnose").observe(diagnosed_at - began)
         if not diagnosed:
             return failed, []
@@ -235,12 +245,11 @@ class Syncer:
         synced = [_synced(f, d) for f, d in diagnosed]
         with self.db.read_only() as session:
             plan = plan_synced(session, synced, now=now, lock=False)
+        results = plan.results
         if not plan.empty:
             with self.db.transaction() as session:
-                plan = plan_synced(session, synced, now=now)
-                plan.write(session)
-        results = plan.results
-        committed = time.monotonic()
+                results = record_synced(session, synced, now=now)
+        committed = self.monotonic()
         SYNC_ROUND.labels("write").observe(committed - diagnosed_at)
         finished: list[tuple[str, str, list[str]]] = []
         for facts, diagnosis in diagnosed:

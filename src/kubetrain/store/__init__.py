@@ -9,7 +9,9 @@ production database. Both are tested for real.
         submission = submit_job(session, project=..., name=..., owner=..., ...)
 
 Repository functions take a `Session` in a transaction the caller owns and never
-commit; time comes in as `now` (default: the current UTC time).
+commit; time comes in as `now` (default: the current UTC time). Importing the
+package registers store/metrics.py's listeners, which count each stay in a
+business state once its transaction commits.
 """
 
 from kubetrain.store.datasets import (
@@ -31,21 +33,16 @@ from kubetrain.store.errors import (
     TerminalStateError,
 )
 from kubetrain.store.jobs import (
-    MATERIAL_FIELDS,
     MAX_PAGE_SIZE,
     JobPage,
-    PodObservation,
-    RuntimeChange,
     Submission,
     apply_business_change,
     apply_locked_business_change,
-    apply_runtime_change,
     count_jobs,
     current_attempts,
     get_attempt,
     get_job,
     get_job_any_project,
-    get_job_by_name,
     job_history,
     list_attempts,
     list_jobs,
@@ -53,11 +50,11 @@ from kubetrain.store.jobs import (
     list_unfinished_jobs,
     lock_job,
     lock_jobs,
-    record_diagnosis,
     request_cancel,
     spec_digest,
     submit_job,
 )
+from kubetrain.store.metrics import JobCounts
 from kubetrain.store.models import (
     ALL_PROJECTS,
     Attempt,
@@ -76,9 +73,6 @@ from kubetrain.store.outbox import (
     claim_due_deletions,
     claim_due_jobs,
     dispatch_backoff,
-    mark_deleted,
-    mark_dispatched,
-    record_dispatch_failure,
     record_dispatch_outcomes,
     retry_backed_off_now,
 )
@@ -103,9 +97,9 @@ from kubetrain.store.tokens import (
     hash_token,
     list_tokens,
     revoke_token,
-    token_covers,
     use_is_stale,
 )
+from kubetrain.store.transitions import MATERIAL_FIELDS, PodObservation
 
 __all__ = [
     "ALL_PROJECTS",
@@ -121,6 +115,7 @@ __all__ = [
     "IllegalTransition",
     "InvalidCursor",
     "Job",
+    "JobCounts",
     "JobNotFound",
     "JobPage",
     "PodObservation",
@@ -129,7 +124,6 @@ __all__ = [
     "ReportEvent",
     "Resume",
     "Role",
-    "RuntimeChange",
     "Source",
     "StoreError",
     "Submission",
@@ -139,7 +133,6 @@ __all__ = [
     "TransitionKind",
     "apply_business_change",
     "apply_locked_business_change",
-    "apply_runtime_change",
     "authenticate_token",
     "checkpoint_reports",
     "claim_due_deletions",
@@ -157,7 +150,6 @@ __all__ = [
     "get_dataset",
     "get_job",
     "get_job_any_project",
-    "get_job_by_name",
     "get_progress",
     "hash_token",
     "job_history",
@@ -169,12 +161,8 @@ __all__ = [
     "list_unfinished_jobs",
     "lock_job",
     "lock_jobs",
-    "mark_deleted",
-    "mark_dispatched",
     "normalize_url",
     "progress_by_job",
-    "record_diagnosis",
-    "record_dispatch_failure",
     "record_dispatch_outcomes",
     "record_reports",
     "register_dataset",
@@ -189,6 +177,5 @@ __all__ = [
     "status_token_matches",
     "step_series",
     "submit_job",
-    "token_covers",
     "use_is_stale",
 ]

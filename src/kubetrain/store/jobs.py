@@ -1,9 +1,9 @@
-"""Jobs: submission with idempotency, lookups and pages, and every change of either state.
+"""Jobs: submission with idempotency, lookups and pages, one job's business changes.
 
 All functions take a `Session` inside a transaction the caller owns
 (`with db.transaction() as session: ...`), so several changes can commit
-together (the syncer writes an attempt's runtime change and the job's business
-change at once). None of them commits.
+together. None of them commits. The rules of a change are transitions.py's,
+which the syncer's batches (sync.py) apply too.
 
 Every writer of a job's state or history first locks the job's row (`SELECT ...
 FOR UPDATE` on PostgreSQL; SQLite's write transactions are serialised already),
@@ -18,7 +18,7 @@ import hashlib
 import json
 import uuid
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass
 from datetime import UTC, datetime
 from functools import cache
 from typing import Any
@@ -37,15 +37,15 @@ from sqlalchemy import (
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import ClassManager, Session, configure_mappers, make_transient_to_detached
 
-from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
+from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
+from kubetrain.store import transitions
 from kubetrain.store._unique import INSERT_TRIES
 from kubetrain.store.errors import (
     IdempotencyConflict,
-    IllegalTransition,
     InvalidCursor,
     JobNotFound,
-    TerminalStateError,
 )
+from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 
 DEFAULT_PAGE_SIZE = 50
@@ -60,11 +60,6 @@ def spec_digest(spec: Mapping[str, Any]) -> str:
 
 def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(UTC)
-
-
-# session.info key: (state, seconds) of each stay in a business state that ended in
-# this transaction; kubetrain.metrics reports them once the transaction commits.
-STATE_DURATIONS_KEY = "kubetrain.state_durations"
 
 
 # Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
@@ -91,11 +86,6 @@ def state_entered(session: Session, job_ids: Sequence[str]) -> dict[str, datetim
         )
         entered.update({job_id: at for job_id, at in session.execute(query)})
     return entered
-
-
-def _note_state_duration(session: Session, job: Job, now: datetime, entered: datetime) -> None:
-    seconds = max(0.0, (now - entered).total_seconds())
-    session.info.setdefault(STATE_DURATIONS_KEY, []).append((str(job.business_state), seconds))
 
 
 # -- submission ----------------------------------------------------------------
@@ -305,16 +295,6 @@ def get_job(session: Session, project: str, job_id: str) -> Job | None:
 def get_job_any_project(session: Session, job_id: str) -> Job | None:
     """For the control loops, which know a job only by the id on its Kubernetes labels."""
     return session.get(Job, job_id)
-
-
-def get_job_by_name(session: Session, project: str, name: str) -> Job | None:
-    """The newest job of that name in the project (names may repeat)."""
-    return session.scalars(
-        select(Job)
-        .where(Job.project == project, Job.name == name)
-        .order_by(Job.created_at.desc(), Job.id.desc())
-        .limit(1)
-    ).one_or_none()
 
 
 def list_unfinished_jobs(session: Session, *, project: str | None = None) -> list[Job]:
@@ -527,54 +507,52 @@ def apply_locked_business_change(
     job_id = job.id
     current = (job.business_state, job.reason)
     target = (state, reason)
+    refused = transitions.refusal(job_id, current, target)
+    if refused is not None:
+        raise refused
     if current == target:
-        _refresh(job, now, reason_message=message, raw_reason=raw_reason, raw_message=raw_message)
+        stored = {key: getattr(job, key) for key in ("reason_message", "raw_reason", "raw_message")}
+        word = transitions.latest_word(
+            stored, message=message, raw_reason=raw_reason, raw_message=raw_message
+        )
+        _set(job, now, word)
         return None
-    if job.business_state in TERMINAL:
-        raise TerminalStateError(job_id, current, target)
-    if state != job.business_state and not can_move(job.business_state, state):
-        raise IllegalTransition(job_id, current, target)
     if state != job.business_state:
         if entered is None:
             entered = state_entered(session, [job_id])
-        _note_state_duration(session, job, now, entered.get(job_id) or job.created_at)
-
-    job.business_state = state
-    job.reason = reason
-    job.reason_message = message
-    job.raw_reason = raw_reason
-    job.raw_message = raw_message
-    job.updated_at = now
-    if state in TERMINAL:
-        job.finished_at = now
-        if not (job.cancel_requested and job.k8s_job_name is not None):
-            # Nothing left to dispatch; a cancelled job's Job still is to be deleted.
-            job.next_dispatch_at = None
-    row = Transition(
-        job_id=job_id,
-        at=now,
-        source=source,
-        kind=TransitionKind.BUSINESS,
-        from_state=current[0],
-        to_state=state,
-        from_reason=current[1],
-        to_reason=reason,
+        note_state_durations(session, [(job_id, job.business_state, job.created_at)], now, entered)
+    values = transitions.moved(
+        target,
+        message=message,
         raw_reason=raw_reason,
         raw_message=raw_message,
-        attempt=attempt,
-        detail=dict(detail) if detail is not None else None,
+        cancel_requested=job.cancel_requested,
+        k8s_job_name=job.k8s_job_name,
+        now=now,
+    )
+    _set(job, now, values)
+    row = Transition(
+        **transitions.business_row(
+            job_id,
+            current,
+            target,
+            source=source,
+            raw_reason=raw_reason,
+            raw_message=raw_message,
+            attempt=attempt,
+            detail=detail,
+            now=now,
+        )
     )
     session.add(row)
     return row
 
 
-def _refresh(job: Job, now: datetime, **values: Any) -> None:
-    changed = False
+def _set(job: Job, now: datetime, values: Mapping[str, Any]) -> None:
+    """Set the changed columns on the job (and `updated_at`, if any)."""
     for key, value in values.items():
-        if getattr(job, key) != value:
-            setattr(job, key, value)
-            changed = True
-    if changed:
+        setattr(job, key, value)
+    if values:
         job.updated_at = now
 
 
@@ -597,109 +575,3 @@ def request_cancel(
             # Back into the outbox: the dispatcher deletes the Kubernetes Job.
             job.next_dispatch_at = job.updated_at
     return job
-
-
-def record_diagnosis(
-    session: Session, job_id: str, diagnosis: Mapping[str, Any], *, now: datetime | None = None
-) -> bool:
-    """Keep the syncer's latest diagnosis with the job; True if it differed from the stored one."""
-    job = lock_job(session, job_id)
-    value = json.loads(json.dumps(diagnosis))
-    if job.diagnosis == value:
-        return False
-    job.diagnosis = value
-    job.updated_at = _now(now)
-    return True
-
-
-# -- runtime state -------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class PodObservation:
-    """What Kubernetes says about one Pod of a job, as the syncer read it.
-
-    The observation is the whole current truth (level-triggered): every field
-    overwrites the stored one, including with None.
-    """
-
-    pod_name: str
-    pod_uid: str
-    node: str | None = None
-    pod_phase: str | None = None
-    container_state: str | None = None
-    scheduling_reason: str | None = None
-    raw_reason: str | None = None
-    raw_message: str | None = None
-    exit_code: int | None = None
-    termination_message: str | None = None
-    started_at: datetime | None = None
-    finished_at: datetime | None = None
-
-
-# A change in any of these is worth a history row; the rest (messages, times)
-# are refreshed silently, so a scheduler retrying every few seconds with a new
-# node count in its message does not flood the history.
-MATERIAL_FIELDS = ("pod_phase", "node", "container_state", "raw_reason", "exit_code")
-
-
-@dataclass(frozen=True, slots=True)
-class RuntimeChange:
-    attempt: Attempt
-    new_attempt: bool  # a Pod uid not seen before: attempt N+1
-    transition: Transition | None  # the runtime history row, if anything material changed
-
-
-def apply_runtime_change(
-    session: Session,
-    job_id: str,
-    pod: PodObservation,
-    *,
-    source: Source = Source.SYNCER,
-    now: datetime | None = None,
-) -> RuntimeChange:
-    """Record a Pod's state on its attempt, creating the attempt for a new Pod uid.
-
-    Attempts are numbered 1, 2, ... in the order their Pods are first seen (the
-    syncer should present Pods oldest first); the job's `current_attempt`
-    follows the newest. An old Pod's late update changes its own attempt only.
-    Runtime state is recorded even after the job finished: a Pod's final
-    details can arrive after the Job's verdict.
-    """
-    now = _now(now)
-    job = lock_job(session, job_id)
-    attempt = session.scalars(
-        select(Attempt).where(Attempt.job_id == job_id, Attempt.pod_uid == pod.pod_uid)
-    ).one_or_none()
-    new = attempt is None
-    if attempt is None:
-        highest = session.scalar(select(func.max(Attempt.number)).where(Attempt.job_id == job_id))
-        number = max(highest or 0, job.current_attempt) + 1
-        attempt = Attempt(job_id=job_id, number=number, created_at=now, updated_at=now)
-        session.add(attempt)
-        job.current_attempt = number
-        job.updated_at = now
-
-    observed = {f.name: getattr(pod, f.name) for f in fields(PodObservation)}
-    stored = {key: getattr(attempt, key) for key in observed}  # all None for a new attempt
-    changes = {k: [stored[k], observed[k]] for k in MATERIAL_FIELDS if stored[k] != observed[k]}
-    if stored != observed:
-        for key, value in observed.items():
-            setattr(attempt, key, value)
-        attempt.updated_at = now
-    if not new and not changes:
-        return RuntimeChange(attempt, new_attempt=False, transition=None)
-    row = Transition(
-        job_id=job_id,
-        at=now,
-        source=source,
-        kind=TransitionKind.RUNTIME,
-        from_state=stored["pod_phase"],
-        to_state=pod.pod_phase,
-        raw_reason=pod.raw_reason,
-        raw_message=pod.raw_message,
-        attempt=attempt.number,
-        detail={"pod_name": pod.pod_name, "pod_uid": pod.pod_uid, "changed": changes},
-    )
-    session.add(row)
-    return RuntimeChange(attempt, new_attempt=new, transition=row)

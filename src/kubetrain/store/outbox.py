@@ -7,8 +7,7 @@ The API commits a `CREATED` job and returns; the dispatcher then loops:
    dispatcher that dies mid-create leaves them due again once the hold ends.
 2. It creates each Job in Kubernetes, with no transaction open.
 3. `record_dispatch_outcomes` records every create (and delete) of the round in
-   one more transaction; `mark_dispatched`, `record_dispatch_failure` and
-   `mark_deleted` are the same for one job.
+   one more transaction.
 
 Creation is idempotent by the Job's deterministic name, so a retry after a lost
 answer is safe. Failures back off per job (1 s, 2 s, 4 s ...); when the API
@@ -147,30 +146,6 @@ def record_dispatch_outcomes(
     return rows
 
 
-def mark_dispatched(
-    session: Session, job_id: str, *, k8s_job_name: str, now: datetime | None = None
-) -> Transition | None:
-    """`record_dispatch_outcomes` of one job whose Job exists; returns the history row of
-    its move to `QUEUED`, if one was made."""
-    rows = record_dispatch_outcomes(session, dispatched={job_id: k8s_job_name}, now=now)
-    return rows.get(job_id)
-
-
-def record_dispatch_failure(
-    session: Session,
-    job_id: str,
-    *,
-    raw_reason: str,
-    raw_message: str,
-    backoff: Callable[[int], timedelta] = dispatch_backoff,
-    now: datetime | None = None,
-) -> Transition | None:
-    """`record_dispatch_outcomes` of one job whose create failed; returns the history row
-    written, if the reason changed."""
-    failed = {job_id: (raw_reason, raw_message)}
-    return record_dispatch_outcomes(session, failed=failed, backoff=backoff, now=now).get(job_id)
-
-
 def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> int:
     """Make due now every `CREATED` job that waits out the backoff of a failed create;
     returns how many. For the dispatcher to call once the API server answers again, with
@@ -199,8 +174,3 @@ def claim_due_deletions(
     """Claim cancelled jobs whose Kubernetes Job is still to be deleted."""
     which = and_(Job.cancel_requested.is_(True), Job.k8s_job_name.is_not(None))
     return _claim(session, which, limit, hold, now)
-
-
-def mark_deleted(session: Session, job_id: str, *, now: datetime | None = None) -> None:
-    """`record_dispatch_outcomes` of one cancelled job whose Kubernetes Job is gone."""
-    record_dispatch_outcomes(session, deleted=[job_id], now=now)

@@ -1,17 +1,12 @@
 """The syncer's writes for a whole batch of jobs: one transaction, a few statements.
 
-`apply_runtime_change`, `apply_business_change` and `record_diagnosis` (jobs.py)
-do the same for one job through the ORM: a locked read per call and a flush per
-row, ~15 ms a job on SQLite with 520 nodes' worth of jobs, all on the single
+Through the ORM, one job at a time, a locked read per call and a flush per row
+cost ~15 ms a job on SQLite with 520 nodes' worth of jobs, all on the single
 writer the API needs for submissions. Here the rows of a batch are read at once
 (locked, on PostgreSQL, in id order so that two batches cannot deadlock), what
-changed is worked out in Python with the same rules, and only the changes are
-written with executemany: a replayed observation writes nothing at all.
-
-The rules are those of jobs.py, which stays the reference: attempts numbered
-in the order their Pods are first seen, a runtime history row only for a
-material change, a business history row only when (state, reason) changes,
-legal moves only, nothing leaves a terminal state.
+changed is worked out by the rules of transitions.py (the ones the one-job path
+of jobs.py applies), and only the changes are written with executemany: a
+replayed observation writes nothing at all.
 """
 
 from __future__ import annotations
@@ -25,18 +20,13 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
-from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
-from kubetrain.store.errors import IllegalTransition, TerminalStateError
-from kubetrain.store.jobs import (
-    MATERIAL_FIELDS,
-    STATE_DURATIONS_KEY,
-    PodObservation,
-    in_chunks,
-    state_entered,
-)
-from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
-
-_OBSERVED = tuple(f.name for f in fields(PodObservation))
+from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
+from kubetrain.store import transitions
+from kubetrain.store.errors import IllegalTransition
+from kubetrain.store.jobs import in_chunks, state_entered
+from kubetrain.store.metrics import note_state_durations
+from kubetrain.store.models import Attempt, Job, Source, Transition
+from kubetrain.store.transitions import OBSERVED, PodObservation
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,7 +74,8 @@ class SyncPlan:
     def write(self, session: Session) -> None:
         """Write the plan in the caller's transaction (one made with `lock=True`)."""
         if self.leaving:
-            _note_state_durations(session, self.leaving, self.now)
+            entered = state_entered(session, [job_id for job_id, _, _ in self.leaving])
+            note_state_durations(session, self.leaving, self.now, entered)
         if self.new_attempts:
             session.execute(insert(Attempt), self.new_attempts)
         for group in _same_keys(self.changed_attempts):
@@ -135,98 +126,70 @@ def plan_synced(
             continue
         current = (job["business_state"], job["reason"])
         target = (synced.state, synced.reason)
-        refused: IllegalTransition | None = None
-        if current != target and current[0] in TERMINAL:
-            refused = TerminalStateError(job_id, current, target)
-        elif (
-            current != target and synced.state != current[0] and not can_move(current[0], target[0])
-        ):
-            refused = IllegalTransition(job_id, current, target)
+        refused = transitions.refusal(job_id, current, target)
         values: dict[str, Any] = {}
         rows: list[dict[str, Any]] = []
 
-        # Runtime state, attempt by attempt (apply_runtime_change's rules).
+        # Runtime state, attempt by attempt.
         own = attempts.get(job_id, {})
         highest = max((a["number"] for a in own.values()), default=0)
         current_attempt = job["current_attempt"]
         for pod in synced.pods:
-            observed = {name: getattr(pod, name) for name in _OBSERVED}
+            observed = {name: getattr(pod, name) for name in OBSERVED}
             stored = own.get(pod.pod_uid)
             if stored is None:
-                number = max(highest, current_attempt) + 1
-                highest = current_attempt = number
+                number = highest = current_attempt = transitions.next_attempt(
+                    highest, current_attempt
+                )
                 values["current_attempt"] = number
                 new_attempts.append(
                     {"job_id": job_id, "number": number, **observed}
                     | {"created_at": now, "updated_at": now}
                 )
-                before: Mapping[str, Any] = dict.fromkeys(_OBSERVED)
             else:
-                number, before = stored["number"], stored
-                if any(before[name] != observed[name] for name in _OBSERVED):
+                number = stored["number"]
+                if any(stored[name] != observed[name] for name in OBSERVED):
                     changed_attempts.append({"id": stored["id"], **observed, "updated_at": now})
-            changes = {
-                k: [before[k], observed[k]] for k in MATERIAL_FIELDS if before[k] != observed[k]
-            }
-            if stored is None or changes:
-                rows.append(
-                    _row(
-                        job_id,
-                        now,
-                        kind=TransitionKind.RUNTIME,
-                        from_state=before["pod_phase"],
-                        to_state=pod.pod_phase,
-                        raw_reason=pod.raw_reason,
-                        raw_message=pod.raw_message,
-                        attempt=number,
-                        detail={
-                            "pod_name": pod.pod_name,
-                            "pod_uid": pod.pod_uid,
-                            "changed": changes,
-                        },
-                    )
-                )
+            row = transitions.runtime_row(
+                job_id, pod, stored, number=number, source=Source.SYNCER, now=now
+            )
+            if row is not None:
+                rows.append(row)
 
-        # Business state (apply_business_change's rules).
+        # Business state.
         changed = current != target and refused is None
         if changed:
             if synced.state != current[0]:
                 leaving.append((job_id, current[0], job["created_at"]))
-            values |= {
-                "business_state": synced.state,
-                "reason": synced.reason,
-                "reason_message": synced.message,
-                "raw_reason": synced.raw_reason,
-                "raw_message": synced.raw_message,
-            }
-            if synced.state in TERMINAL:
-                values["finished_at"] = now
-                if not (job["cancel_requested"] and job["k8s_job_name"] is not None):
-                    values["next_dispatch_at"] = None  # nothing left to dispatch
+            values |= transitions.moved(
+                target,
+                message=synced.message,
+                raw_reason=synced.raw_reason,
+                raw_message=synced.raw_message,
+                cancel_requested=job["cancel_requested"],
+                k8s_job_name=job["k8s_job_name"],
+                now=now,
+            )
             rows.append(
-                _row(
+                transitions.business_row(
                     job_id,
-                    now,
-                    kind=TransitionKind.BUSINESS,
-                    from_state=current[0],
-                    to_state=synced.state,
-                    from_reason=current[1],
-                    to_reason=synced.reason,
+                    current,
+                    target,
+                    source=Source.SYNCER,
                     raw_reason=synced.raw_reason,
                     raw_message=synced.raw_message,
                     attempt=synced.attempt,
-                    detail=dict(synced.detail) if synced.detail is not None else None,
+                    detail=synced.detail,
+                    now=now,
                 )
             )
         elif refused is None:
-            # The latest word from Kubernetes, refreshed without a history row.
-            for key, value in (
-                ("reason_message", synced.message),
-                ("raw_reason", synced.raw_reason),
-                ("raw_message", synced.raw_message),
-            ):
-                if job[key] != value:
-                    values[key] = value
+            values |= transitions.latest_word(
+                job,
+                message=synced.message,
+                raw_reason=synced.raw_reason,
+                raw_message=synced.raw_message,
+            )
 
         diagnosis = json.loads(json.dumps(synced.diagnosis))  # as the JSON column returns it
         if job["diagnosis"] != diagnosis:
@@ -236,11 +199,6 @@ def plan_synced(
         history.extend(rows)
         results[job_id] = SyncResult(changed=changed, refused=refused)
     return SyncPlan(results, new_attempts, changed_attempts, history, job_updates, leaving, now)
-
-
-def _row(job_id: str, now: datetime, **values: Any) -> dict[str, Any]:
-    row = dict.fromkeys(("from_reason", "to_reason"))
-    return row | {"job_id": job_id, "at": now, "source": Source.SYNCER, **values}
 
 
 def _same_keys(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
@@ -283,23 +241,12 @@ def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[
         Attempt.id,
         Attempt.job_id,
         Attempt.number,
-        *(getattr(Attempt, n) for n in _OBSERVED),
+        *(getattr(Attempt, n) for n in OBSERVED),
     ]
     for chunk in in_chunks(ids):
         for row in session.execute(select(*columns).where(Attempt.job_id.in_(chunk))).mappings():
             out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
     return out
-
-
-def _note_state_durations(
-    session: Session, leaving: list[tuple[str, BusinessState, datetime]], now: datetime
-) -> None:
-    """How long each job stayed in the state it leaves, for kubetrain.metrics (see jobs.py)."""
-    entered = state_entered(session, [job_id for job_id, _, _ in leaving])
-    noted = session.info.setdefault(STATE_DURATIONS_KEY, [])
-    for job_id, state, created in leaving:
-        since = entered.get(job_id) or created
-        noted.append((str(state), max(0.0, (now - since).total_seconds())))
 
 
 @dataclass(frozen=True, slots=True)

@@ -32,11 +32,6 @@ def hash_token(plaintext: str) -> str:
     return hashlib.sha256(plaintext.encode()).hexdigest()
 
 
-def token_covers(token: Token, project: str) -> bool:
-    """Whether the token's scope includes `project`."""
-    return token.project in (ALL_PROJECTS, project)
-
-
 def create_token(
     session: Session,
     *,
