@@ -60,7 +60,7 @@ from _serve import Serve, training_job
 from sqlalchemy import select, text
 
 from kubetrain.domain.manifest import LABEL_JOB_ID
-from kubetrain.domain.spec import parse_training_job
+from kubetrain.domain.spec import parse_training_job, spec_digest
 from kubetrain.store import Database, submit_job
 from kubetrain.store.models import Job, Transition, TransitionKind
 from kubetrain.testbed.cluster import Testbed
@@ -420,14 +420,15 @@ def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[st
         for i in range(args.backlog):
             body = training_job(f"b{i}", PROJECT, {f"{FATE}/run": args.run})
             body["spec"]["resources"]["gpus"] = 1
-            spec = parse_training_job(body, project=PROJECT).model_dump(mode="json")
+            job = parse_training_job(body, project=PROJECT)
             submission = submit_job(
                 session,
                 project=PROJECT,
                 name=f"b{i}",
                 owner="bench",
                 namespace=namespace,
-                spec=spec,
+                spec=job.model_dump(mode="json"),
+                digest=spec_digest(job),
             )
             ids.append(submission.job.id)
     committed = time.time()

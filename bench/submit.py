@@ -40,6 +40,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.pg
 from _common import RESULTS, percentile, table
 from _serve import Serve, training_job
 
+from kubetrain.domain.spec import parse_training_job, spec_digest
 from kubetrain.store import Database, submit_job
 
 TARGET_PER_S = 200
@@ -138,7 +139,9 @@ def raw_phase(database_url: str, threads: int, per_thread: int) -> dict[str, Any
 
     db: Database = open_database(database_url)  # the server's own engine options
     run = uuid.uuid4().hex[:6]
-    spec = training_job("x", "raw")["spec"]
+    document = training_job("x", "raw")
+    spec = document["spec"]
+    digest = spec_digest(parse_training_job(document, project="raw"))
     try:
 
         def make(index: int) -> Callable[[int], None]:
@@ -151,6 +154,7 @@ def raw_phase(database_url: str, threads: int, per_thread: int) -> dict[str, Any
                         owner="bench",
                         namespace="raw",
                         spec=spec,
+                        digest=digest,
                         idempotency_key=f"{run}-{index}-{i}",
                     )
 

@@ -3,6 +3,8 @@ and what the syncer records of its Pods and diagnosis."""
 
 from __future__ import annotations
 
+import hashlib
+import json
 from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
@@ -25,6 +27,14 @@ from kubetrain.store.sync import SyncedJob, SyncResult, record_synced
 
 T0 = datetime(2026, 3, 1, 12, 0, 0, tzinfo=UTC)
 SPEC: dict[str, Any] = {"image": "registry.example/trainer:1", "resources": {"gpus": 1}}
+
+
+def digest_of(spec: Mapping[str, Any]) -> str:
+    """A stand-in identity for specs that are no full TrainingJob (the API passes
+    domain.spec.spec_digest of the parsed job): equal dicts, equal digests."""
+    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(canonical.encode()).hexdigest()
+
 
 # A legal way into each state, from CREATED, and a reason that fits it.
 PATHS: dict[BusinessState, list[tuple[BusinessState, ReasonCode]]] = {
@@ -58,6 +68,7 @@ def new_job(
 ) -> Job:
     """A submitted job, walked along a legal path to `state`."""
     kwargs.setdefault("spec", SPEC)
+    kwargs.setdefault("digest", digest_of(kwargs["spec"]))
     job = submit_job(
         session,
         project=project,

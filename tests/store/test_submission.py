@@ -19,11 +19,10 @@ from kubetrain.store import (
     Transition,
     TransitionKind,
     job_history,
-    spec_digest,
     submit_job,
 )
 from kubetrain.store._unique import insert_unless_exists
-from tests.store.builders import SPEC, T0, at, new_job
+from tests.store.builders import SPEC, T0, at, digest_of, new_job
 
 pytestmark = pytest.mark.db
 
@@ -43,6 +42,7 @@ def submit(
         namespace=project,
         spec=spec,
         idempotency_key=key,
+        digest=digest_of(spec),
         now=T0,
     )
 
@@ -55,7 +55,7 @@ def test_a_new_job_is_created_with_its_first_history_row(db: Database) -> None:
     assert (job.business_state, job.reason) == (BusinessState.CREATED, ReasonCode.JOB_NOT_CREATED)
     assert job.next_dispatch_at == T0  # due for the dispatcher at once
     assert job.spec == SPEC
-    assert job.spec_digest == spec_digest(SPEC)
+    assert job.spec_digest == digest_of(SPEC)
     with db.read_only() as session:
         [row] = job_history(session, "ai-training", job.id)
     assert (row.kind, row.source, row.from_state, row.to_state, row.to_reason) == (

@@ -16,7 +16,7 @@ import pytest
 
 from kubetrain.cluster.client import load_config
 from kubetrain.control.runner import ControlLoops
-from kubetrain.domain.spec import parse_training_job
+from kubetrain.domain.spec import parse_training_job, spec_digest
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
     Database,
@@ -69,6 +69,7 @@ def submit(control: ControlLoops, project: str, name: str, **spec: Any) -> str:
             owner="tests",
             namespace=project,
             spec=job.model_dump(mode="json"),
+            digest=spec_digest(job),
         ).job.id
     control.notify()
     return job_id

@@ -38,6 +38,7 @@ from kubetrain.store import (
 from kubetrain.testbed.cluster import Testbed
 from tests.kube import create, eventually, get
 from tests.pg import backend, db, postgres_server
+from tests.store.builders import digest_of
 
 __all__ = ["backend", "db", "postgres_server"]  # fixtures, re-exported for pytest
 
@@ -70,6 +71,7 @@ def submit(db: Database, namespace: str, name: str, spec: dict[str, Any] | None 
             owner="tests",
             namespace=namespace,
             spec=spec or body(name),
+            digest=digest_of(spec or body(name)),
         ).job.id
 
 

@@ -51,7 +51,6 @@ from kubetrain.store.jobs import (
     lock_job,
     lock_jobs,
     request_cancel,
-    spec_digest,
     submit_job,
 )
 from kubetrain.store.metrics import JobCounts
@@ -173,7 +172,6 @@ __all__ = [
     "retry_backed_off_now",
     "revoke_token",
     "set_status_token",
-    "spec_digest",
     "status_token_matches",
     "step_series",
     "submit_job",

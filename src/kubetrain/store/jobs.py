@@ -14,7 +14,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import hashlib
 import json
 import uuid
 from collections.abc import Collection, Mapping, Sequence
@@ -50,12 +49,6 @@ from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionK
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
-
-
-def spec_digest(spec: Mapping[str, Any]) -> str:
-    """SHA-256 of the spec's canonical JSON: equal specs, in any key order, give equal digests."""
-    canonical = json.dumps(spec, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-    return hashlib.sha256(canonical.encode()).hexdigest()
 
 
 def _now(now: datetime | None) -> datetime:
@@ -108,7 +101,7 @@ def submit_job(
     idempotency_key: str | None = None,
     job_id: str | None = None,
     source: Source = Source.API,
-    digest: str | None = None,
+    digest: str,
     now: datetime | None = None,
 ) -> Submission:
     """Store a new job in `CREATED`/`JOB_NOT_CREATED`, with its first history row.
@@ -118,9 +111,8 @@ def submit_job(
     raises `IdempotencyConflict`. Concurrent submissions with one key make one
     job: the unique constraint on (project, key) decides, not timing.
 
-    `digest` is the spec's identity for that comparison, when the caller knows
-    a better one than the canonical JSON (`domain.spec.spec_digest` equates
-    `cpu: 1` with `cpu: 1000m`); by default `spec_digest(spec)`.
+    `digest` is the spec's identity for that comparison: `domain.spec.spec_digest`
+    of the parsed TrainingJob (it equates `cpu: 1` with `cpu: 1000m`).
 
     The hot path of the API, so the two rows go in as Core inserts (an ORM
     flush cost ~10x the SQL): `INSERT ... ON CONFLICT (project, key) DO
@@ -130,7 +122,6 @@ def submit_job(
     job is attached to the session as if it had been read.
     """
     now = _now(now)
-    digest = digest if digest is not None else spec_digest(spec)
     spec_copy = json.loads(json.dumps(spec))  # detach from the caller's mutable object
     connection = session.connection()
     first_row = {
