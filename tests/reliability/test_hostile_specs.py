@@ -80,6 +80,13 @@ HOSTILE = [
         "spec.resources.gpus",
     ),
     Hostile(
+        "memory past 2^63",
+        _json(_with_requests(memory="999999999999999999999999Ei")),
+        422,
+        "spec.resources.requests.memory",
+    ),
+    Hostile("cpu past 2^63", _json(_with_requests(cpu="9" * 40)), 422, "spec.resources.requests.cpu"),
+    Hostile(
         "10,000 env vars",
         _json(training_job(env=[{"name": f"V{i}", "value": "1"} for i in range(10_000)])),
         413,
@@ -157,6 +164,10 @@ HOSTILE_YAML = {
     "1,000 env vars": (_env_yaml(1_000), "spec.env"),
     "../ in the name": (JOB_YAML.replace("train-policy", "../../etc"), "metadata.name"),
     "1e999 cpu": (JOB_YAML.replace('cpu: "4"', "cpu: 1e999"), "spec.resources.requests.cpu"),
+    "memory past 2^63": (
+        JOB_YAML.replace("memory: 16Gi", "memory: 999999999999999999999999Ei"),
+        "spec.resources.requests.memory",
+    ),
     "a control character": (
         JOB_YAML.replace("trainer:1", 'trainer:1\\u0007"').replace(
             "image: registry", 'image: "registry'
