@@ -85,7 +85,9 @@ HOSTILE = [
         422,
         "spec.resources.requests.memory",
     ),
-    Hostile("cpu past 2^63", _json(_with_requests(cpu="9" * 40)), 422, "spec.resources.requests.cpu"),
+    Hostile(
+        "cpu past 2^63", _json(_with_requests(cpu="9" * 40)), 422, "spec.resources.requests.cpu"
+    ),
     Hostile(
         "10,000 env vars",
         _json(training_job(env=[{"name": f"V{i}", "value": "1"} for i in range(10_000)])),

@@ -30,6 +30,7 @@ from kubetrain import __version__
 from kubetrain.api import datasets, jobs, reports, web
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
+from kubetrain.api.headers import SecurityHeaders
 from kubetrain.api.metrics import add_metrics
 from kubetrain.api.params import PlainParameters
 from kubetrain.api.problems import (
@@ -97,6 +98,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestTimer)
+    app.add_middleware(SecurityHeaders)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -111,6 +113,7 @@ def create_probe_app(
     the probes and /metrics, for its Deployment's kubelet and Prometheus; no API."""
     app = _base_app(settings, db, title="kubetrain control loops", watch_problems=watch_problems)
     app.add_middleware(CatchAll)
+    app.add_middleware(SecurityHeaders)
     return app
 
 
@@ -218,7 +221,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         phrase = HTTPStatus(status).phrase
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != phrase else None
         if status == 404 and detail is None:
-            detail = f"no such path: {request.url.path}"
+            # Not the path itself: it is the caller's text, decoded (it stays in `instance`).
+            detail = "no such path"
         problem = Problem(title=phrase, status=status, detail=detail, instance=_instance(request))
         return problem_response(problem, exc.headers)
 

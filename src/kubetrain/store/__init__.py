@@ -83,15 +83,17 @@ from kubetrain.store.outbox import (
     retry_backed_off_now,
 )
 from kubetrain.store.progress import (
+    MAX_DROPPED,
+    MAX_REPORTS,
     MAX_STEP_REPORTS,
     ReportEvent,
     Resume,
     get_progress,
+    job_id_of_status_token,
     progress_by_job,
     record_reports,
     resume_lineage,
     set_status_token,
-    status_token_matches,
     step_series,
 )
 from kubetrain.store.tokens import (
@@ -105,11 +107,14 @@ from kubetrain.store.tokens import (
     token_covers,
     use_is_stale,
 )
+from kubetrain.store.web_sessions import close_web_session, open_web_session, web_session_token
 
 __all__ = [
     "ALL_PROJECTS",
     "MATERIAL_FIELDS",
+    "MAX_DROPPED",
     "MAX_PAGE_SIZE",
+    "MAX_REPORTS",
     "MAX_STEP_REPORTS",
     "Attempt",
     "Base",
@@ -142,6 +147,7 @@ __all__ = [
     "authenticate_token",
     "claim_due_deletions",
     "claim_due_jobs",
+    "close_web_session",
     "count_jobs",
     "create_token",
     "current_attempts",
@@ -159,6 +165,7 @@ __all__ = [
     "get_progress",
     "hash_token",
     "job_history",
+    "job_id_of_status_token",
     "list_attempts",
     "list_datasets",
     "list_jobs",
@@ -170,6 +177,7 @@ __all__ = [
     "mark_deleted",
     "mark_dispatched",
     "normalize_url",
+    "open_web_session",
     "progress_by_job",
     "record_diagnosis",
     "record_dispatch_failure",
@@ -184,9 +192,9 @@ __all__ = [
     "revoke_token",
     "set_status_token",
     "spec_digest",
-    "status_token_matches",
     "step_series",
     "submit_job",
     "token_covers",
     "use_is_stale",
+    "web_session_token",
 ]
