@@ -19,7 +19,7 @@ from kubetrain.cli._client import (
     client_settings,
     project_of,
 )
-from kubetrain.cli._output import FORMATS, age, emit, short_time, table
+from kubetrain.cli._output import FORMATS, age, emit, printable, short_time, table
 from kubetrain.domain.spec import SpecError, parse_training_job_yaml
 from kubetrain.domain.states import BusinessState, ReasonCode
 
@@ -210,7 +210,9 @@ def describe(job: dict[str, Any]) -> str:
     if job.get("finished_at"):
         lines.append(("Finished", job["finished_at"]))
     width = max(len(label) for label, _ in lines) + 2
-    return "\n".join((f"{label}:" if label else "").ljust(width) + value for label, value in lines)
+    return "\n".join(
+        (f"{label}:" if label else "").ljust(width) + printable(value) for label, value in lines
+    )
 
 
 def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -15,7 +15,7 @@ from io import StringIO
 
 from kubetrain.cli._client import CommandError
 from kubetrain.cli._kube import BOUND_PODS, Kube, add_kube_options, as_list
-from kubetrain.cli._output import table
+from kubetrain.cli._output import printable, table
 from kubetrain.domain.inventory import Amounts, Inventory, NodeRow, inventory
 from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.quantity import format_quantity
@@ -48,9 +48,9 @@ def _nodes(args: argparse.Namespace) -> int:
         raise CommandError(f"the cluster's objects cannot be read: {exc}") from None
     found = inventory(snapshot)
     if args.output == "json":
-        print(json.dumps(found.to_json(), indent=2, ensure_ascii=False))
+        print(printable(json.dumps(found.to_json(), indent=2, ensure_ascii=False)))
     else:
-        print(render(found))
+        print(printable(render(found)))
     return 0
 
 
