@@ -326,7 +326,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     # The bodies are read strictly by hand (body.py), so FastAPI does not know
     # their models; their schemas join the components under their own names.
-    for model in (TrainingJob, DatasetVersion):
+    for model in (TrainingJob, DatasetVersion, reports.ReportBatch):
         generated = model.model_json_schema(
             by_alias=True, ref_template="#/components/schemas/{model}", mode="validation"
         )
