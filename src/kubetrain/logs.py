@@ -7,45 +7,28 @@ Job", "job_id": "...", "attempt": 1}`.
 
 Every line passes `redact` first: messages, fields and tracebacks can carry
 what an exception quoted (a DSN with its password, a request's Authorization
-header, a ServiceAccount token), and none of that may reach a log.
+header, a ServiceAccount token, a job's status token, a session cookie), and
+none of that may reach a log. What counts as a credential is
+kubetrain.runtime.credentials', the one rule the runtime and the spec use too.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import sys
 from datetime import UTC, datetime
 from typing import Any, Literal, TextIO
 
+from kubetrain.runtime.credentials import redact_text
+
 LogFormat = Literal["auto", "json", "text"]
 
-# What a credential looks like wherever it may be quoted; each keeps its
-# prefix so that the line still says what was there.
-_CREDENTIALS = (
-    # Authorization headers, whatever the token type
-    (re.compile(r"(?i)\b(bearer)\s+[A-Za-z0-9._~+/=\-]+"), r"\1 ***"),
-    (re.compile(r"\bBasic [A-Za-z0-9+/]{8,}=*"), "Basic ***"),
-    # our API tokens (store.tokens.TOKEN_PREFIX)
-    (re.compile(r"\bkt_[A-Za-z0-9_\-]{8,}"), "kt_***"),
-    # JWTs: ServiceAccount and OIDC tokens
-    (re.compile(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*"), "***"),
-    # the password of a URL (postgresql://user:secret@host/db)
-    (re.compile(r"(\b[a-z][a-z0-9+.\-]*://[^:/@\s]*:)[^@\s]+@"), r"\1***@"),
-    # key=value DSNs and query strings (password=..., token=...)
-    (re.compile(r"(?i)\b(password|passwd|token|secret)(\s*[=:]\s*)[^\s&,;'\"]+"), r"\1\2***"),
-)
+# The rule every credential detector of kubetrain shares (stdlib only, in the runtime).
+redact = redact_text
 
 # Attributes every LogRecord has; anything else on a record came as `extra=`.
 _STANDARD = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-
-
-def redact(text: str) -> str:
-    """`text` with every credential it quotes replaced by ***."""
-    for pattern, replacement in _CREDENTIALS:
-        text = pattern.sub(replacement, text)
-    return text
 
 
 def _fields(record: logging.LogRecord) -> dict[str, Any]:

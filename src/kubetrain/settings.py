@@ -168,6 +168,10 @@ class ServerSettings(_Settings):
     )
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
+    # The proxies whose X-Forwarded-For/-Proto are believed (uvicorn's list: IPs,
+    # CIDRs or "*"); behind a TLS-terminating ingress, its address, so that the
+    # request's scheme is https and the session cookie gets Secure.
+    forwarded_allow_ips: str = "127.0.0.1"
     max_body_bytes: int = Field(default=DEFAULT_MAX_BODY_BYTES, ge=1024)
     # A revocation must be felt soon: beyond a minute the cache would be a policy.
     token_cache_seconds: float = Field(default=5.0, ge=0, le=60)

@@ -28,9 +28,14 @@ def test_routing_errors_are_problems(client: TestClient, tokens: Tokens) -> None
         "type": "about:blank",
         "title": "Not Found",
         "status": 404,
-        "detail": "no such path: /api/v1/nothing-here",
+        "detail": "no such path",
         "instance": "/api/v1/nothing-here",
     }
+    # The caller's own text, decoded, is never the detail; and no answer is sniffed.
+    crafted = client.get("/api/v1/%3Cscript%3Ealert(1)%3C%2Fscript%3E")
+    assert crafted.status_code == 404
+    assert crafted.json()["detail"] == "no such path"
+    assert crafted.headers["x-content-type-options"] == "nosniff"
     wrong_method = client.delete(JOBS, headers=tokens.admin)
     assert wrong_method.status_code == 405
     assert wrong_method.headers["content-type"] == PROBLEM
@@ -158,3 +163,21 @@ def test_a_control_character_in_a_path_or_query_is_a_422_naming_where(
     errors = reply.json()["errors"]
     assert [error["field"] for error in errors] == [field]
     assert "control character" in errors[0]["message"]
+
+
+@pytest.mark.parametrize("base", ["http://testserver", "https://testserver"])
+def test_every_answer_refuses_framing_and_sniffing_and_tls_adds_hsts(
+    app: FastAPI, tokens: Tokens, base: str
+) -> None:
+    with TestClient(app, base_url=base) as client:
+        answers = [
+            client.get("/healthz"),
+            client.get(JOBS, headers=tokens.admin),
+            client.get("/nowhere"),
+            client.get("/ui/signin"),
+        ]
+    for answer in answers:
+        assert answer.headers["x-content-type-options"] == "nosniff", answer.url
+        assert answer.headers["x-frame-options"] == "DENY", answer.url
+        hsts = answer.headers.get("strict-transport-security")
+        assert hsts == ("max-age=31536000" if base.startswith("https") else None), answer.url

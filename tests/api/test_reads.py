@@ -3,6 +3,8 @@ the rendered manifest and the stored diagnosis."""
 
 from __future__ import annotations
 
+import base64
+import json
 from datetime import UTC, datetime
 
 import pytest
@@ -152,6 +154,20 @@ def test_cursor_pages_cover_every_job_once(client: TestClient, tokens: Tokens) -
 
     bad = client.get(f"{JOBS}?cursor=bm90LWEtY3Vyc29y", headers=tokens("viewer"))
     assert bad.status_code == 400
+    assert bad.json()["type"] == "urn:kubetrain:problem:invalid-cursor"
+
+
+@pytest.mark.parametrize(
+    "when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "2026-01-01T00:00:00"]
+)
+def test_a_crafted_cursor_is_refused_not_a_500(
+    client: TestClient, tokens: Tokens, when: str
+) -> None:
+    # Any viewer can send a cursor; one naming a time past UTC's range once overflowed.
+    raw = json.dumps([when, "an-id"]).encode()
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    bad = client.get(f"{JOBS}?cursor={cursor}", headers=tokens("viewer"))
+    assert bad.status_code == 400, bad.text
     assert bad.json()["type"] == "urn:kubetrain:problem:invalid-cursor"
 
 

@@ -7,12 +7,14 @@ from typing import Any
 
 import pytest
 from fastapi.testclient import TestClient
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from kubetrain.api import create_app
 from kubetrain.domain.manifest import job_name
 from kubetrain.settings import ServerSettings
 from kubetrain.store import (
+    MAX_DROPPED,
+    MAX_REPORTS,
     MAX_STEP_REPORTS,
     Database,
     PodObservation,
@@ -292,3 +294,104 @@ def test_in_a_gang_every_rank_reports_and_the_jobs_progress_is_rank_0s(
     assert (progress["step"], progress["pod"]) == (10, pod(job_id, "0-aaaaa"))
     refused = post(client, job_id, batch(job_id, step(1, 11), suffix="0-aaaaa", rank=-1))
     assert refused.status_code == 422
+
+
+def test_one_seq_given_twice_in_a_batch_is_a_422_naming_it(
+    client: TestClient, job_id: str, db: Database
+) -> None:
+    body = batch(
+        job_id,
+        {"seq": 7, "time": T.format(0), "type": "step", "step": 1},
+        {"seq": 7, "time": T.format(1), "type": "step", "step": 2},
+    )
+    answer = post(client, job_id, body)
+    assert answer.status_code == 422, answer.text
+    assert any("seq 7" in error["message"] for error in answer.json()["errors"])
+    assert reports(db, job_id) == 0
+
+
+@pytest.mark.parametrize(
+    "when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z"]
+)
+def test_a_time_past_utcs_range_is_a_422_not_a_500(
+    client: TestClient, job_id: str, db: Database, when: str
+) -> None:
+    answer = post(
+        client, job_id, batch(job_id, {"seq": 0, "time": when, "type": "step", "step": 1})
+    )
+    if when.endswith("Z"):  # the very first instant is a time like any other
+        assert answer.status_code == 202, answer.text
+        return
+    assert answer.status_code == 422, answer.text
+    assert any("time" in error["field"] for error in answer.json()["errors"])
+    assert reports(db, job_id) == 0
+
+
+def test_dropped_counts_near_2_62_saturate_and_later_batches_still_store(
+    client: TestClient, tokens: Tokens, job_id: str
+) -> None:
+    for seq in range(3):
+        event = {"seq": seq, "time": T.format(seq), "type": "step", "step": seq}
+        answer = post(client, job_id, batch(job_id, event, dropped=2**62))
+        assert answer.status_code == 202, answer.text
+        assert answer.json()["stored"] == 1
+    assert detail(client, tokens, job_id)["progress"]["dropped"] == MAX_DROPPED
+
+
+@pytest.mark.parametrize(
+    "event",
+    [
+        {"type": "resumed", "fromStep": 1, "fromPod": "pod\x1b[31mred\x07\x00"},
+        {"type": "step", "step": 1, "metrics": {"loss\x1b": 1.0}},
+        {"type": "phase", "phase": "TRAINING\x9b"},
+    ],
+)
+def test_control_characters_are_refused_in_every_report_string(
+    client: TestClient, job_id: str, db: Database, event: dict[str, Any]
+) -> None:
+    answer = post(client, job_id, batch(job_id, {"seq": 0, "time": T.format(0), **event}))
+    assert answer.status_code == 422, answer.text
+    assert any("control character" in error["message"] for error in answer.json()["errors"])
+    assert reports(db, job_id) == 0
+
+
+@pytest.mark.parametrize("kind", ["phase", "checkpoint", "resumed"])
+def test_every_kind_of_report_is_capped_per_job(
+    client: TestClient, job_id: str, db: Database, kind: str
+) -> None:
+    by_kind: dict[str, dict[str, Any]] = {
+        "phase": {"phase": "TRAINING"},
+        "checkpoint": {"step": 1, "sizeBytes": 1, "durationSeconds": 0.1},
+        "resumed": {"fromStep": 1},
+    }
+    fields = by_kind[kind]
+    total = MAX_REPORTS[kind] + 150
+    for start in range(0, total, 100):
+        events = [
+            {"seq": i, "time": T.format(0), "type": kind, **fields}
+            for i in range(start, min(start + 100, total))
+        ]
+        assert post(client, job_id, batch(job_id, *events)).status_code == 202
+    assert reports(db, job_id) == MAX_REPORTS[kind]
+
+
+def test_the_token_is_checked_before_the_job_is_looked_up(
+    client: TestClient, job_id: str, db: Database
+) -> None:
+    statements: list[tuple[str, Any]] = []
+
+    def seen(_conn: Any, _cursor: Any, statement: str, parameters: Any, *_: Any) -> None:
+        statements.append((statement, parameters))
+
+    body = batch(job_id, {"seq": 0, "time": T.format(0), "type": "step", "step": 1})
+    event.listen(db.engine, "before_cursor_execute", seen)
+    try:
+        assert post(client, job_id, body, token="kts_wrong").status_code == 401
+        existing, statements[:] = list(statements), []
+        assert post(client, "no-such-job", body, token="kts_wrong").status_code == 401
+        unknown = list(statements)
+    finally:
+        event.remove(db.engine, "before_cursor_execute", seen)
+    # The same queries with the same parameters: nothing depends on the job id.
+    assert existing == unknown
+    assert not any(job_id in str(parameters) for _, parameters in existing)

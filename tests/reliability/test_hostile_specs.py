@@ -13,6 +13,7 @@ from fastapi.testclient import TestClient
 from sqlalchemy import func, select
 
 from kubetrain.cli.main import main
+from kubetrain.domain.spec import MAX_PROBLEMS
 from kubetrain.store import Database, Role
 from kubetrain.store.models import Base
 from tests.api.builders import JOBS, Tokens, training_job
@@ -78,6 +79,15 @@ HOSTILE = [
         _json(training_job()).replace('"gpus": 1', '"gpus": 1e999'),
         422,
         "spec.resources.gpus",
+    ),
+    Hostile(
+        "memory past 2^63",
+        _json(_with_requests(memory="999999999999999999999999Ei")),
+        422,
+        "spec.resources.requests.memory",
+    ),
+    Hostile(
+        "cpu past 2^63", _json(_with_requests(cpu="9" * 40)), 422, "spec.resources.requests.cpu"
     ),
     Hostile(
         "10,000 env vars",
@@ -157,6 +167,10 @@ HOSTILE_YAML = {
     "1,000 env vars": (_env_yaml(1_000), "spec.env"),
     "../ in the name": (JOB_YAML.replace("train-policy", "../../etc"), "metadata.name"),
     "1e999 cpu": (JOB_YAML.replace('cpu: "4"', "cpu: 1e999"), "spec.resources.requests.cpu"),
+    "memory past 2^63": (
+        JOB_YAML.replace("memory: 16Gi", "memory: 999999999999999999999999Ei"),
+        "spec.resources.requests.memory",
+    ),
     "a control character": (
         JOB_YAML.replace("trainer:1", 'trainer:1\\u0007"').replace(
             "image: registry", 'image: "registry'
@@ -186,3 +200,19 @@ def test_submit_f_refuses_a_hostile_file_before_any_request(
     assert len(captured.err) < 20_000  # one clear message, not the file echoed back
     assert server.requests == []
     assert row_counts(server.db) == before
+
+
+def test_forty_thousand_duplicate_keys_get_fifty_problems_and_a_count(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    body = "{" + ",".join(['"a":1'] * 40_000) + "}"  # 240 KB, under the body limit
+    response = client.post(
+        JOBS,
+        content=body.encode(),
+        headers={**tokens(Role.SUBMITTER), "Content-Type": "application/json"},
+    )
+    assert response.status_code == 422
+    errors = response.json()["errors"]
+    assert len(errors) == MAX_PROBLEMS + 1
+    assert errors[-1]["message"] == f"and {39_999 - MAX_PROBLEMS} more problems"
+    assert len(response.content) < 10_000

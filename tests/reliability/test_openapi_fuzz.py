@@ -1,10 +1,19 @@
 """Every endpoint of the served OpenAPI document under schemathesis: generated requests, valid and
 invalid (negative mode), sent with tokens of each kind. No answer may be a 5xx, and every answer
-must match the document: its status listed, its content type and its body schema."""
+must match the document: its status listed, its content type and its body schema.
+
+Dates are drawn across the whole calendar and every UTC offset, so times with no UTC spelling
+(0001-01-01T00:00:00+01:00) come up; the reports endpoint is called with the seeded job's status
+token too. A second test sends the shapes a schema does not suggest: numbers at and past 2^62 and
+2^63, quantities past int64, one seq twice in a batch, control characters in every string, and
+list cursors crafted around out-of-range times."""
 
 from __future__ import annotations
 
+import base64
+import json
 import os
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -20,8 +29,9 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
-from kubetrain.store import ALL_PROJECTS, Database, Role
-from tests.api.builders import PROJECT, Tokens, submitted
+from kubetrain.domain.manifest import job_name
+from kubetrain.store import ALL_PROJECTS, Database, Role, set_status_token
+from tests.api.builders import JOBS, PROJECT, Tokens, submitted, training_job
 from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
@@ -35,8 +45,37 @@ CHECKS: list[CheckFunction] = [
     content_type_conformance,
     response_schema_conformance,
 ]
-# Who sends the request: a token of each reach, one that is unknown, a malformed header, none.
-CALLERS = ("admin-all", "submitter-project", "viewer-other", "unknown", "malformed", "none")
+# Who sends the request: a token of each reach, one that is unknown, a malformed header, none,
+# and the seeded job's status token (the reports endpoint's credential).
+CALLERS = (
+    "admin-all",
+    "submitter-project",
+    "viewer-other",
+    "unknown",
+    "malformed",
+    "none",
+    "status-token",
+)
+STATUS_TOKEN = "kts_the-seeded-jobs-status-token"
+
+# Times at the calendar's ends, in offsets that push them past UTC's range, and anywhere between.
+EDGE_TIMES = ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z")
+TIMES = st.one_of(
+    st.sampled_from(EDGE_TIMES),
+    st.datetimes(
+        min_value=datetime(1, 1, 1),
+        max_value=datetime(9999, 12, 31, 23, 59, 59),
+        timezones=st.integers(-1439, 1439).map(lambda m: timezone(timedelta(minutes=m))),
+    ).map(datetime.isoformat),
+)
+schemathesis.openapi.format("date-time", TIMES)
+
+# Numbers where 64-bit columns and Decimal arithmetic end, and any other.
+EXTREME_INTS = st.one_of(
+    st.sampled_from([0, 2**62, 2**62 + 1, 2**63 - 1, 2**63, 2**64, -1, -(2**63), 10**30]),
+    st.integers(),
+)
+TEXTS = st.one_of(st.text(max_size=20), st.sampled_from(["\x1b[31m", "a\x00b", "\x9b", "\u202e"]))
 
 
 @pytest.fixture
@@ -53,6 +92,7 @@ def seeded_job(app: FastAPI, tokens: Tokens, db: Database) -> str:
         job_id = submitted(client, tokens)
     with db.transaction() as session:
         observe(session, job_id, diagnosis={"primary": "SCHEDULING"})
+        set_status_token(session, job_id, STATUS_TOKEN)
     return job_id
 
 
@@ -68,6 +108,8 @@ def _authorization(caller: str, tokens: Tokens) -> dict[str, str]:
             return {"Authorization": "Bearer kt_0000000000000000000000000000"}
         case "malformed":
             return {"Authorization": "Token \x7f"}
+        case "status-token":
+            return {"Authorization": f"Bearer {STATUS_TOKEN}"}
     return {}
 
 
@@ -115,3 +157,88 @@ def test_no_5xx_and_every_answer_matches_the_document(
 def _has_inputs(operation: schemathesis.APIOperation[Any, Any, Any, Any]) -> bool:
     parameters = (operation.path_parameters, operation.query, operation.headers, operation.body)
     return any(len(group) for group in parameters)
+
+
+def _events(pod: str) -> st.SearchStrategy[list[dict[str, Any]]]:
+    """1-5 events whose seqs often repeat, with extreme numbers, times and strings."""
+    common = {"seq": st.one_of(st.sampled_from([0, 1]), EXTREME_INTS), "time": TIMES}
+    event = st.one_of(
+        st.fixed_dictionaries({**common, "type": st.just("step"), "step": EXTREME_INTS}),
+        st.fixed_dictionaries(
+            {
+                **common,
+                "type": st.just("checkpoint"),
+                "step": EXTREME_INTS,
+                "sizeBytes": EXTREME_INTS,
+                "durationSeconds": st.floats(allow_nan=False),
+            }
+        ),
+        st.fixed_dictionaries(
+            {
+                **common,
+                "type": st.just("resumed"),
+                "fromStep": EXTREME_INTS,
+                "fromPod": st.one_of(st.just(pod), TEXTS),
+            }
+        ),
+        st.fixed_dictionaries({**common, "type": st.just("phase"), "phase": TEXTS}),
+    )
+    return st.lists(event, min_size=1, max_size=5)
+
+
+def _cursors() -> st.SearchStrategy[str]:
+    crafted = st.tuples(st.one_of(TIMES, TEXTS, EXTREME_INTS), st.one_of(TEXTS, EXTREME_INTS))
+    return st.one_of(
+        crafted.map(lambda pair: base64.urlsafe_b64encode(json.dumps(list(pair)).encode())),
+        st.binary(max_size=40).map(base64.urlsafe_b64encode),
+    ).map(lambda raw: raw.decode().rstrip("="))
+
+
+QUANTITIES = st.one_of(
+    st.from_regex(
+        r"[0-9]{1,40}(\.[0-9]{0,5})?(Ki|Mi|Gi|Ti|Pi|Ei|[numkMGTPE]|e[0-9]{1,2})?", fullmatch=True
+    ),
+    EXTREME_INTS,
+    st.floats(allow_nan=False),
+)
+
+
+def test_crafted_shapes_are_4xx_never_5xx(app: FastAPI, tokens: Tokens, seeded_job: str) -> None:
+    """What a schema does not suggest: extreme numbers, times, repeated seqs, crafted cursors."""
+    from fastapi.testclient import TestClient
+
+    pod = f"{job_name(seeded_job)}-fuzzz"
+    reports_path = f"/api/v1/jobs/{seeded_job}/reports"
+    status_token = {"Authorization": f"Bearer {STATUS_TOKEN}"}
+    with TestClient(app) as client:
+
+        @given(
+            events=_events(pod),
+            dropped=EXTREME_INTS,
+            cursor=_cursors(),
+            cpu=QUANTITIES,
+            memory=QUANTITIES,
+        )
+        @settings(
+            max_examples=EXAMPLES * 4,
+            deadline=None,
+            database=None,
+            suppress_health_check=list(HealthCheck),
+        )
+        def example(
+            events: list[dict[str, Any]], dropped: int, cursor: str, cpu: Any, memory: Any
+        ) -> None:
+            batch = {"pod": pod, "dropped": dropped, "events": events}
+            document = training_job()
+            document["spec"]["resources"]["requests"] = {"cpu": cpu, "memory": memory}
+            answers = [
+                client.post(reports_path, json=batch, headers=status_token),
+                client.get(JOBS, params={"cursor": cursor}, headers=tokens(Role.VIEWER)),
+                client.post(JOBS, json=document, headers=tokens(Role.SUBMITTER)),
+            ]
+            for answer in answers:
+                assert answer.status_code < 500, (answer.request.url, answer.text[:500])
+                if answer.status_code >= 400:
+                    assert answer.headers["content-type"] == "application/problem+json"
+
+        example()

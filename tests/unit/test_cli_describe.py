@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import io
+import json
+import unicodedata
+
 import pytest
 
+from kubetrain.cli._output import emit, table
 from kubetrain.cli.jobs import describe
 from kubetrain.domain.reasons import CATALOG
 from tests.unit.diagnosis_helpers import recorded
@@ -88,3 +93,32 @@ def test_no_progress_no_progress_lines():
     text = describe({**job_view(None, "TRAINING"), "progress": None})
     assert "Step:" not in text
     assert "Phase:" not in text
+
+
+HOSTILE = "\x1b[31mred\x07bell\x00nul\x9bcsi\x7fdel"
+
+
+def test_text_from_kubernetes_or_a_pod_reaches_the_terminal_escaped():
+    job = job_view(None, "CRASH_LOOP")
+    job["raw_reason"] = "CrashLoopBackOff"
+    job["raw_message"] = HOSTILE
+    job["progress"] = {
+        "pod": "kt-1-aaaaa",
+        "resumes": [{"pod": "p", "attempt": None, "from_step": 4, "from_pod": HOSTILE}],
+    }
+    text = describe(job)
+    assert not any(unicodedata.category(char) == "Cc" for char in text.replace("\n", "")), repr(
+        text
+    )
+    assert "\\u001b[31mred\\u0007bell\\u0000nul\\u009bcsi\\u007fdel" in text
+
+
+def test_tables_and_json_escape_control_characters_too():
+    out = io.StringIO()
+    table(["MESSAGE"], [[HOSTILE]], stream=out)
+    assert "\x1b" not in out.getvalue()
+    assert "\\u001b[31mred" in out.getvalue()
+    out = io.StringIO()
+    emit({"message": HOSTILE}, "json", stream=out)
+    assert json.loads(out.getvalue()) == {"message": HOSTILE}  # still JSON, still the text
+    assert not any(unicodedata.category(c) == "Cc" for c in out.getvalue().replace("\n", ""))

@@ -55,6 +55,11 @@ def test_one_json_object_per_line_with_job_and_attempt_as_fields(stream):
         f"could not connect to postgresql://kubetrain:{PASSWORD}@db:5432/kubetrain",
         f"host=db user=kubetrain password={PASSWORD} dbname=kubetrain",
         f"GET /x?token={PASSWORD}&a=1",
+        f"the status token kts_{PASSWORD}xyz was refused",
+        f"env: KUBETRAIN_STATUS_TOKEN={PASSWORD}",
+        f"Cookie: kubetrain_session={PASSWORD}.mac; other=1",
+        f"set kubetrain_session={PASSWORD}.mac; Path=/ui",
+        f"error: password={PASSWORD}",
     ],
 )
 def test_credentials_are_redacted(text):

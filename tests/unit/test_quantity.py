@@ -57,3 +57,13 @@ def test_milli_sums_are_exact():
 )
 def test_format(value, text):
     assert format_quantity(value) == text
+
+
+@pytest.mark.parametrize("text", ["999999999999999999999999Ei", "9223372036854775808", "8Ei"])
+def test_refuses_a_quantity_past_int64_as_apimachinery_does(text):
+    with pytest.raises(QuantityError, match="out of range"):
+        parse_quantity(text)
+
+
+def test_the_largest_quantity_is_accepted():
+    assert parse_quantity("9223372036854775807") == Decimal(2**63 - 1)

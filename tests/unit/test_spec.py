@@ -573,6 +573,11 @@ def test_env_values_must_be_strings():
         "DB_PASSWORD",
         "GITHUB_TOKEN",
         "MY_SECRET",
+        "MY_TOKEN",
+        "OPENAI_KEY",
+        "DB_PASS",
+        "TOKEN",
+        "PASSWORD_FILE",
     ],
 )
 def test_credentials_in_plain_values_are_refused(name):
@@ -585,6 +590,15 @@ def test_credentials_in_plain_values_are_refused(name):
 )
 def test_names_that_only_mention_tokens_keep_plain_values(name):
     parse_training_job(put(minimal(), "spec.env", [{"name": name, "value": "x"}]))
+
+
+def test_a_url_with_a_password_is_refused_whatever_its_name():
+    url = "postgresql://kubetrain:hunter2@db:5432/kubetrain"
+    found = problems(put(minimal(), "spec.env", [{"name": "DATABASE_URL", "value": url}]))
+    assert "secretRef" in found["spec.env[0].value"]
+    # A user name alone is no secret.
+    plain = "postgresql://kubetrain@db:5432/kubetrain"
+    parse_training_job(put(minimal(), "spec.env", [{"name": "DATABASE_URL", "value": plain}]))
 
 
 def test_secret_references_are_checked():

@@ -10,7 +10,9 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
+from kubetrain.cli.serve import http_config
 from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.settings import ServerSettings
 from kubetrain.store import (
     Database,
     Source,
@@ -84,6 +86,20 @@ def test_the_cookie_is_secure_over_tls(app: FastAPI, tokens: Tokens) -> None:
     assert "secure" in {a.strip().lower() for a in cookie.split(";")}
 
 
+@pytest.mark.parametrize(("trusted", "tls"), [("127.0.0.1", False), ("testclient", True)])
+def test_behind_a_trusted_tls_proxy_cookies_are_secure(
+    app: FastAPI, trusted: str, tls: bool
+) -> None:
+    # `serve --forwarded-allow-ips`: only a listed proxy's X-Forwarded-Proto is believed.
+    config = http_config(ServerSettings(forwarded_allow_ips=trusted), app)
+    config.load()
+    with TestClient(config.loaded_app) as proxied:
+        form = proxied.get("/ui/signin", headers={"X-Forwarded-Proto": "https"})
+    cookie = next(c for c in form.headers.get_list("set-cookie") if "kubetrain_signin=" in c)
+    assert ("secure" in {a.strip().lower() for a in cookie.split(";")}) is tls
+    assert ("strict-transport-security" in form.headers) is tls
+
+
 def test_sign_in_refusals_name_the_problem(client: TestClient, tokens: Tokens) -> None:
     csrf = csrf_of(client.get("/ui/signin").text)
     wrong = client.post("/ui/signin", data={"csrf_token": csrf, "token": "kt_nope"})
@@ -99,6 +115,48 @@ def test_sign_in_refusals_name_the_problem(client: TestClient, tokens: Tokens) -
     assert "kubetrain_session=" not in " ".join(forged.headers.get_list("set-cookie"))
     as_json = client.post("/ui/signin", json={"token": plaintext(tokens, "viewer")})
     assert as_json.status_code == 415
+
+
+def test_sign_out_ends_the_session_on_the_server(client: TestClient, tokens: Tokens) -> None:
+    sign_in(client, plaintext(tokens, "viewer"))
+    saved = client.cookies.get("kubetrain_session", path="/ui")
+    assert saved
+    out = client.post("/ui/signout", data={"csrf_token": csrf_of(client.get("/ui/nodes").text)})
+    assert out.status_code == 200
+    # The cookie saved before sign-out, replayed, opens nothing.
+    client.cookies.set("kubetrain_session", saved, path="/ui")
+    assert client.get("/ui/nodes", follow_redirects=False).status_code == 303
+    # Another sign-in with the same token is another session, untouched by that sign-out.
+    sign_in(client, plaintext(tokens, "viewer"))
+    assert client.get("/ui/nodes").status_code == 200
+
+
+def test_the_sign_in_csrf_value_is_the_servers_and_the_form_this_sites(
+    client: TestClient, tokens: Tokens
+) -> None:
+    secret = plaintext(tokens, "viewer")
+    # A value of the attacker's choosing, planted as the cookie and sent in the form.
+    chosen = "attacker-chosen-value"
+    client.cookies.set("kubetrain_signin", chosen, path="/ui")
+    planted = client.post("/ui/signin", data={"csrf_token": chosen, "token": secret})
+    assert planted.status_code == 403
+    assert "kubetrain_session=" not in " ".join(planted.headers.get_list("set-cookie"))
+    # A real form, but posted from another site: the browser says so.
+    client.cookies.clear()
+    csrf = csrf_of(client.get("/ui/signin").text)
+    for headers in ({"Origin": "https://evil.example"}, {"Sec-Fetch-Site": "cross-site"}):
+        refused = client.post(
+            "/ui/signin", data={"csrf_token": csrf, "token": secret}, headers=headers
+        )
+        assert refused.status_code == 403, headers
+        assert "kubetrain_session=" not in " ".join(refused.headers.get_list("set-cookie"))
+    same_site = client.post(
+        "/ui/signin",
+        data={"csrf_token": csrf, "token": secret},
+        headers={"Origin": "http://testserver", "Sec-Fetch-Site": "same-origin"},
+        follow_redirects=False,
+    )
+    assert same_site.status_code == 303
 
 
 def test_a_revoked_token_ends_its_session(client: TestClient, tokens: Tokens, db: Database) -> None:

@@ -30,6 +30,7 @@ from kubetrain import __version__
 from kubetrain.api import datasets, jobs, reports, web, webhooks
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
+from kubetrain.api.headers import SecurityHeaders
 from kubetrain.api.metrics import add_metrics
 from kubetrain.api.params import PlainParameters
 from kubetrain.api.problems import (
@@ -98,6 +99,7 @@ def create_app(
     app.add_middleware(BodyLimit, limit=settings.max_body_bytes)
     app.add_middleware(CatchAll)
     app.add_middleware(RequestTimer)
+    app.add_middleware(SecurityHeaders)
     app.openapi = lambda: _openapi(app)  # type: ignore[method-assign]
     return app
 
@@ -112,6 +114,7 @@ def create_probe_app(
     the probes and /metrics, for its Deployment's kubelet and Prometheus; no API."""
     app = _base_app(settings, db, title="kubetrain control loops", watch_problems=watch_problems)
     app.add_middleware(CatchAll)
+    app.add_middleware(SecurityHeaders)
     return app
 
 
@@ -219,7 +222,8 @@ def _add_error_handlers(app: FastAPI) -> None:
         phrase = HTTPStatus(status).phrase
         detail = exc.detail if isinstance(exc.detail, str) and exc.detail != phrase else None
         if status == 404 and detail is None:
-            detail = f"no such path: {request.url.path}"
+            # Not the path itself: it is the caller's text, decoded (it stays in `instance`).
+            detail = "no such path"
         problem = Problem(title=phrase, status=status, detail=detail, instance=_instance(request))
         return problem_response(problem, exc.headers)
 
@@ -323,7 +327,7 @@ def _openapi(app: FastAPI) -> dict[str, Any]:
     schemas = document.setdefault("components", {}).setdefault("schemas", {})
     # The bodies are read strictly by hand (body.py), so FastAPI does not know
     # their models; their schemas join the components under their own names.
-    for model in (TrainingJob, DatasetVersion):
+    for model in (TrainingJob, DatasetVersion, reports.ReportBatch):
         generated = model.model_json_schema(
             by_alias=True, ref_template="#/components/schemas/{model}", mode="validation"
         )

@@ -8,7 +8,9 @@ dropped, up to a bound, so the client gets to read the 413.)
 
 JSON is read as UTF-8 only, and refuses what `json.loads` would otherwise let
 through silently: a key given twice (the last one would win, so the job run
-might not be the one reviewed), and NaN or Infinity (not JSON).
+might not be the one reviewed), and NaN or Infinity (not JSON). It is decoded
+in a worker thread: a body at the limit takes a few hundred milliseconds to
+decode and check, which on the event loop would delay every other client.
 """
 
 from __future__ import annotations
@@ -18,6 +20,7 @@ from typing import Any
 
 import anyio
 from fastapi import Request
+from starlette.concurrency import run_in_threadpool
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain.api.context import get_context
@@ -194,4 +197,4 @@ async def json_body(request: Request) -> Any:
         raise ProblemError(
             400, "the request has no body: send a JSON document", type=MALFORMED_BODY
         )
-    return parse_json(raw)
+    return await run_in_threadpool(parse_json, raw)

@@ -15,7 +15,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field
 from starlette.responses import JSONResponse
 
-from kubetrain.domain.spec import FieldProblem
+from kubetrain.domain.spec import MAX_PROBLEMS, FieldProblem
 
 PROBLEM_MEDIA_TYPE = "application/problem+json"
 
@@ -98,6 +98,11 @@ def problem_response(problem: Problem, headers: Mapping[str, str] | None = None)
 
 
 def validation_error(problems: Sequence[FieldProblem], detail: str) -> ProblemError:
+    """A 422 listing at most MAX_PROBLEMS problems, then how many more there were: a
+    body of 40,000 mistakes gets an answer of 50, not a megabyte."""
+    if len(problems) > MAX_PROBLEMS:
+        hidden = len(problems) - MAX_PROBLEMS
+        problems = [*problems[:MAX_PROBLEMS], FieldProblem("", f"and {hidden} more problems")]
     return ProblemError(
         422, detail, type=VALIDATION, title="The request is not valid", errors=problems
     )

@@ -6,14 +6,18 @@ one job only and for nothing else in the API. The Pod knows its job id but not
 its project, hence the path outside `/projects`.
 
 A batch is stored whole or not at all, and events already stored (the same
-pod and seq, from a retry) are skipped, so retries are safe.
+pod and seq, from a retry) are skipped, so retries are safe. A batch that
+gives one seq twice is refused: which event the seq names is not ours to guess.
+No string of a batch may hold a control character (they would reach
+terminals through `kubetrain get job`), and times must lie within UTC's range.
 """
 
 from __future__ import annotations
 
+import hmac
 import math
 import re
-from datetime import datetime
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path
@@ -25,6 +29,8 @@ from pydantic import (
     ConfigDict,
     Field,
     ValidationError,
+    field_validator,
+    model_validator,
 )
 
 from kubetrain.api.body import json_body
@@ -33,12 +39,7 @@ from kubetrain.api.problems import ProblemError, problem_responses, validation_e
 from kubetrain.domain import names
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.spec import FieldProblem
-from kubetrain.store import (
-    ReportEvent,
-    get_job_any_project,
-    record_reports,
-    status_token_matches,
-)
+from kubetrain.store import ReportEvent, job_id_of_status_token, record_reports
 
 MAX_EVENTS = 100
 MAX_METRICS = 16
@@ -67,11 +68,37 @@ def _metrics(value: dict[str, float]) -> dict[str, float]:
     return value
 
 
+def _in_utc(value: datetime) -> datetime:
+    # 0001-01-01T00:00:00+01:00 is a valid time that has no UTC spelling.
+    try:
+        return value.astimezone(UTC)
+    except OverflowError:
+        raise ValueError("is out of range once in UTC") from None
+
+
+def _plain_strings(value: Any) -> None:
+    """ValueError naming the first string (key or value) with a control character."""
+    stack: list[tuple[Any, str]] = [(value, "")]
+    while stack:
+        item, path = stack.pop()
+        if isinstance(item, str):
+            if problem := names.control_character_problem(item):
+                raise ValueError(f"{path or 'a value'} {problem}")
+        elif isinstance(item, dict):
+            for key, child in item.items():
+                where = f"{path}.{key}" if path else str(key)
+                if isinstance(key, str) and (problem := names.control_character_problem(key)):
+                    raise ValueError(f"a key under {path or 'the batch'} {problem}")
+                stack.append((child, where))
+        elif isinstance(item, list):
+            stack.extend((child, f"{path}[{index}]") for index, child in enumerate(item))
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     seq: int = Field(ge=0, le=2**62)
-    time: AwareDatetime
+    time: Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
 class PhaseEvent(_Event):
@@ -115,6 +142,25 @@ class ReportBatch(BaseModel):
     dropped: int = Field(default=0, ge=0, le=2**62, description="events dropped since last batch")
     events: list[AnyEvent] = Field(max_length=MAX_EVENTS)
 
+    @model_validator(mode="before")
+    @classmethod
+    def _no_control_characters(cls, data: Any) -> Any:
+        _plain_strings(data)
+        return data
+
+    @field_validator("events")
+    @classmethod
+    def _one_event_per_seq(cls, events: list[Any]) -> list[Any]:
+        first: dict[int, int] = {}
+        for index, event in enumerate(events):
+            if event.seq in first:
+                raise ValueError(
+                    f"events[{index}] gives seq {event.seq} again (events[{first[event.seq]}]): "
+                    "each event of a batch has its own seq"
+                )
+            first[event.seq] = index
+        return events
+
 
 class ReportAccepted(BaseModel):
     job_id: str
@@ -141,13 +187,16 @@ def _authorized(
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
 ) -> None:
     """The job's status token, checked before the body is read: a caller without it
-    learns nothing, not even whether the job exists or what body it should send."""
+    learns nothing, not even whether the job exists or what body it should send.
+
+    The token is looked up first and the job id compared after, so an unknown
+    job and an existing one cost the same."""
     if credentials is None:
         raise _unauthorized()
     with context.db.read_only() as session:
-        job = get_job_any_project(session, job_id)
-        if job is None or not status_token_matches(job, credentials.credentials):
-            raise _unauthorized()
+        owner = job_id_of_status_token(session, credentials.credentials)
+    if owner is None or not hmac.compare_digest(owner.encode(), job_id.encode()):
+        raise _unauthorized()
 
 
 @router.post(

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import sys
+import unicodedata
 from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
@@ -13,11 +14,29 @@ import yaml
 CELL_LIMIT = 80  # a raw Kubernetes message can be kilobytes; tables show its start
 
 
+def printable(text: str) -> str:
+    """`text` with every control character but newline and tab written as `\\u001b`.
+
+    What Kubernetes and a job's Pods said (messages, termination messages, Pod
+    names in reports) reaches the terminal through us; an escape sequence in it
+    must not recolour, retitle or rewrite the user's screen. The escape is
+    JSON's, so JSON output stays JSON (json.dumps leaves DEL and C1 raw).
+    """
+    if text.isprintable():
+        return text
+    return "".join(
+        f"\\u{ord(char):04x}"
+        if char not in "\n\t" and unicodedata.category(char) in ("Cc", "Cs")
+        else char
+        for char in text
+    )
+
+
 def emit(data: Any, output: str, *, stream: TextIO | None = None) -> None:
     """JSON (indented, one document) or YAML of `data`."""
     out = stream or sys.stdout
     if output == "json":
-        out.write(json.dumps(data, indent=2, ensure_ascii=False) + "\n")
+        out.write(printable(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
     elif output == "yaml":
         out.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     else:
@@ -27,7 +46,7 @@ def emit(data: Any, output: str, *, stream: TextIO | None = None) -> None:
 def cell(value: Any) -> str:
     if value is None or value == "":
         return "-"
-    text = " ".join(str(value).split())
+    text = printable(" ".join(str(value).split()))
     return text if len(text) <= CELL_LIMIT else text[: CELL_LIMIT - 1] + "…"
 
 

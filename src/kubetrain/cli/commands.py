@@ -89,6 +89,11 @@ def _serve(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser = subparsers.add_parser("serve", help="run the API, dispatcher and syncer")
     parser.add_argument("--host", help="address to listen on (default 127.0.0.1)")
     parser.add_argument("--port", type=int, help="port to listen on (default 8080)")
+    parser.add_argument(
+        "--forwarded-allow-ips",
+        help="proxies trusted for X-Forwarded-Proto/-For: comma-separated IPs or CIDRs, or '*' "
+        "(default 127.0.0.1); name the TLS-terminating ingress so cookies get Secure",
+    )
     parser.add_argument("--database-url", help="default: $KUBETRAIN_DATABASE_URL or SQLite")
     parser.add_argument("--kubeconfig", help="default: $KUBECONFIG, ~/.kube/config, in-cluster")
     role = parser.add_mutually_exclusive_group()

@@ -18,7 +18,7 @@ from kubetrain.cli._client import (
     client_settings,
     project_of,
 )
-from kubetrain.cli._output import age, emit, short_time, table
+from kubetrain.cli._output import age, emit, printable, short_time, table
 
 
 def _read(filename: str) -> str:
@@ -149,7 +149,9 @@ def describe(job: dict[str, Any]) -> str:
     if job.get("finished_at"):
         lines.append(("Finished", job["finished_at"]))
     width = max(len(label) for label, _ in lines) + 2
-    return "\n".join((f"{label}:" if label else "").ljust(width) + value for label, value in lines)
+    return "\n".join(
+        (f"{label}:" if label else "").ljust(width) + printable(value) for label, value in lines
+    )
 
 
 def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:

@@ -14,7 +14,7 @@ from decimal import Decimal
 from io import StringIO
 
 from kubetrain.cli._client import CommandError
-from kubetrain.cli._output import table
+from kubetrain.cli._output import printable, table
 from kubetrain.cluster.direct import BOUND_PODS, Kube, as_list
 from kubetrain.domain.inventory import Amounts, Inventory, NodeRow, inventory
 from kubetrain.domain.manifest import LABEL_JOB_ID
@@ -33,9 +33,9 @@ def _nodes(args: argparse.Namespace) -> int:
         raise CommandError(f"the cluster's objects cannot be read: {exc}") from None
     found = inventory(snapshot)
     if args.output == "json":
-        print(json.dumps(found.to_json(), indent=2, ensure_ascii=False))
+        print(printable(json.dumps(found.to_json(), indent=2, ensure_ascii=False)))
     else:
-        print(render(found))
+        print(printable(render(found)))
     return 0
 
 

@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from typing import Any
 
 from sqlalchemy import exc as sa_exc
 
@@ -30,6 +31,7 @@ def _serve(args: argparse.Namespace) -> int:
         for key, value in (
             ("host", args.host),
             ("port", args.port),
+            ("forwarded_allow_ips", args.forwarded_allow_ips),
             ("database_url", args.database_url),
             ("kubeconfig", args.kubeconfig),
         )
@@ -100,16 +102,7 @@ async def _run(
         else:  # the control loops only: their probes and metrics, on the same address
             assert control is not None  # --no-api and --no-control exclude each other
             app = create_probe_app(settings, db, watch_problems=control.watch_problems)
-        server = uvicorn.Server(
-            uvicorn.Config(
-                app,
-                host=settings.host,
-                port=settings.port,
-                log_level="warning",
-                access_log=False,
-                log_config=None,  # uvicorn's lines go through our handler too
-            )
-        )
+        server = uvicorn.Server(http_config(settings, app))
         serving = asyncio.create_task(server.serve(), name="http")
         done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_COMPLETED)
         for task in done:
@@ -118,3 +111,19 @@ async def _run(
         for task in tasks:
             task.cancel()
         await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def http_config(settings: ServerSettings, app: Any) -> Any:
+    """uvicorn's configuration: our address, our log handler, the trusted proxies."""
+    import uvicorn
+
+    return uvicorn.Config(
+        app,
+        host=settings.host,
+        port=settings.port,
+        log_level="warning",
+        access_log=False,
+        log_config=None,  # uvicorn's lines go through our handler too
+        proxy_headers=True,
+        forwarded_allow_ips=settings.forwarded_allow_ips,
+    )

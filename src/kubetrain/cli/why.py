@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from kubetrain.cli._errors import CommandError
+from kubetrain.cli._output import printable
 from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
 from kubetrain.domain.manifest import LABEL_NAME
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
@@ -72,9 +73,9 @@ def _why(args: argparse.Namespace) -> int:
 
 def _emit(diagnosis: Mapping[str, Any], facts: JobFacts, output: str, *, title: str | None) -> None:
     if output == "json":
-        print(json.dumps(diagnosis, indent=2, ensure_ascii=False))
+        print(printable(json.dumps(diagnosis, indent=2, ensure_ascii=False)))
     else:
-        print(render_text(diagnosis, facts, datetime.now(UTC), title=title))
+        print(printable(render_text(diagnosis, facts, datetime.now(UTC), title=title)))
 
 
 def _diagnose_listing(snapshot: Snapshot, job: dict[str, Any], output: str) -> int:

@@ -37,6 +37,10 @@ _QUANTITY = re.compile(
 # error, not a Decimal that overflows later arithmetic).
 _MAX_EXPONENT = 21
 _MAX_LENGTH = 64
+# "No quantity may represent a number greater than 2^63-1 in magnitude"
+# (apimachinery's Quantity); past it, Decimal arithmetic at its default
+# precision would also fail (DivisionImpossible) instead of refusing.
+_MAX_MAGNITUDE = Decimal(2**63 - 1)
 
 # The units canonical_bytes may write, largest first: every binary suffix, and the
 # decimal ones that make a whole number of bytes (not n, u, m).
@@ -87,13 +91,17 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise QuantityError(f"{raw!r} is not a number") from exc
     suffix = match["suffix"] or ""
     if suffix in _BINARY:
-        return number * (Decimal(1024) ** _BINARY[suffix])
-    exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
-    if abs(exponent) > _MAX_EXPONENT:
-        raise QuantityError(
-            f"{raw!r} is out of range: exponents beyond ±{_MAX_EXPONENT} are refused"
-        )
-    return number.scaleb(exponent)
+        value = number * (Decimal(1024) ** _BINARY[suffix])
+    else:
+        exponent = _DECIMAL[suffix] if suffix in _DECIMAL else int(suffix[1:])
+        if abs(exponent) > _MAX_EXPONENT:
+            raise QuantityError(
+                f"{raw!r} is out of range: exponents beyond ±{_MAX_EXPONENT} are refused"
+            )
+        value = number.scaleb(exponent)
+    if abs(value) > _MAX_MAGNITUDE:
+        raise QuantityError(f"{raw!r} is out of range: a quantity is at most 2^63-1 (about 8Ei)")
+    return value
 
 
 def format_quantity(value: Decimal) -> str:

@@ -1,30 +1,19 @@
 """Takes credentials out of any text the runtime writes: log lines, reports, termination message.
 
-Three kinds: the values of environment variables whose names look secret
-(`KUBETRAIN_STATUS_TOKEN`, `WANDB_API_KEY`, `DB_PASSWORD`), the userinfo of a
-URL (`https://user:pass@host`), and bearer tokens or `key=value` pairs named
-like secrets, whatever their source.
+Two kinds: the values of environment variables whose names are a credential's
+(`KUBETRAIN_STATUS_TOKEN`, `WANDB_API_KEY`, `DB_PASSWORD`), and whatever
+credentials.py recognises by shape (bearer tokens, URL userinfo, `key=value`
+pairs named like secrets), whatever their source.
 """
 
 from __future__ import annotations
 
-import re
 from collections.abc import Mapping
 
-MASK = "***"
-SECRET_NAME = re.compile(
-    r"TOKEN|SECRET|PASSWORD|PASSWD|PASSPHRASE|KEY|CREDENTIAL|AUTH|COOKIE|SESSION|PRIVATE",
-    re.IGNORECASE,
-)
+from kubetrain.runtime.credentials import MASK, is_credential_name, redact_text
+
 # Shorter values would mask digits and words all over the text ("1", "true").
 MIN_SECRET_LENGTH = 4
-_USERINFO = re.compile(r"(?P<scheme>[A-Za-z][A-Za-z0-9+.-]*://)[^/\s@]+@")
-_BEARER = re.compile(r"(?P<word>\bBearer\s+)[^\s,;\"']+", re.IGNORECASE)
-_ASSIGNMENT = re.compile(
-    r"(?P<name>\b[\w.-]*(?:token|secret|password|passwd|api[_-]?key|credential)[\w.-]*"
-    r"[\"']?\s*[=:]\s*[\"']?)[^\s,;\"'&]+",
-    re.IGNORECASE,
-)
 
 
 class Redactor:
@@ -34,7 +23,7 @@ class Redactor:
         values = {
             value
             for name, value in environ.items()
-            if SECRET_NAME.search(name) and len(value) >= MIN_SECRET_LENGTH
+            if is_credential_name(name) and len(value) >= MIN_SECRET_LENGTH
         }
         # Longest first: a secret that contains another is masked whole.
         self._values = sorted(values, key=len, reverse=True)
@@ -42,6 +31,4 @@ class Redactor:
     def __call__(self, text: str) -> str:
         for value in self._values:
             text = text.replace(value, MASK)
-        text = _USERINFO.sub(lambda m: m["scheme"] + MASK + "@", text)
-        text = _BEARER.sub(lambda m: m["word"] + MASK, text)
-        return _ASSIGNMENT.sub(lambda m: m["name"] + MASK, text)
+        return redact_text(text)

@@ -76,16 +76,18 @@ from kubetrain.store.outbox import (
     retry_backed_off_now,
 )
 from kubetrain.store.progress import (
+    MAX_DROPPED,
+    MAX_REPORTS,
     MAX_STEP_REPORTS,
     ReportEvent,
     Resume,
     checkpoint_reports,
     get_progress,
+    job_id_of_status_token,
     progress_by_job,
     record_reports,
     resume_lineage,
     set_status_token,
-    status_token_matches,
     step_series,
 )
 from kubetrain.store.tokens import (
@@ -99,11 +101,14 @@ from kubetrain.store.tokens import (
     use_is_stale,
 )
 from kubetrain.store.transitions import MATERIAL_FIELDS, PodObservation
+from kubetrain.store.web_sessions import close_web_session, open_web_session, web_session_token
 
 __all__ = [
     "ALL_PROJECTS",
     "MATERIAL_FIELDS",
+    "MAX_DROPPED",
     "MAX_PAGE_SIZE",
+    "MAX_REPORTS",
     "MAX_STEP_REPORTS",
     "Attempt",
     "Base",
@@ -136,6 +141,7 @@ __all__ = [
     "checkpoint_reports",
     "claim_due_deletions",
     "claim_due_jobs",
+    "close_web_session",
     "count_jobs",
     "create_token",
     "current_attempts",
@@ -152,6 +158,7 @@ __all__ = [
     "get_progress",
     "hash_token",
     "job_history",
+    "job_id_of_status_token",
     "list_attempts",
     "list_datasets",
     "list_jobs",
@@ -161,6 +168,7 @@ __all__ = [
     "lock_job",
     "lock_jobs",
     "normalize_url",
+    "open_web_session",
     "progress_by_job",
     "record_dispatch_outcomes",
     "record_reports",
@@ -176,4 +184,5 @@ __all__ = [
     "step_series",
     "submit_job",
     "use_is_stale",
+    "web_session_token",
 ]

@@ -365,9 +365,14 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
         created_at, last_id = json.loads(raw)
         when = datetime.fromisoformat(created_at)
-    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError) as exc:
+        if when.tzinfo is None:
+            raise InvalidCursor(cursor)
+        # In UTC, as stored: a crafted time past UTC's range (0001-01-01T00:00+01:00)
+        # fails here, not in the database driver.
+        when = when.astimezone(UTC)
+    except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise InvalidCursor(cursor) from exc
-    if not isinstance(last_id, str) or when.tzinfo is None:
+    if not isinstance(last_id, str):
         raise InvalidCursor(cursor)
     return when, last_id
 

@@ -149,6 +149,8 @@ class Job(Base):
         Index(None, "project", "name", "created_at"),
         # The dispatcher's claim; NULL once the Kubernetes Job exists.
         Index(None, "next_dispatch_at"),
+        # A report's credential is looked up before its job (api/reports.py).
+        Index(None, "status_token_hash"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -306,6 +308,23 @@ class Webhook(Base):
 
     def __repr__(self) -> str:
         return f"<Webhook {self.id} {self.project} cursor={self.cursor}>"
+
+
+class WebSession(Base):
+    """A dashboard sign-in, kept server-side so that signing out ends it: the signed
+    cookie names the session, and a session without its row is no session.
+
+    Only the SHA-256 of the session id is stored (as for tokens), so a copy of
+    the table opens no dashboard.
+    """
+
+    __tablename__ = "web_sessions"
+    __table_args__ = (Index(None, "expires_at"),)
+
+    id_hash: Mapped[str] = mapped_column(String(64), primary_key=True)
+    token_id: Mapped[str] = mapped_column(ForeignKey("tokens.id"))
+    created_at: Mapped[datetime]
+    expires_at: Mapped[datetime]
 
 
 class Dataset(Base):

@@ -6,13 +6,14 @@ reasoning as API tokens: 256 random bits, so a fast hash loses nothing).
 
 Reports are stored once per (job, pod, seq), so a batch retried after a lost
 response changes nothing, and folded into one `progress` row per job: the read
-model the API, the CLI and the syncer use. Step events are kept for the
-dashboard's chart up to `MAX_STEP_REPORTS` per job, oldest dropped first.
+model the API, the CLI and the syncer use. Events are kept per job and kind up
+to `MAX_REPORTS` (steps for the dashboard's chart, resumes for the lineage,
+phases and checkpoints for the record), oldest dropped first, so no Pod can
+grow a job's rows without bound.
 """
 
 from __future__ import annotations
 
-import hmac
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -26,6 +27,12 @@ from kubetrain.store.models import Attempt, Job, Progress, Report
 from kubetrain.store.tokens import hash_token
 
 MAX_STEP_REPORTS = 2000
+# Rows kept per job for each kind; a Pod writes a phase or a resume a few times
+# a run and a checkpoint every few minutes, so these caps are far above honest use.
+MAX_REPORTS = {"step": MAX_STEP_REPORTS, "checkpoint": 1000, "phase": 200, "resumed": 200}
+# `dropped` saturates here: a Pod may claim 2^62 at a time, and the stored total
+# (a 64-bit integer) must survive every later batch.
+MAX_DROPPED = 2**62
 
 
 @dataclass(frozen=True)
@@ -67,10 +74,12 @@ def set_status_token(session: Session, job_id: str, token: str) -> None:
     job.status_token_hash = hash_token(token)
 
 
-def status_token_matches(job: Job, token: str) -> bool:
-    if not job.status_token_hash:
-        return False
-    return hmac.compare_digest(job.status_token_hash, hash_token(token))
+def job_id_of_status_token(session: Session, token: str) -> str | None:
+    """The id of the job whose status token this is, or None. The lookup is by the
+    token's hash alone, so its cost says nothing about which job ids exist."""
+    return session.scalars(
+        select(Job.id).where(Job.status_token_hash == hash_token(token)).limit(1)
+    ).first()
 
 
 def record_reports(
@@ -117,10 +126,10 @@ def record_reports(
         )
         if not rank:
             _fold(progress, pod, event)
-    progress.dropped += dropped
+    progress.dropped = min(progress.dropped + dropped, MAX_DROPPED)
     progress.updated_at = now
-    if any(e.kind == "step" for e in fresh):
-        _prune_steps(session, job_id)
+    for kind in sorted({e.kind for e in fresh}):
+        _prune(session, job_id, kind)
     return len(fresh)
 
 
@@ -145,19 +154,18 @@ def _fold(progress: Progress, pod: str, event: ReportEvent) -> None:
         progress.step_at = event.at
 
 
-def _prune_steps(session: Session, job_id: str) -> None:
+def _prune(session: Session, job_id: str, kind: str) -> None:
+    """Keep the newest MAX_REPORTS[kind] rows of the job's `kind`."""
     cutoff = session.scalar(
         select(Report.id)
-        .where(Report.job_id == job_id, Report.kind == "step")
+        .where(Report.job_id == job_id, Report.kind == kind)
         .order_by(Report.id.desc())
-        .offset(MAX_STEP_REPORTS)
+        .offset(MAX_REPORTS[kind])
         .limit(1)
     )
     if cutoff is not None:
         session.execute(
-            delete(Report).where(
-                Report.job_id == job_id, Report.kind == "step", Report.id <= cutoff
-            )
+            delete(Report).where(Report.job_id == job_id, Report.kind == kind, Report.id <= cutoff)
         )
 
 

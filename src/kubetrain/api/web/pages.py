@@ -10,11 +10,10 @@ seconds, so the page refreshes without a reload.
 
 from __future__ import annotations
 
-import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -36,6 +35,7 @@ from kubetrain.api.web.sessions import (
     SESSION_COOKIE,
     SESSION_SECONDS,
     SIGNIN_COOKIE,
+    SIGNIN_SECONDS,
     SessionSigner,
     WebSession,
     same_secret,
@@ -50,9 +50,9 @@ from kubetrain.store import (
     ALL_PROJECTS,
     authenticate_token,
     checkpoint_reports,
+    close_web_session,
     count_jobs,
     current_attempts,
-    find_live_token_by_id,
     get_attempt,
     get_job,
     job_history,
@@ -60,8 +60,10 @@ from kubetrain.store import (
     list_jobs,
     list_projects,
     list_unfinished_jobs,
+    open_web_session,
     resolve_job_dataset,
     step_series,
+    web_session_token,
 )
 
 PAGE_SIZE = 200  # jobs on one page; the filters narrow a larger project
@@ -74,7 +76,6 @@ SECURITY_HEADERS = {
     "Content-Security-Policy": "default-src 'none'; script-src 'self'; style-src 'self'; "
     "img-src 'self' data:; connect-src 'self'; form-action 'self'; "
     "frame-ancestors 'none'; base-uri 'none'",
-    "X-Content-Type-Options": "nosniff",
     "Referrer-Policy": "same-origin",
     "Cache-Control": "no-store",  # pages carry a project's data
 }
@@ -148,8 +149,8 @@ def viewer(request: Request, context: Context) -> Viewer:
     if session is None:
         raise SignInRequired(_here(request))
     with context.db.read_only() as db:
-        token = find_live_token_by_id(db, session.token_id)
-        if token is None:  # revoked since sign-in
+        token = web_session_token(db, session.session_id)
+        if token is None:  # signed out, or the token revoked since sign-in
             raise SignInRequired(_here(request))
         principal = Principal(
             token_id=token.id, name=token.name, role=token.role, project=token.project
@@ -219,15 +220,15 @@ def _namespaces(context: ApiContext, principal: Principal) -> set[str] | None:
 
 def _signin_page(request: Request, *, status: int = 200, error: str | None = None) -> Response:
     csrf = request.cookies.get(SIGNIN_COOKIE) or ""
-    fresh = not csrf
+    fresh = not _signer(request).signin_is_valid(csrf, now=int(time.time()))
     if fresh:
-        csrf = secrets.token_urlsafe(32)
+        csrf = _signer(request).issue_signin(now=int(time.time()))
     back_to = request.query_params.get("next", "")
     response = render(
         request, "signin.html", status=status, csrf=csrf, error=error, back_to=_local(back_to)
     )
     if fresh:
-        _set_cookie(request, response, SIGNIN_COOKIE, csrf, max_age=3600)
+        _set_cookie(request, response, SIGNIN_COOKIE, csrf, max_age=SIGNIN_SECONDS)
     return response
 
 
@@ -255,9 +256,25 @@ def signin_form(request: Request) -> Response:
     return _signin_page(request)
 
 
+def _from_elsewhere(request: Request) -> bool:
+    """Whether the browser says the form was posted from another site. Browsers set
+    these headers themselves, so no page elsewhere can choose them."""
+    if request.headers.get("sec-fetch-site", "same-origin") not in ("same-origin", "none"):
+        return True
+    origin = request.headers.get("origin")
+    if origin is None:
+        return False
+    return origin != f"{request.url.scheme}://{request.url.netloc}"
+
+
 @router.post("/signin")
 def signin(request: Request, fields: Form, context: Context) -> Response:
-    if not same_secret(request.cookies.get(SIGNIN_COOKIE) or "", fields.get(CSRF_FIELD)):
+    cookie = request.cookies.get(SIGNIN_COOKIE)
+    if (
+        _from_elsewhere(request)
+        or not _signer(request).signin_is_valid(cookie, now=int(time.time()))
+        or not same_secret(cookie or "", fields.get(CSRF_FIELD))
+    ):
         return _signin_page(
             request, status=403, error="the sign-in form expired; it has been renewed, try again"
         )
@@ -266,10 +283,14 @@ def signin(request: Request, fields: Form, context: Context) -> Response:
         return _signin_page(request, status=422, error="token: paste an API token")
     with context.db.transaction() as db:
         token = authenticate_token(db, plaintext)
-        token_id = token.id if token is not None else None
-    if token_id is None:
+        session_id = (
+            open_web_session(db, token.id, lifetime=timedelta(seconds=SESSION_SECONDS))
+            if token is not None
+            else None
+        )
+    if session_id is None:
         return _signin_page(request, status=401, error="token: unknown or revoked")
-    value, _ = _signer(request).issue(token_id, now=int(time.time()))
+    value, _ = _signer(request).issue(session_id, now=int(time.time()))
     response = RedirectResponse(_local(fields.get("next", "")), status_code=303)
     _set_cookie(request, response, SESSION_COOKIE, value, max_age=SESSION_SECONDS)
     response.delete_cookie(SIGNIN_COOKIE, path="/ui")
@@ -277,8 +298,11 @@ def signin(request: Request, fields: Form, context: Context) -> Response:
 
 
 @router.post("/signout")
-def signout(request: Request, signed: Signed, fields: Form) -> Response:
+def signout(request: Request, signed: Signed, fields: Form, context: Context) -> Response:
     _check_csrf(signed, fields)
+    # Server-side: the cookie, replayed, names a session that no longer exists.
+    with context.db.transaction() as db:
+        close_web_session(db, signed.session.session_id)
     response = RedirectResponse("/ui/signin", status_code=303)
     response.delete_cookie(SESSION_COOKIE, path="/ui")
     return response

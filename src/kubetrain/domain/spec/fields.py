@@ -18,6 +18,7 @@ from pydantic import AfterValidator, BeforeValidator
 from kubetrain.domain import names
 from kubetrain.domain.quantity import QuantityError, parse_quantity, quantity_text
 from kubetrain.domain.spec.problems import fail
+from kubetrain.runtime.credentials import holds_credential, is_credential_name
 
 __all__ = [
     "ENV_RESERVED_PREFIX",
@@ -325,35 +326,17 @@ def _check_duration(value: str) -> str:
 
 # -- credentials ------------------------------------------------------------------------------
 
-_CREDENTIAL_WORDS = frozenset({"PASSWORD", "PASSWD", "SECRET", "CREDENTIALS", "APIKEY"})
-_CREDENTIAL_PAIRS = frozenset(
-    {
-        ("API", "KEY"),
-        ("ACCESS", "KEY"),
-        ("SECRET", "KEY"),
-        ("PRIVATE", "KEY"),
-        ("API", "TOKEN"),
-        ("ACCESS", "TOKEN"),
-        ("AUTH", "TOKEN"),
-        ("HUB", "TOKEN"),
-    }
-)
-_CREDENTIAL_NAMES = frozenset({"HF_TOKEN", "GITHUB_TOKEN", "GH_TOKEN", "NPM_TOKEN"})
 
-
-def looks_like_credential(name: str) -> bool:
-    """Names that, by a common convention, hold a credential.
+def looks_like_credential(name: str, value: str) -> bool:
+    """A plain env value that, by its name or its shape, is a credential.
 
     A guard against the usual mistake (a token pasted into the spec, where it
-    would sit in our database and in the Job), not a proof: PAD_TOKEN and
-    MAX_TOKENS are left alone on purpose.
+    would sit in our database and in the Job), not a proof. The rule is
+    kubetrain.runtime.credentials', shared with log and runtime redaction:
+    MY_TOKEN, OPENAI_KEY, DB_PASS, PASSWORD_FILE, a DATABASE_URL with a
+    password; PAD_TOKEN, MAX_TOKENS and SECRET_NAME are left alone.
     """
-    words = name.upper().split("_")
-    return (
-        words[-1] in _CREDENTIAL_WORDS
-        or tuple(words[-2:]) in _CREDENTIAL_PAIRS
-        or name.upper() in _CREDENTIAL_NAMES
-    )
+    return is_credential_name(name) or holds_credential(value)
 
 
 # -- field types ------------------------------------------------------------------------------

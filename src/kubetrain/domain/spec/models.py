@@ -108,7 +108,7 @@ class EnvVar(SpecModel):
     def _one_source(self) -> EnvVar:
         if (self.value is None) == (self.secret_ref is None):
             raise fail("give exactly one of value or secretRef")
-        if self.value and looks_like_credential(self.name):
+        if self.value and looks_like_credential(self.name, self.value):
             raise_at(
                 "EnvVar",
                 [
