@@ -28,6 +28,11 @@ BINARIES = {
     "kube-controller-manager": "k8s.io/kubernetes/cmd/kube-controller-manager",
     "kube-scheduler": "k8s.io/kubernetes/cmd/kube-scheduler",
     "kwok": "sigs.k8s.io/kwok/cmd/kwok",
+    # The real-node pool: a kubelet per node, our device plugin beside it, and the
+    # sandbox ("pause") image's only file.
+    "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    "testbed-device-plugin": "kubetrain.io/testbed/cmd/testbed-device-plugin",
+    "testbed-pause": "kubetrain.io/testbed/cmd/testbed-pause",
 }
 
 _MAJOR, _MINOR = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
@@ -72,11 +77,16 @@ def cache_root() -> Path:
 def cache_key() -> str:
     digest = hashlib.sha256()
     module = go_module_dir()
-    for name in ("go.mod", "go.sum"):
-        digest.update((module / name).read_bytes())
+    for path in _module_sources(module):
+        digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes())
     digest.update(LDFLAGS.encode())
     digest.update(" ".join(sorted(BINARIES.items()).__repr__()).encode())
     return f"{KUBERNETES_VERSION}-{digest.hexdigest()[:12]}"
+
+
+def _module_sources(module: Path) -> list[Path]:
+    """go.mod, go.sum and our own Go programs: a change in any builds anew."""
+    return [module / "go.mod", module / "go.sum", *sorted(module.glob("cmd/*/*.go"))]
 
 
 def installed() -> Binaries:
