@@ -9,9 +9,12 @@ export GOTOOLCHAIN ?= local
 .PHONY: setup system-packages demo test test-unit test-testbed testbed bench lint lock clean
 
 # Debian packages the tests and the testbed use: PostgreSQL (the store tests start
-# a real server), Chromium (the browser tests). Idempotent: apt runs only when one
+# a real server), Chromium (the browser tests), and the real-node pool's runtime:
+# containerd, runc, the CNI plugins and `ip` for the Pod network's bridge (unshare
+# and nsenter are util-linux, always there). Idempotent: apt runs only when one
 # is missing, through sudo when not root.
-SYSTEM_PACKAGES := ca-certificates git make python3-venv postgresql chromium
+SYSTEM_PACKAGES := ca-certificates git make python3-venv postgresql chromium \
+	containerd runc containernetworking-plugins iproute2
 
 system-packages:
 	@missing=""; for pkg in $(SYSTEM_PACKAGES); do \
