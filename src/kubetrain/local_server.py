@@ -27,11 +27,13 @@ class LocalServer:
     extra_env: dict[str, str] = field(default_factory=dict)
     token: str = ""
     port: int = field(default_factory=lambda: pick_free_ports(1)[0])
+    # Real-node Pods reach this machine at the testbed bridge's address, not loopback.
+    host: str = "127.0.0.1"
     proc: subprocess.Popen[bytes] | None = None
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"http://{self.host}:{self.port}"
 
     @property
     def env(self) -> dict[str, str]:
@@ -57,7 +59,7 @@ class LocalServer:
             self.token = self.create_token("*", "admin", "local-admin")
         with open(self.log, "ab") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [*CLI, "serve", "--host", "127.0.0.1", "--port", str(self.port), *self.args],
+                [*CLI, "serve", "--host", self.host, "--port", str(self.port), *self.args],
                 env=self.env,
                 stdout=log,
                 stderr=subprocess.STDOUT,

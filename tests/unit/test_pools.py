@@ -75,3 +75,46 @@ def test_unknown_pool_lists_the_known_ones():
 def test_not_yaml():
     with pytest.raises(PoolError, match="not valid YAML"):
         parse_pool("groups: [", "broken.yaml")
+
+
+REAL = """
+apiVersion: testbed.kubetrain.io/v1
+kind: NodePool
+name: mixed
+groups:
+  - name: real
+    kind: real
+    count: 2
+    gpus: 2
+    labels: {accelerator: testbed-no-gpu}
+  - name: cpu
+    count: 1
+    capacity: {cpu: "8", memory: 64Gi, pods: "110"}
+"""
+
+
+def test_real_groups_are_started_not_created_as_node_objects():
+    pool = parse_pool(REAL)
+    assert [g.name for g in pool.real_groups()] == ["real"]
+    assert pool.node_count() == 3
+    # KWOK's Node objects only: real kubelets register their own.
+    assert [n["metadata"]["name"] for n in pool.nodes()] == ["cpu-0"]
+    labels = pool.labels(pool.real_groups()[0], "real-0")
+    assert labels["type"] == "real"
+    assert labels["testbed.kubetrain.io/pool"] == "mixed"
+    assert load_pool("real").real_groups()[0].gpus == 2
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        (("gpus: 2", 'capacity: {cpu: "8"}'), r"groups\.0: .*capacity: a real node's capacity"),
+        (("count: 1", "count: 1\n    gpus: 1"), r"groups\.1: .*gpus: only for kind: real"),
+        (("count: 2", "count: 9"), r"count: at most 8 real nodes"),
+        (("kind: real", "kind: virtual"), r"groups\.0\.kind"),
+        (("name: cpu", "name: real"), r"two groups give nodes the same name"),
+    ],
+)
+def test_bad_real_groups_name_the_field(change, message):
+    with pytest.raises(PoolError, match=message):
+        parse_pool(REAL.replace(*change), "mixed.yaml")

@@ -7,6 +7,7 @@ stops exactly those processes and two testbeds can run side by side.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shutil
@@ -23,7 +24,9 @@ from typing import Any
 from kubetrain.errors import KubetrainError
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import processes
+from kubetrain.testbed import realnode as real
 from kubetrain.testbed.build import BINARIES, Binaries, installed
+from kubetrain.testbed.images import build_images
 from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
 
 # Start order; stopped in reverse.
@@ -75,12 +78,31 @@ class State:
     ready_seconds: float | None = None
     # Seconds from the start of `up` to the end of each phase.
     phases: dict[str, float] = field(default_factory=dict)
+    # Real nodes (kind: real groups) and the bridge their Pods share.
+    network: real.Network | None = None
+    real_nodes: list[real.RealNode] = field(default_factory=list)
 
     @classmethod
     def load(cls, path: Path) -> State:
         data = json.loads(path.read_text())
         data["ports"] = Ports(**data["ports"])
+        if data.get("network"):
+            data["network"] = real.Network(**data["network"])
+        data["real_nodes"] = [real.RealNode(**n) for n in data.get("real_nodes", [])]
         return cls(**data)
+
+    def components(self) -> dict[str, Path]:
+        """Every process this testbed starts, by name, with the binary it runs (a pid
+        is ours only while it runs that binary): start order."""
+        bin_dir = Path(self.bin_dir)
+        named = {c: bin_dir / c for c in COMPONENTS}
+        containerd = Path(shutil.which("containerd") or "/usr/bin/containerd")
+        for node in self.real_nodes:
+            named[node.component("containerd")] = containerd
+            named[node.component("kubelet")] = bin_dir / "kubelet"
+            if node.gpus:
+                named[node.component("device-plugin")] = bin_dir / "testbed-device-plugin"
+        return named
 
     def save(self, path: Path) -> None:
         tmp = path.with_suffix(".tmp")
@@ -123,7 +145,7 @@ class Testbed:
     def prepare(
         cls,
         state_dir: Path,
-        pool: str = "default",
+        pool: str | Pool = "default",
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
     ) -> Testbed:
@@ -141,6 +163,10 @@ class Testbed:
                 f"a testbed already runs from {testbed.state_dir}: "
                 "`kubetrain testbed down` it first, or pick another --name"
             )
+        # A pool given by name only names the testbed's nodes (`up` makes them).
+        real_groups = pool.real_groups() if isinstance(pool, Pool) else []
+        if real_groups:
+            real.check_system()
         free = processes.pick_free_ports(6)
         if apiserver_port is not None:
             processes.check_bindable(apiserver_port, "kube-apiserver")
@@ -149,7 +175,7 @@ class Testbed:
         (testbed.state_dir / "logs").mkdir(parents=True)
         state = State(
             name=testbed.state_dir.name,
-            pool=pool,
+            pool=pool.name if isinstance(pool, Pool) else pool,
             bin_dir=str(binaries.directory),
             ports=Ports(*free),
             started_at=time.time(),
@@ -161,6 +187,12 @@ class Testbed:
             f"https://127.0.0.1:{state.ports.apiserver}",
             name=f"kubetrain-testbed-{state.name}",
         )
+        if isinstance(pool, Pool) and real_groups:
+            testbed_id = hashlib.sha256(str(testbed.state_dir).encode()).hexdigest()
+            state.network = real.Network.choose(testbed_id)
+            state.real_nodes = real.plan(pool, testbed.state_dir, state.network, testbed_id)
+            for node in state.real_nodes:
+                real.write_configs(node, state.network, testbed.pki, testbed.kubeconfig)
         state.save(testbed.state_file)
         return testbed
 
@@ -176,7 +208,7 @@ class Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready."""
         began = time.monotonic()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
-        testbed = cls.prepare(state_dir, pool_spec.name, binaries, apiserver_port)
+        testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port)
         state = testbed.state()
         phases: dict[str, float] = {"prepare": time.monotonic() - began}
         try:
@@ -184,6 +216,9 @@ class Testbed:
             # answers, which is faster than waiting for each in turn.
             for component in COMPONENTS:
                 testbed._start(component, state)
+            if state.real_nodes:
+                testbed._start_real_nodes(state, time.monotonic() + timeout)
+                phases["real_nodes_started"] = time.monotonic() - began
             testbed._wait_ready(state, time.monotonic() + timeout)
             phases["components_ready"] = time.monotonic() - began
             testbed.create_nodes(pool_spec)
@@ -203,10 +238,10 @@ class Testbed:
         stopped = []
         if self.state_file.exists():
             state = self.state()
-            bin_dir = Path(state.bin_dir)
-            for component in reversed(COMPONENTS):
+            stopped += self._stop_real_nodes(state)
+            for component, binary in reversed(state.components().items()):
                 pid = state.pids.get(component)
-                if pid and processes.stop(pid, bin_dir / component):
+                if component in COMPONENTS and pid and processes.stop(pid, binary):
                     stopped.append(component)
         if not keep_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -214,10 +249,9 @@ class Testbed:
 
     def running(self) -> dict[str, bool]:
         state = self.state()
-        bin_dir = Path(state.bin_dir)
         return {
-            c: bool(state.pids.get(c)) and processes.is_ours(state.pids[c], bin_dir / c)
-            for c in COMPONENTS
+            c: bool(state.pids.get(c)) and processes.is_ours(state.pids[c], binary)
+            for c, binary in state.components().items()
         }
 
     def status(self) -> dict[str, Any]:
@@ -232,7 +266,7 @@ class Testbed:
             "phases": state.phases,
             "components": {
                 c: {"pid": state.pids.get(c), "running": alive[c], "log": str(self.log_path(c))}
-                for c in COMPONENTS
+                for c in state.components()
             },
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
         }
@@ -279,16 +313,21 @@ class Testbed:
 
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
         want = pool.node_count()
+        # A real node's GPUs count once its device plugin has registered.
+        gpus = {n.name: n.gpus for n in self.state().real_nodes}
         ready = 0
         while time.monotonic() < deadline:
             nodes = list(client.list(Node, labels={POOL_LABEL: pool.name}))
-            ready = sum(1 for n in nodes if _node_ready(n))
+            ready = sum(1 for n in nodes if _node_ready(n) and _gpus(n) >= gpus.get(_name(n), 0))
             if ready == want:
                 return
             self._check_alive(self.state())
             time.sleep(0.2)
+        logs = [self.log_path("kwok")] + [
+            self.log_path(n.component("kubelet")) for n in self.state().real_nodes
+        ]
         raise TestbedError(
-            f"{ready} of {want} nodes Ready before the timeout; see {self.log_path('kwok')}"
+            f"{ready} of {want} nodes Ready before the timeout; see {', '.join(map(str, logs))}"
         )
 
     # -- internals -------------------------------------------------------------------------
@@ -331,6 +370,11 @@ class Testbed:
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
                 "--allow-privileged=true",
                 "--profiling=false",
+                # Real kubelets (logs, exec): reached at their node IP, with the
+                # admin certificate, which they accept from the testbed's CA.
+                "--kubelet-preferred-address-types=InternalIP",
+                f"--kubelet-client-certificate={k.admin_cert}",
+                f"--kubelet-client-key={k.admin_key}",
             ]
         common = [
             f"--kubeconfig={kubeconfig}",
@@ -383,9 +427,71 @@ class Testbed:
 
     def _start(self, component: str, state: State, extra_args: Sequence[str] = ()) -> None:
         argv = [*self._argv(component, state), *extra_args]
+        self._launch(component, argv, state)
+
+    def _launch(self, component: str, argv: Sequence[str], state: State) -> None:
         pid = processes.start(component, argv, self.log_path(component), self.state_dir)
         state.pids[component] = pid
         state.save(self.state_file)
+
+    # -- real nodes ------------------------------------------------------------------------
+
+    def _start_real_nodes(self, state: State, deadline: float) -> None:
+        """containerd first (it makes the node's mount namespace), the images, then
+        the kubelet and the device plugin in that namespace; the kubelets retry
+        until the API server answers."""
+        assert state.network is not None
+        bin_dir = Path(state.bin_dir)
+        images = build_images(Binaries(bin_dir))
+        real.host_dirs()
+        state.network.up(len(state.real_nodes))
+        for node in state.real_nodes:
+            real.make_cgroups(node)
+            self._launch(node.component("containerd"), real.containerd_argv(node), state)
+        for node in state.real_nodes:
+            component = node.component("containerd")
+            while not node.socket.exists():
+                processes.reap(state.pids[component])
+                if not Path(f"/proc/{state.pids[component]}").exists():
+                    raise TestbedError(
+                        f"{component} exited during start; last lines of its log:\n"
+                        f"{processes.log_tail(self.log_path(component))}"
+                    )
+                if time.monotonic() > deadline:
+                    raise TestbedError(f"{component} made no socket before the timeout")
+                time.sleep(0.05)
+        with ThreadPoolExecutor(max_workers=4) as pool_exec:
+            list(pool_exec.map(lambda n: real.import_images(n, images), state.real_nodes))
+        for node in state.real_nodes:
+            pid = state.pids[node.component("containerd")]
+            kubelet = real.kubelet_argv(node, bin_dir, self.kubeconfig)
+            self._launch(node.component("kubelet"), real.in_namespace(pid, kubelet), state)
+            if node.gpus:
+                plugin = real.device_plugin_argv(node, bin_dir)
+                self._launch(node.component("device-plugin"), real.in_namespace(pid, plugin), state)
+
+    def _stop_real_nodes(self, state: State) -> list[str]:
+        """Device plugins and kubelets, then what they leave running (the Pods' processes,
+        containerd's shims), containerd, the cgroups and the bridge."""
+        stopped = []
+        named = state.components()
+        for what in ("device-plugin", "kubelet"):
+            for node in state.real_nodes:
+                component = node.component(what)
+                pid = state.pids.get(component)
+                if pid and component in named and processes.stop(pid, named[component]):
+                    stopped.append(component)
+        for node in state.real_nodes:
+            real.remove_cgroups(node)
+            real.kill_shims(node)
+            component = node.component("containerd")
+            pid = state.pids.get(component)
+            if pid and processes.stop(pid, named[component]):
+                stopped.append(component)
+            real.remove_cgroups(node)
+        if state.network is not None:
+            state.network.down()
+        return stopped
 
     def _apiserver_ready(self, state: State) -> bool:
         return processes.http_ok(
@@ -427,13 +533,13 @@ class Testbed:
             time.sleep(0.1)
 
     def _check_alive(self, state: State, components: list[str] | None = None) -> None:
-        bin_dir = Path(state.bin_dir)
-        for component in components or list(COMPONENTS):
+        named = state.components()
+        for component in components or list(named):
             pid = state.pids.get(component)
             if pid is None:
                 continue
             processes.reap(pid)
-            if processes.is_ours(pid, bin_dir / component):
+            if processes.is_ours(pid, named[component]) or processes.is_launching(pid):
                 continue
             tail = processes.log_tail(self.log_path(component))
             if "address already in use" in tail:
@@ -461,6 +567,15 @@ def _node_ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
         t.key in _NOT_READY_TAINTS for t in taints
     )
+
+
+def _name(node: Any) -> str:
+    return str(node.metadata.name) if node.metadata else ""
+
+
+def _gpus(node: Any) -> int:
+    allocatable = (node.status and node.status.allocatable) or {}
+    return int(allocatable.get(real.GPU_RESOURCE, "0"))
 
 
 def _wait_port_free(port: int, deadline: float) -> None:

@@ -1,4 +1,5 @@
-"""Fake node pools declared in YAML, turned into the Node objects KWOK manages."""
+"""Node pools declared in YAML: groups of fake nodes (the Node objects KWOK manages)
+and groups of real ones (a kubelet and a containerd each, see realnode.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +8,14 @@ from pathlib import Path
 from typing import Any, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
 
 from kubetrain.domain.quantity import QuantityError, parse_quantity
 from kubetrain.errors import KubetrainError
@@ -31,15 +39,42 @@ class Taint(BaseModel):
     effect: Literal["NoSchedule", "PreferNoSchedule", "NoExecute"]
 
 
+# Each real node is a kubelet, a containerd and Pods on this machine's two cores.
+MAX_REAL_NODES = 8
+
+
 class NodeGroup(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     name: str = Field(pattern=_DNS_LABEL, max_length=40)
+    # kwok: Node objects whose kubelet KWOK plays; real: a kubelet and a containerd
+    # per node, whose capacity is this machine's (so `capacity` is not given).
+    kind: Literal["kwok", "real"] = "kwok"
     count: int = Field(ge=0, le=10_000)
     prefix: str | None = Field(default=None, pattern=_DNS_LABEL, max_length=40)
     labels: dict[str, str] = Field(default_factory=dict)
-    capacity: dict[str, str]
+    capacity: dict[str, str] = Field(default_factory=dict)
+    # Real nodes only: the devices the testbed's device plugin advertises as
+    # nvidia.com/gpu (not real GPUs: a container sees none).
+    gpus: int = Field(default=0, ge=0, le=16)
     taints: list[Taint] = Field(default_factory=list)
+
+    @model_validator(mode="after")
+    def _kind_fields(self) -> NodeGroup:
+        if self.kind == "real":
+            if self.capacity:
+                raise ValueError(
+                    "capacity: a real node's capacity is what its kubelet finds; leave it out"
+                )
+            if self.count > MAX_REAL_NODES:
+                raise ValueError(f"count: at most {MAX_REAL_NODES} real nodes")
+        else:
+            if self.gpus:
+                raise ValueError("gpus: only for kind: real (give kwok nodes a capacity)")
+            for required in ("cpu", "memory", "pods"):
+                if required not in self.capacity:
+                    raise ValueError(f"capacity.{required} is required")
+        return self
 
     @field_validator("capacity", mode="before")
     @classmethod
@@ -55,9 +90,6 @@ class NodeGroup(BaseModel):
             if amount < 0:
                 raise ValueError(f"capacity.{resource}: must not be negative")
             out[str(resource)] = str(quantity)
-        for required in ("cpu", "memory", "pods"):
-            if required not in out:
-                raise ValueError(f"capacity.{required} is required")
         return out
 
     def node_names(self) -> list[str]:
@@ -74,23 +106,42 @@ class Pool(BaseModel):
     description: str = ""
     groups: list[NodeGroup] = Field(min_length=1)
 
+    @model_validator(mode="after")
+    def _few_real_nodes(self) -> Pool:
+        real = sum(g.count for g in self.groups if g.kind == "real")
+        if real > MAX_REAL_NODES:
+            raise ValueError(f"groups: at most {MAX_REAL_NODES} real nodes in all, not {real}")
+        names = [n for g in self.groups for n in g.node_names()]
+        if len(set(names)) != len(names):
+            raise ValueError("groups: two groups give nodes the same name")
+        return self
+
     def node_count(self) -> int:
         return sum(group.count for group in self.groups)
 
+    def real_groups(self) -> list[NodeGroup]:
+        return [g for g in self.groups if g.kind == "real" and g.count > 0]
+
+    def labels(self, group: NodeGroup, node_name: str) -> dict[str, str]:
+        return {
+            **group.labels,
+            "kubernetes.io/hostname": node_name,
+            "kubernetes.io/os": "linux",
+            "kubernetes.io/arch": "amd64",
+            "type": group.kind,
+            POOL_LABEL: self.name,
+            GROUP_LABEL: group.name,
+        }
+
     def nodes(self) -> list[dict[str, Any]]:
-        """The Node objects to create: KWOK keeps capacity and allocatable as given."""
+        """The Node objects to create for KWOK's groups (real nodes register
+        themselves): KWOK keeps capacity and allocatable as given."""
         nodes = []
         for group in self.groups:
+            if group.kind == "real":
+                continue
             for node_name in group.node_names():
-                labels = {
-                    **group.labels,
-                    "kubernetes.io/hostname": node_name,
-                    "kubernetes.io/os": "linux",
-                    "kubernetes.io/arch": "amd64",
-                    "type": "kwok",
-                    POOL_LABEL: self.name,
-                    GROUP_LABEL: group.name,
-                }
+                labels = self.labels(group, node_name)
                 nodes.append(
                     {
                         "apiVersion": "v1",

@@ -75,6 +75,19 @@ def is_ours(pid: int, binary: Path) -> bool:
     return state != "Z" and cmdline == str(binary).encode()
 
 
+# What a real node's processes run before they exec their binary (realnode.py).
+_LAUNCHERS = (b"unshare", b"nsenter", b"/bin/sh")
+
+
+def is_launching(pid: int) -> bool:
+    """True while pid still runs the launcher that will exec a real node's binary."""
+    try:
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[0]
+    except OSError:
+        return False
+    return cmdline in _LAUNCHERS
+
+
 def reap(pid: int) -> None:
     """Collect a child we started in this process (tests restart components)."""
     with contextlib.suppress(ChildProcessError, OSError):

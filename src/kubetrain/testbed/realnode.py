@@ -1,0 +1,469 @@
+"""Real nodes: a containerd, a kubelet and a device plugin per node, on this machine.
+
+The arrangement (docs/testbed.md, "Real nodes", says why):
+
+* One mount namespace per node, made by `unshare` when its containerd starts; the
+  kubelet and the device plugin join it with `nsenter`. The kubelet's
+  device-plugin socket is fixed at /var/lib/kubelet/device-plugins/kubelet.sock
+  and its container-log links at /var/log/containers, whatever --root-dir says:
+  in each namespace both are bind mounts of the node's own directories, so two
+  kubelets (and their device plugins) do not meet there. Every other path is the
+  node's own: containerd's root, state and socket, the kubelet's root-dir,
+  podLogsDir and cgroupRoot.
+* Networking: one Linux bridge per testbed holding the gateway of the Pod
+  network (x.y.0.1/16) and one address per node (x.y.0.10+i/32: kubelets refuse
+  loopback node IPs). Each node's host-local IPAM hands out its own /24 of the
+  /16, so Pods of different nodes talk over the one bridge. The Pods get no
+  default route and the bridge forwards nowhere: traffic stays on this machine.
+* cgroups (v1 here, cgroupfs driver): each kubelet gets a cgroupRoot of its own,
+  so neither takes the other's Pods for orphans.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ipaddress
+import json
+import os
+import shutil
+import signal
+import subprocess
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from kubetrain.testbed import processes
+from kubetrain.testbed.images import PAUSE_IMAGE, Image, host_mounts
+from kubetrain.testbed.pools import Pool
+
+GPU_RESOURCE = "nvidia.com/gpu"
+CGROUP_FS = Path("/sys/fs/cgroup")
+# The kubelet's fixed paths that each node's mount namespace replaces.
+DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
+CONTAINER_LOGS_DIR = Path("/var/log/containers")
+# Pod networks tried in turn: the first not on an interface of this machine.
+_POD_NETWORKS = [f"10.{second}.0.0/16" for second in range(244, 252)]
+SYSTEM_PACKAGES = {
+    "containerd": "containerd",
+    "runc": "runc",
+    "/usr/lib/cni/bridge": "containernetworking-plugins",
+}
+
+
+class RealNodeError(RuntimeError):
+    """A real node could not be set up; the message says what is missing."""
+
+
+@dataclass
+class Network:
+    bridge: str
+    cidr: str  # the Pod network, x.y.0.0/16
+    gateway: str  # on the bridge: cluster DNS and the host as Pods see it
+
+    @classmethod
+    def choose(cls, testbed_id: str) -> Network:
+        taken = _local_networks()
+        for cidr in _POD_NETWORKS:
+            net = ipaddress.ip_network(cidr)
+            if not any(net.overlaps(t) for t in taken):
+                return cls(bridge=f"kt{testbed_id[:10]}", cidr=cidr, gateway=str(net[1]))
+        raise RealNodeError(f"no free Pod network among {', '.join(_POD_NETWORKS)}")
+
+    def node_ip(self, index: int) -> str:
+        return str(ipaddress.ip_network(self.cidr)[10 + index])
+
+    def pod_range(self, index: int) -> tuple[str, str]:
+        base = ipaddress.ip_network(self.cidr).network_address + (index + 1) * 256
+        return str(base + 2), str(base + 254)
+
+    def up(self, node_count: int) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        prefix = ipaddress.ip_network(self.cidr).prefixlen
+        _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
+        for index in range(node_count):
+            _ip("addr", "add", f"{self.node_ip(index)}/32", "dev", self.bridge)
+        _ip("link", "set", self.bridge, "up")
+
+    def down(self) -> None:
+        with contextlib.suppress(RealNodeError):
+            _ip("link", "del", self.bridge)
+
+
+@dataclass
+class RealNode:
+    name: str
+    index: int
+    directory: str
+    ip: str
+    kubelet_port: int
+    healthz_port: int
+    stream_port: int
+    gpus: int
+    labels: dict[str, str]
+    taints: list[str]
+    cgroup: str  # the kubelet's cgroupRoot, under every hierarchy
+
+    @property
+    def dir(self) -> Path:
+        return Path(self.directory)
+
+    @property
+    def socket(self) -> Path:
+        return self.dir / "containerd.sock"
+
+    def component(self, what: str) -> str:
+        return f"{what}/{self.name}"
+
+
+def check_system() -> None:
+    """The Debian packages real nodes need (the Makefile installs them)."""
+    missing = [
+        package
+        for binary, package in SYSTEM_PACKAGES.items()
+        if not (Path(binary).exists() if binary.startswith("/") else shutil.which(binary))
+    ]
+    for tool in ("unshare", "nsenter", "ip", "ctr"):
+        if shutil.which(tool) is None:
+            missing.append(tool)
+    if missing:
+        raise RealNodeError(
+            f"real nodes need {', '.join(sorted(set(missing)))}: run `make testbed` "
+            "(it installs containerd, runc and containernetworking-plugins)"
+        )
+    if os.geteuid() != 0:
+        raise RealNodeError("real nodes start containerd and kubelets: run as root")
+
+
+def plan(pool: Pool, state_dir: Path, network: Network, testbed_id: str) -> list[RealNode]:
+    nodes = []
+    index = 0
+    for group in pool.real_groups():
+        for name in group.node_names():
+            ports = processes.pick_free_ports(3)
+            taints = [f"{t.key}={t.value}:{t.effect}" for t in group.taints]
+            nodes.append(
+                RealNode(
+                    name=name,
+                    index=index,
+                    directory=str(state_dir / "nodes" / name),
+                    ip=network.node_ip(index),
+                    kubelet_port=ports[0],
+                    healthz_port=ports[1],
+                    stream_port=ports[2],
+                    gpus=group.gpus,
+                    labels=pool.labels(group, name),
+                    taints=taints,
+                    cgroup=f"kubetrain-{testbed_id[:10]}-{name}",
+                )
+            )
+            index += 1
+    return nodes
+
+
+def to_dict(node: RealNode) -> dict[str, Any]:
+    return asdict(node)
+
+
+# -- configuration ---------------------------------------------------------------------
+
+
+def write_configs(node: RealNode, network: Network, pki: Any, kubeconfig: Path) -> None:
+    d = node.dir
+    for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "container-logs"):
+        (d / sub).mkdir(parents=True, exist_ok=True)
+    (d / "device-plugins").mkdir(exist_ok=True)
+    (d / "containerd" / "config.toml").write_text(_containerd_config(node))
+    (d / "containerd" / "base-spec.json").write_text(json.dumps(_base_spec()))
+    first, last = network.pod_range(node.index)
+    cni = {
+        "cniVersion": "0.4.0",
+        "name": "kubetrain",
+        "plugins": [
+            {
+                "type": "bridge",
+                "bridge": network.bridge,
+                # The testbed owns the bridge and its address; no default route
+                # and no masquerading: Pods reach the Pod network and the gateway only.
+                "isGateway": False,
+                "ipMasq": False,
+                "hairpinMode": True,
+                "ipam": {
+                    "type": "host-local",
+                    "dataDir": str(d / "cni" / "ipam"),
+                    "ranges": [
+                        [
+                            {
+                                "subnet": network.cidr,
+                                "rangeStart": first,
+                                "rangeEnd": last,
+                                "gateway": network.gateway,
+                            }
+                        ]
+                    ],
+                },
+            }
+        ],
+    }
+    (d / "cni" / "net.d" / "10-kubetrain.conflist").write_text(json.dumps(cni, indent=2))
+    (d / "kubelet" / "config.yaml").write_text(json.dumps(_kubelet_config(node, network, pki)))
+
+
+def _containerd_config(node: RealNode) -> str:
+    d = node.dir / "containerd"
+    cri = 'plugins."io.containerd.grpc.v1.cri"'
+    runc = shutil.which("runc") or "runc"
+    return f"""version = 2
+root = "{d / "root"}"
+state = "{d / "state"}"
+disabled_plugins = ["io.containerd.snapshotter.v1.aufs", "io.containerd.snapshotter.v1.btrfs",
+  "io.containerd.snapshotter.v1.zfs", "io.containerd.snapshotter.v1.devmapper",
+  "io.containerd.internal.v1.tracing", "io.containerd.tracing.processor.v1.otlp"]
+
+[grpc]
+  address = "{node.socket}"
+
+[ttrpc]
+  address = "{node.socket}.ttrpc"
+
+[plugins."io.containerd.internal.v1.opt"]
+  path = "{d / "opt"}"
+
+[{cri}]
+  sandbox_image = "{PAUSE_IMAGE}"
+  # This machine's sandbox lacks CAP_SYS_RESOURCE: the runtime must not try to
+  # lower a container's oom_score_adj below its own.
+  restrict_oom_score_adj = true
+  stream_server_address = "127.0.0.1"
+  stream_server_port = "{node.stream_port}"
+  enable_selinux = false
+  disable_apparmor = true
+
+[{cri}.cni]
+  bin_dir = "/usr/lib/cni"
+  conf_dir = "{node.dir / "cni" / "net.d"}"
+
+[{cri}.containerd]
+  default_runtime_name = "runc"
+  snapshotter = "overlayfs"
+
+[{cri}.containerd.runtimes.runc]
+  runtime_type = "io.containerd.runc.v2"
+  base_runtime_spec = "{d / "base-spec.json"}"
+
+[{cri}.containerd.runtimes.runc.options]
+  SystemdCgroup = false
+  BinaryName = "{runc}"
+"""
+
+
+def _base_spec() -> dict[str, Any]:
+    """containerd's default container spec plus this machine's Python environment,
+    read-only at the same paths (the trainer image's entrypoint lives there)."""
+    spec: dict[str, Any] = json.loads(
+        subprocess.run(["ctr", "oci", "spec"], capture_output=True, check=True, timeout=30).stdout
+    )
+    spec["mounts"] += [
+        {"destination": path, "type": "bind", "source": path, "options": ["rbind", "ro"]}
+        for path in host_mounts()
+    ]
+    return spec
+
+
+def _kubelet_config(node: RealNode, network: Network, pki: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubelet.config.k8s.io/v1beta1",
+        "kind": "KubeletConfiguration",
+        "address": node.ip,
+        "port": node.kubelet_port,
+        "readOnlyPort": 0,
+        "healthzBindAddress": "127.0.0.1",
+        "healthzPort": node.healthz_port,
+        "containerRuntimeEndpoint": f"unix://{node.socket}",
+        # cgroup v1 controllers with a v2 hierarchy beside them, and no systemd.
+        "cgroupDriver": "cgroupfs",
+        "cgroupRoot": f"/{node.cgroup}",
+        "failCgroupV1": False,
+        "failSwapOn": False,
+        "podLogsDir": str(node.dir / "pod-logs"),
+        "volumePluginDir": str(node.dir / "volume-plugins"),
+        "authentication": {
+            "anonymous": {"enabled": False},
+            "webhook": {"enabled": True},
+            "x509": {"clientCAFile": str(pki.ca_cert)},
+        },
+        "authorization": {"mode": "Webhook"},
+        "clusterDomain": "cluster.local",
+        "clusterDNS": [network.gateway],
+        # Pods never see this machine's resolver: a name outside the cluster is
+        # not asked about anywhere else.
+        "resolvConf": "",
+        "makeIPTablesUtilChains": False,
+        "serializeImagePulls": False,
+        "shutdownGracePeriod": "0s",
+        "nodeStatusReportFrequency": "10s",
+    }
+
+
+def cgroup_hierarchies() -> list[Path]:
+    """Every mounted cgroup hierarchy (v1 controllers and the v2 one beside them)."""
+    return sorted(p for p in CGROUP_FS.iterdir() if p.is_dir() and not p.is_symlink())
+
+
+def make_cgroups(node: RealNode) -> None:
+    for hierarchy in cgroup_hierarchies():
+        path = hierarchy / node.cgroup
+        path.mkdir(exist_ok=True)
+        if hierarchy.name == "cpuset":
+            # A new cpuset has no CPUs and no memory nodes until given its parent's.
+            for name in ("cpuset.cpus", "cpuset.mems"):
+                (path / name).write_text((hierarchy / name).read_text())
+
+
+def remove_cgroups(node: RealNode) -> None:
+    """Kill what is left in the node's cgroups (Pods, once the kubelet is gone), then
+    remove them, deepest first."""
+    for _ in range(50):
+        pids: set[int] = set()
+        for hierarchy in cgroup_hierarchies():
+            for procs in (hierarchy / node.cgroup).rglob("cgroup.procs"):
+                with contextlib.suppress(OSError, ValueError):
+                    pids.update(int(p) for p in procs.read_text().split())
+        if not pids:
+            break
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.1)
+    for hierarchy in cgroup_hierarchies():
+        root = hierarchy / node.cgroup
+        if not root.exists():
+            continue
+        for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+            with contextlib.suppress(OSError):
+                path.rmdir()
+        with contextlib.suppress(OSError):
+            root.rmdir()
+
+
+# -- processes -------------------------------------------------------------------------
+
+
+def containerd_argv(node: RealNode) -> list[str]:
+    binary = shutil.which("containerd") or "containerd"
+    script = (
+        'mount --bind "$1" "$2" && mount --bind "$3" "$4" && '
+        'exec "$5" --config "$6" --log-level warn'
+    )
+    return [
+        "unshare",
+        "--mount",
+        "--propagation",
+        "private",
+        "--",
+        "/bin/sh",
+        "-c",
+        script,
+        "node-namespace",
+        str(node.dir / "device-plugins"),
+        str(DEVICE_PLUGIN_DIR),
+        str(node.dir / "container-logs"),
+        str(CONTAINER_LOGS_DIR),
+        binary,
+        str(node.dir / "containerd" / "config.toml"),
+    ]
+
+
+def in_namespace(containerd_pid: int, argv: list[str]) -> list[str]:
+    """Run argv in the node's mount namespace (nsenter execs it: the pid is argv's)."""
+    return ["nsenter", f"--mount=/proc/{containerd_pid}/ns/mnt", "--", *argv]
+
+
+def kubelet_argv(node: RealNode, bin_dir: Path, kubeconfig: Path) -> list[str]:
+    labels = ",".join(f"{k}={v}" for k, v in node.labels.items())
+    argv = [
+        str(bin_dir / "kubelet"),
+        f"--config={node.dir / 'kubelet' / 'config.yaml'}",
+        f"--kubeconfig={kubeconfig}",
+        f"--root-dir={node.dir / 'kubelet'}",
+        f"--hostname-override={node.name}",
+        f"--node-ip={node.ip}",
+        f"--node-labels={labels}",
+        "--v=1",
+    ]
+    if node.taints:
+        argv.append(f"--register-with-taints={','.join(node.taints)}")
+    return argv
+
+
+def device_plugin_argv(node: RealNode, bin_dir: Path) -> list[str]:
+    return [
+        str(bin_dir / "testbed-device-plugin"),
+        f"--resource={GPU_RESOURCE}",
+        f"--count={node.gpus}",
+        f"--id-prefix={node.name}-gpu",
+    ]
+
+
+def import_images(node: RealNode, images: list[Image]) -> None:
+    for image in images:
+        done = subprocess.run(
+            [
+                "ctr",
+                "--address",
+                str(node.socket),
+                "--namespace",
+                "k8s.io",
+                "images",
+                "import",
+                str(image.archive),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+        if done.returncode != 0:
+            raise RealNodeError(
+                f"importing {image.name} into {node.name}'s containerd failed: "
+                f"{done.stderr.strip() or done.stdout.strip()}"
+            )
+
+
+def host_dirs() -> None:
+    """The mount points each node's namespace binds over (empty on the host)."""
+    DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
+    CONTAINER_LOGS_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def kill_shims(node: RealNode) -> None:
+    """containerd's shims outlive it by design; ours name our socket."""
+    needle = f"-address\0{node.socket}\0".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            cmdline = (entry / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"containerd-shim" in cmdline.split(b"\0")[0] and needle in cmdline:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(int(entry.name), signal.SIGKILL)
+
+
+def _ip(*args: str) -> None:
+    done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
+    if done.returncode != 0:
+        raise RealNodeError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
+
+
+def _local_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    done = subprocess.run(
+        ["ip", "-4", "-o", "addr", "show"], capture_output=True, text=True, timeout=30, check=False
+    )
+    nets = []
+    for line in done.stdout.splitlines():
+        parts = line.split()
+        if "inet" in parts:
+            nets.append(ipaddress.ip_interface(parts[parts.index("inet") + 1]).network)
+    return nets

@@ -1,0 +1,214 @@
+"""kubetrain on real kubelets: real containers, real cgroups, containerd's own words.
+
+The pool is `real` (src/kubetrain/testbed/pools/real.yaml): two kubelets with a
+containerd each, bridge CNI, and a device plugin advertising 2 nvidia.com/gpu per
+node that are not there.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Node, Pod
+
+from kubetrain.local_server import LocalServer
+from kubetrain.testbed.cluster import Testbed
+from kubetrain.testbed.images import TRAINER_IMAGE
+from kubetrain.testbed.processes import pick_free_ports
+from tests.kube import create, eventually
+
+pytestmark = pytest.mark.realnode
+
+
+def job(name: str, project: str, **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubetrain.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": name, "project": project},
+        "spec": {
+            "image": TRAINER_IMAGE,
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+            **spec,
+        },
+    }
+
+
+def submit(server: LocalServer, body: dict[str, Any]) -> str:
+    project = body["metadata"]["project"]
+    with server.client() as http:
+        resp = http.post(f"/api/v1/projects/{project}/jobs", json=body)
+    assert resp.status_code in (200, 201), resp.text
+    return str(resp.json()["id"])
+
+
+def wait_for(
+    server: LocalServer, project: str, job_id: str, state: str, reason: str, timeout: float = 90
+) -> dict[str, Any]:
+    last: dict[str, Any] = {}
+
+    def probe() -> dict[str, Any] | None:
+        with server.client() as http:
+            resp = http.get(f"/api/v1/projects/{project}/jobs/{job_id}")
+        resp.raise_for_status()
+        last.clear()
+        last.update(resp.json())
+        return last if (last["business_status"], last["reason"]) == (state, reason) else None
+
+    try:
+        return eventually(probe, timeout, what=f"{state}/{reason}")
+    except pytest.fail.Exception:
+        seen = {k: last.get(k) for k in ("business_status", "reason", "raw_reason", "raw_message")}
+        pytest.fail(f"job {job_id} never reached {state}/{reason}; last seen {seen}")
+
+
+def kubectl(testbed: Testbed, *args: str) -> str:
+    done = subprocess.run(
+        ["kubectl", f"--kubeconfig={testbed.kubeconfig}", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def project() -> str:
+    return f"real-{uuid.uuid4().hex[:8]}"
+
+
+def test_real_nodes_are_ready_with_containerd_and_advertised_gpus(real_kube: Client):
+    nodes = [n for n in real_kube.list(Node) if (n.metadata.labels or {}).get("type") == "real"]
+    assert len(nodes) >= 2
+    for node in nodes:
+        assert node.status.nodeInfo.containerRuntimeVersion.startswith("containerd://")
+        assert node.status.nodeInfo.kubeletVersion == "v1.33.13"
+        assert node.status.allocatable["nvidia.com/gpu"] == "2"
+        assert any(c.type == "Ready" and c.status == "True" for c in node.status.conditions)
+        internal = [a.address for a in node.status.addresses if a.type == "InternalIP"]
+        assert internal
+        assert not internal[0].startswith("127.")
+
+
+def _pod(name: str, node: str, args: list[str]) -> dict[str, Any]:
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name},
+        "spec": {
+            "nodeName": node,
+            "restartPolicy": "Never",
+            "automountServiceAccountToken": False,
+            "containers": [
+                {
+                    "name": "main",
+                    "image": TRAINER_IMAGE,
+                    "imagePullPolicy": "Never",
+                    "command": ["python", "-c"],
+                    "args": args,
+                    "resources": {"limits": {"cpu": "200m", "memory": "128Mi"}},
+                }
+            ],
+        },
+    }
+
+
+def test_pods_on_different_nodes_talk_over_the_pod_network(
+    real_kube: Client, real_testbed: Testbed
+):
+    ns = f"pod-network-{uuid.uuid4().hex[:5]}"
+    kubectl(real_testbed, "create", "namespace", ns)
+    eventually(
+        lambda: "default" in kubectl(real_testbed, "get", "sa", "-n", ns, "-o", "name"),
+        30,
+        what="the default ServiceAccount",
+    )
+    node_names = sorted(
+        str(n.metadata.name)
+        for n in real_kube.list(Node)
+        if (n.metadata.labels or {}).get("type") == "real"
+    )
+    serve = (
+        "import http.server as h; "
+        "h.HTTPServer(('', 8000), h.SimpleHTTPRequestHandler).serve_forever()"
+    )
+    create(real_kube, _pod("server", node_names[0], [serve]), ns)
+    server_ip = eventually(
+        lambda: (
+            (p := real_kube.get(Pod, "server", namespace=ns)).status.phase == "Running"
+            and p.status.podIP
+        ),
+        60,
+        what="the server Pod's IP",
+    )
+    fetch = (
+        "import urllib.request, sys; "
+        f"r = urllib.request.urlopen('http://{server_ip}:8000/', timeout=10); "
+        "print('status', r.status)"
+    )
+    create(real_kube, _pod("client", node_names[1], [fetch]), ns)
+    eventually(
+        lambda: real_kube.get(Pod, "client", namespace=ns).status.phase == "Succeeded",
+        60,
+        what="the client Pod to fetch from the server on the other node",
+    )
+    assert "status 200" in kubectl(real_testbed, "logs", "-n", ns, "client")
+    kubectl(real_testbed, "delete", "namespace", ns, "--wait=false")
+
+
+def test_a_job_through_kubetrain_prints_to_kubectl_logs(
+    real_server: LocalServer, real_testbed: Testbed
+):
+    p = project()
+    line = f"hello from a real container {uuid.uuid4().hex[:6]}"
+    job_id = submit(real_server, job("hello", p, args=["python", "-c", f"print({line!r})"]))
+    done = wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED")
+    pods = kubectl(real_testbed, "get", "pods", "-n", done.get("namespace") or p, "-o", "name")
+    assert pods.strip(), "no Pod left to read the logs of"
+    logs = kubectl(real_testbed, "logs", "-n", done.get("namespace") or p, pods.split()[0])
+    assert line in logs
+
+
+def test_a_job_past_its_memory_limit_is_oom_killed_by_a_real_cgroup(real_server: LocalServer):
+    p = project()
+    body = job(
+        "oom",
+        p,
+        resources={"requests": {"cpu": "100m", "memory": "64Mi"}},
+        args=["python", "-c", "x = b'x' * (512 << 20)"],
+    )
+    job_id = submit(real_server, body)
+    done = wait_for(real_server, p, job_id, "FAILED", "OOM_KILLED")
+    assert done["raw_reason"] == "OOMKilled"
+
+
+def test_an_image_on_a_closed_loopback_port_waits_as_image_pull_failed(
+    real_server: LocalServer,
+):
+    p = project()
+    port = pick_free_ports(1)[0]  # nothing listens there
+    job_id = submit(real_server, job("pull", p, image=f"127.0.0.1:{port}/trainer:missing"))
+    done = wait_for(real_server, p, job_id, "QUEUED", "IMAGE_PULL_FAILED")
+    # containerd's own words, through the kubelet
+    assert f"127.0.0.1:{port}" in done["raw_message"]
+    assert "connection refused" in done["raw_message"]
+
+
+def test_a_gpu_job_fails_its_preflight_because_the_container_sees_no_gpu(
+    real_server: LocalServer,
+):
+    p = project()
+    body = job(
+        "gpu",
+        p,
+        resources={"requests": {"cpu": "100m", "memory": "256Mi"}, "gpus": 1},
+        args=["python", "-c", "print('training')"],
+    )
+    job_id = submit(real_server, body)
+    done = wait_for(real_server, p, job_id, "FAILED", "PREFLIGHT_FAILED")
+    assert "gpu-visible" in done["raw_message"]
+    assert "expected 1 GPU, found 0" in done["raw_message"]
