@@ -5,6 +5,7 @@ crash loop, volume mount, creation).
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from datetime import datetime
 from typing import Any
@@ -35,6 +36,8 @@ _IMAGE_PULL = frozenset(
         "SignatureValidationFailed",
     }
 )
+# The kubelet's "Error: <waiting reason>" event, which names no cause.
+_REASON_ECHO = re.compile(r"Error: [A-Za-z]+")
 _CONFIG = frozenset(
     {
         "CreateContainerConfigError",
@@ -83,7 +86,11 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
     )
     if state == "waiting" and reason in _IMAGE_PULL:
         failed = reader.pod_events(pod, "Failed")
-        said = text(failed[-1], "message") if failed else None
+        # A real kubelet follows each "Failed to pull image …: <the runtime's words>"
+        # with "Error: ErrImagePull" / "Error: ImagePullBackOff", which only repeat
+        # the waiting reason: the last event that says more is the cause.
+        telling = [e for e in failed if not _REASON_ECHO.fullmatch(text(e, "message") or "")]
+        said = text((telling or failed)[-1], "message") if failed else None
         since = _since(_event_first_time(failed[0]) if failed else None, ready_since)
         image = next(
             (
