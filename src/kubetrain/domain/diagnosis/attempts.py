@@ -22,6 +22,7 @@ from kubetrain.domain.diagnosis.reading import (
     _Reader,
     _state,
     _true,
+    _without_preflight_lines,
 )
 from kubetrain.domain.diagnosis.result import AttemptView
 from kubetrain.domain.fit import resource_reason
@@ -268,7 +269,8 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
                 R.NODE_LOST, message or "", raw_reason=ended, raw_message=message, since=since
             )
         if code_number not in (0, None):
-            said = f": {message}" if message else ""
+            last_words = _without_preflight_lines(message)
+            said = f": {last_words}" if last_words else ""
             return _Finding(
                 R.EXIT_NONZERO,
                 f"container {name} exited with code {code_number}{said}",

@@ -208,3 +208,16 @@ def _state(status: object) -> tuple[str | None, Mapping[str, Any]]:
         if isinstance(state.get(name), Mapping):
             return name, state[name]
     return None, {}
+
+
+# What `kubetrain run` prints before it execs the training (runtime/cli.py).
+_PREFLIGHT_LINE = "kubetrain preflight: "
+
+
+def _without_preflight_lines(message: str | None) -> str | None:
+    """A termination message that is the log's tail (FallbackToLogsOnError) begins with
+    the preflight's lines, which passed: the training's own last words are the rest."""
+    if not message:
+        return message
+    lines = [line for line in message.splitlines() if not line.startswith(_PREFLIGHT_LINE)]
+    return "\n".join(lines).strip() or message
