@@ -491,6 +491,77 @@ CASES: dict[str, Expected] = {
         attempts=2,
         explanation="Rank 1 (Pod kt-gang-worker-failed-1-",
     ),
+    # Recorded from real kubelets (the `real` pool: containerd, runc, real cgroups).
+    "real-succeeded": Expected(
+        S.SUCCEEDED,
+        R.COMPLETED,
+        None,
+        (),
+        "CompletionsReached",
+        "succeeded pods",
+        chain={link: ChainState.PASSED for link in Link},
+    ),
+    # The termination message is the log's tail (FallbackToLogsOnError), which begins
+    # with `kubetrain run`'s preflight lines: the training's own last words explain it.
+    "real-exit-nonzero": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        "loss is NaN at step 120",
+        chain={
+            Link.PREFLIGHT: ChainState.PASSED,
+            Link.TRAINING: ChainState.FAILED,
+            Link.JOB: ChainState.FAILED,
+        },
+        explanation="exited with code 1: loss is NaN at step 120",
+    ),
+    "real-oom-killed": Expected(
+        S.FAILED,
+        R.OOM_KILLED,
+        None,
+        ((R.OOM_KILLED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "OOMKilled",
+        chain={Link.TRAINING: ChainState.FAILED},
+        explanation="was OOM-killed (exit code 137)",
+    ),
+    "real-preflight-failed": Expected(
+        S.FAILED,
+        R.PREFLIGHT_FAILED,
+        None,
+        ((R.PREFLIGHT_FAILED, None),),
+        "Error",
+        "preflight failed: gpu-visible: expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES",
+        chain={
+            Link.VOLUME: ChainState.PASSED,
+            Link.PREFLIGHT: ChainState.FAILED,
+            Link.TRAINING: ChainState.NOT_REACHED,
+        },
+    ),
+    # The kubelet follows containerd's words ("Failed to pull image …: connect:
+    # connection refused") with "Error: ErrImagePull" and "Error: ImagePullBackOff",
+    # which only repeat the waiting reason.
+    "real-image-pull-failed": Expected(
+        S.QUEUED,
+        R.IMAGE_PULL_FAILED,
+        False,
+        ((R.IMAGE_PULL_FAILED, None),),
+        "ImagePullBackOff",
+        "dial tcp 127.0.0.1:",
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation="connect: connection refused",
+    ),
+    "real-config-error": Expected(
+        S.QUEUED,
+        R.CONTAINER_CONFIG_ERROR,
+        False,
+        ((R.CONTAINER_CONFIG_ERROR, None),),
+        "CreateContainerConfigError",
+        'secret "wandb" not found',
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation='Secret "wandb" not found',
+    ),
 }
 
 
