@@ -4,7 +4,11 @@ Runs `Testbed.up` several times per pool and, side by side in the same run, the
 baseline every control plane pays: bare etcd + kube-apiserver to /readyz.
 Prints a table and writes bench/results/testbed_start.json.
 
-    .venv/bin/python bench/testbed_start.py [--runs 3] [--pools default large]
+    .venv/bin/python bench/testbed_start.py [--runs 3] [--pools default large real]
+
+For the `real` pool (root, containerd installed), "real_nodes_started" is when
+every node's containerd answered and held the images, and "nodes_ready" when
+both kubelets are Ready and schedulable with their device plugin's GPUs.
 """
 
 from __future__ import annotations
@@ -44,7 +48,7 @@ def full(root: Path, pool: str) -> dict[str, float]:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=3)
-    parser.add_argument("--pools", nargs="+", default=["default", "large"])
+    parser.add_argument("--pools", nargs="+", default=["default", "large", "real"])
     args = parser.parse_args()
     report: dict[str, Any] = {"runs": args.runs, "baseline_etcd_apiserver": [], "pools": {}}
     with tempfile.TemporaryDirectory(prefix="kubetrain-bench-") as tmp:
@@ -61,8 +65,10 @@ def main() -> None:
         f"{max(report['baseline_etcd_apiserver']):>8.2f}{1.0:>12.2f}"
     )
     for pool, runs in report["pools"].items():
-        for phase in ("components_ready", "nodes_ready"):
-            values = [r[phase] for r in runs]
+        for phase in ("real_nodes_started", "components_ready", "nodes_ready"):
+            values = [r[phase] for r in runs if phase in r]
+            if not values:
+                continue
             print(
                 f"{pool + ' ' + phase:<34}{statistics.median(values):>10.2f}"
                 f"{max(values):>8.2f}{statistics.median(values) / base:>12.2f}"
