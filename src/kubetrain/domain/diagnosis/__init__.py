@@ -96,8 +96,10 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     blockers = tuple(f.blocker() for f in outcome.findings)
     entry = CATALOG[primary.reason]
     explanation = entry.explanation
-    if primary.detail:
-        explanation += f" {primary.detail[0].upper()}{primary.detail[1:]}"
+    # Strip: a real kubelet's eviction message ends in a space, a log tail in a newline.
+    detail = primary.detail.strip()
+    if detail:
+        explanation += f" {detail[0].upper()}{detail[1:]}"
         if not explanation.endswith((".", "?", "!")):
             explanation += "."
     waitable: bool | None = blockers[0].waitable
