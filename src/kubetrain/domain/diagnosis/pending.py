@@ -18,6 +18,7 @@ from kubetrain.domain.diagnosis.reading import (
     _main_status,
     _Reader,
     _state,
+    _without_preflight_lines,
 )
 from kubetrain.domain.diagnosis.unschedulable import _unschedulable
 from kubetrain.domain.objects import as_list, as_map, integer, text, timestamp
@@ -128,12 +129,12 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
     if state == "waiting" and reason == "CrashLoopBackOff":
         last = as_map(status, "lastState", "terminated")
         exit_code = integer(last, "exitCode")
+        last_words = _without_preflight_lines(text(last, "message"))
         findings.insert(
             0,
             _Finding(
                 R.CRASH_LOOP,
-                f"last exit code {exit_code}"
-                + (f": {text(last, 'message')}" if text(last, "message") else ""),
+                f"last exit code {exit_code}" + (f": {last_words}" if last_words else ""),
                 raw_reason=reason,
                 raw_message=message,
                 since=ready_since,
