@@ -160,6 +160,42 @@ def test_pods_on_different_nodes_talk_over_the_pod_network(
     kubectl(real_testbed, "delete", "namespace", ns, "--wait=false")
 
 
+def test_cluster_dns_resolves_services_by_name_and_nothing_outside(
+    real_kube: Client, real_testbed: Testbed
+):
+    ns = f"dns-{uuid.uuid4().hex[:5]}"
+    kubectl(real_testbed, "create", "namespace", ns)
+    eventually(
+        lambda: "default" in kubectl(real_testbed, "get", "sa", "-n", ns, "-o", "name"),
+        30,
+        what="the default ServiceAccount",
+    )
+    node = next(
+        str(n.metadata.name)
+        for n in real_kube.list(Node)
+        if (n.metadata.labels or {}).get("type") == "real"
+    )
+    lookup = (
+        "import socket\n"
+        "print('service', socket.gethostbyname('kubernetes.default'))\n"
+        "try:\n"
+        "    socket.gethostbyname('example.com')\n"
+        "except socket.gaierror as exc:\n"
+        "    print('outside', exc.__class__.__name__)\n"
+    )
+    create(real_kube, _pod("lookup", node, [lookup]), ns)
+    eventually(
+        lambda: real_kube.get(Pod, "lookup", namespace=ns).status.phase == "Succeeded",
+        60,
+        what="the lookup Pod",
+    )
+    logs = kubectl(real_testbed, "logs", "-n", ns, "lookup")
+    # The API server's Service: the first address of the Service range.
+    assert "service 10.96.0.1" in logs
+    assert "outside gaierror" in logs
+    kubectl(real_testbed, "delete", "namespace", ns, "--wait=false")
+
+
 def test_a_job_through_kubetrain_prints_to_kubectl_logs(
     real_server: LocalServer, real_testbed: Testbed
 ):

@@ -67,3 +67,13 @@ def test_cache_key_follows_the_pins():
     key = build.cache_key()
     assert key.startswith(build.KUBERNETES_VERSION)
     assert key == build.cache_key()
+
+
+def test_cache_key_covers_every_module_and_our_own_programs():
+    from kubetrain.testbed import build
+
+    sources = {str(p.relative_to(build.go_module_dir().parent)) for p in build._module_sources()}
+    assert {"go/go.mod", "go/go.sum", "go-coredns/go.mod", "go-coredns/main.go"} <= sources
+    assert "go/cmd/testbed-device-plugin/main.go" in sources
+    assert build.go_module_dir("coredns").name == "go-coredns"
+    assert build.go_module_dir("kubelet").name == "go"

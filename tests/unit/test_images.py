@@ -11,7 +11,12 @@ pytestmark = pytest.mark.unit
 
 def _members(archive: bytes) -> dict[str, bytes]:
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        return {m.name: tar.extractfile(m).read() for m in tar.getmembers() if m.isfile()}  # type: ignore[union-attr]
+        files = {}
+        for member in tar.getmembers():
+            data = tar.extractfile(member)
+            if data is not None:
+                files[member.name] = data.read()
+        return files
 
 
 def test_an_archive_is_one_oci_image_with_one_normalised_name():

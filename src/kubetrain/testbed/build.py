@@ -33,7 +33,11 @@ BINARIES = {
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
     "testbed-device-plugin": "kubetrain.io/testbed/cmd/testbed-device-plugin",
     "testbed-pause": "kubetrain.io/testbed/cmd/testbed-pause",
+    # The real-node pool's cluster DNS, from a module of its own (go-coredns/).
+    "coredns": "kubetrain.io/testbed/coredns",
 }
+# Binaries built from another module than go/ (folder beside it).
+MODULE_OF = {"coredns": "go-coredns"}
 
 _MAJOR, _MINOR = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
 LDFLAGS = " ".join(
@@ -63,8 +67,9 @@ class Binaries:
         return all(os.access(self.path(name), os.X_OK) for name in BINARIES)
 
 
-def go_module_dir() -> Path:
-    return Path(str(resources.files("kubetrain.testbed") / "go"))
+def go_module_dir(binary: str | None = None) -> Path:
+    folder = MODULE_OF.get(binary or "", "go")
+    return Path(str(resources.files("kubetrain.testbed") / folder))
 
 
 def cache_root() -> Path:
@@ -76,17 +81,22 @@ def cache_root() -> Path:
 
 def cache_key() -> str:
     digest = hashlib.sha256()
-    module = go_module_dir()
-    for path in _module_sources(module):
-        digest.update(str(path.relative_to(module)).encode() + b"\0" + path.read_bytes())
+    root = go_module_dir().parent
+    for path in _module_sources():
+        digest.update(str(path.relative_to(root)).encode() + b"\0" + path.read_bytes())
     digest.update(LDFLAGS.encode())
     digest.update(" ".join(sorted(BINARIES.items()).__repr__()).encode())
     return f"{KUBERNETES_VERSION}-{digest.hexdigest()[:12]}"
 
 
-def _module_sources(module: Path) -> list[Path]:
-    """go.mod, go.sum and our own Go programs: a change in any builds anew."""
-    return [module / "go.mod", module / "go.sum", *sorted(module.glob("cmd/*/*.go"))]
+def _module_sources() -> list[Path]:
+    """Each module's go.mod and go.sum, and our own Go programs: a change in any
+    builds anew."""
+    paths = []
+    for module in sorted({go_module_dir(name) for name in BINARIES}):
+        paths += [module / "go.mod", module / "go.sum"]
+        paths += sorted(p for p in module.rglob("*.go") if p.name != "tools.go")
+    return paths
 
 
 def installed() -> Binaries:
@@ -141,7 +151,7 @@ def build(*, force: bool = False, log: bool = True) -> Binaries:
         if log:
             print(f"building {name} ({package}) ...", flush=True)
         cmd = [go, "build", "-trimpath", "-ldflags", LDFLAGS, "-o", str(staging / name), package]
-        result = subprocess.run(cmd, cwd=go_module_dir(), env=env, check=False)
+        result = subprocess.run(cmd, cwd=go_module_dir(name), env=env, check=False)
         if result.returncode != 0:
             raise BuildError(f"`{' '.join(cmd)}` failed with exit code {result.returncode}")
     # Publish atomically: a half-built directory is never taken for a cache hit.

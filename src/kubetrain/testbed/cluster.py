@@ -97,6 +97,8 @@ class State:
         bin_dir = Path(self.bin_dir)
         named = {c: bin_dir / c for c in COMPONENTS}
         containerd = Path(shutil.which("containerd") or "/usr/bin/containerd")
+        if self.network is not None:
+            named["coredns"] = bin_dir / "coredns"
         for node in self.real_nodes:
             named[node.component("containerd")] = containerd
             named[node.component("kubelet")] = bin_dir / "kubelet"
@@ -290,6 +292,29 @@ class Testbed:
         self._start(component, state, extra_args)
         self._wait_ready(state, time.monotonic() + timeout, only=component)
 
+    def stop_node_component(self, node_name: str, what: str, timeout: float = 15.0) -> None:
+        """Stop a real node's kubelet or device plugin (SIGKILL at once with timeout=0)."""
+        state = self.state()
+        node = _real_node(state, node_name)
+        component = node.component(what)
+        pid = state.pids.get(component)
+        if pid:
+            processes.stop(pid, state.components()[component], timeout)
+
+    def start_node_component(self, node_name: str, what: str) -> None:
+        """Start a stopped kubelet or device plugin of a real node, in its namespace."""
+        state = self.state()
+        node = _real_node(state, node_name)
+        bin_dir = Path(state.bin_dir)
+        argv = {
+            "kubelet": lambda: real.kubelet_argv(node, bin_dir, self.kubeconfig),
+            "device-plugin": lambda: real.device_plugin_argv(node, bin_dir),
+        }
+        if what not in argv:
+            raise TestbedError(f"{what!r}: only kubelet or device-plugin can be restarted")
+        containerd = state.pids[node.component("containerd")]
+        self._launch(node.component(what), real.in_namespace(containerd, argv[what]()), state)
+
     # -- nodes -----------------------------------------------------------------------------
 
     def create_nodes(self, pool: Pool) -> None:
@@ -445,6 +470,10 @@ class Testbed:
         images = build_images(Binaries(bin_dir))
         real.host_dirs()
         state.network.up(len(state.real_nodes))
+        # Binds the gateway's address: after the bridge holds it.
+        conf = self.state_dir / "Corefile"
+        conf.write_text(real.corefile(state.network, self.kubeconfig))
+        self._launch("coredns", real.coredns_argv(bin_dir, conf), state)
         for node in state.real_nodes:
             real.make_cgroups(node)
             self._launch(node.component("containerd"), real.containerd_argv(node), state)
@@ -489,6 +518,9 @@ class Testbed:
             if pid and processes.stop(pid, named[component]):
                 stopped.append(component)
             real.remove_cgroups(node)
+        pid = state.pids.get("coredns")
+        if pid and "coredns" in named and processes.stop(pid, named["coredns"]):
+            stopped.append("coredns")
         if state.network is not None:
             state.network.down()
         return stopped
@@ -567,6 +599,13 @@ def _node_ready(node: Any) -> bool:
     return any(c.type == "Ready" and c.status == "True" for c in conditions) and not any(
         t.key in _NOT_READY_TAINTS for t in taints
     )
+
+
+def _real_node(state: State, name: str) -> real.RealNode:
+    for node in state.real_nodes:
+        if node.name == name:
+            return node
+    raise TestbedError(f"{name!r} is not a real node of this testbed")
 
 
 def _name(node: Any) -> str:

@@ -60,6 +60,7 @@ class Network:
     bridge: str
     cidr: str  # the Pod network, x.y.0.0/16
     gateway: str  # on the bridge: cluster DNS and the host as Pods see it
+    dns_health_port: int = 0  # CoreDNS's health endpoint, on 127.0.0.1
 
     @classmethod
     def choose(cls, testbed_id: str) -> Network:
@@ -67,7 +68,12 @@ class Network:
         for cidr in _POD_NETWORKS:
             net = ipaddress.ip_network(cidr)
             if not any(net.overlaps(t) for t in taken):
-                return cls(bridge=f"kt{testbed_id[:10]}", cidr=cidr, gateway=str(net[1]))
+                return cls(
+                    bridge=f"kt{testbed_id[:10]}",
+                    cidr=cidr,
+                    gateway=str(net[1]),
+                    dns_health_port=processes.pick_free_ports(1)[0],
+                )
         raise RealNodeError(f"no free Pod network among {', '.join(_POD_NETWORKS)}")
 
     def node_ip(self, index: int) -> str:
@@ -303,6 +309,27 @@ def _kubelet_config(node: RealNode, network: Network, pki: Any) -> dict[str, Any
         "shutdownGracePeriod": "0s",
         "nodeStatusReportFrequency": "10s",
     }
+
+
+def corefile(network: Network, kubeconfig: Path) -> str:
+    """Cluster DNS on the bridge's gateway: Services and Pods of cluster.local, and
+    reverse lookups, from the API server. No forward plugin: any other name is
+    refused here and asked about nowhere else."""
+    return f"""cluster.local:53 in-addr.arpa:53 ip6.arpa:53 {{
+    bind {network.gateway}
+    health 127.0.0.1:{network.dns_health_port}
+    errors
+    kubernetes cluster.local in-addr.arpa ip6.arpa {{
+        kubeconfig {kubeconfig}
+        pods insecure
+        ttl 5
+    }}
+}}
+"""
+
+
+def coredns_argv(bin_dir: Path, conf: Path) -> list[str]:
+    return [str(bin_dir / "coredns"), "-conf", str(conf)]
 
 
 def cgroup_hierarchies() -> list[Path]:
