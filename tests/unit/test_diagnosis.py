@@ -552,6 +552,48 @@ CASES: dict[str, Expected] = {
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
         explanation="connect: connection refused",
     ),
+    "real-mount-failed": Expected(
+        S.QUEUED,
+        R.VOLUME_MOUNT_FAILED,
+        None,
+        ((R.VOLUME_MOUNT_FAILED, None),),
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "config" : secret "model-config" not found',
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+    ),
+    # An emptyDir past its sizeLimit; the kubelet's message ends in a space.
+    "real-evicted": Expected(
+        S.FAILED,
+        R.EVICTED,
+        None,
+        ((R.EVICTED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Evicted",
+        'Usage of EmptyDir volume "cache" exceeds the limit "1Mi".',
+        chain={Link.JOB: ChainState.FAILED},
+        explanation='exceeds the limit "1Mi".',
+    ),
+    "real-crash-loop": Expected(
+        S.QUEUED,
+        R.CRASH_LOOP,
+        False,
+        ((R.CRASH_LOOP, None),),
+        "CrashLoopBackOff",
+        "back-off 10s restarting failed container=trainer",
+        chain={Link.TRAINING: ChainState.BLOCKING},
+        explanation="Last exit code 1: CUDA error: an illegal memory access",
+    ),
+    # The device plugin stopped after the node counted its GPUs: the device manager's
+    # own words differ from what KWOK's stage typed ("requested number of devices
+    # unavailable"): both are UnexpectedAdmissionError.
+    "real-gpu-allocation-failed": Expected(
+        S.FAILED,
+        R.GPU_ALLOCATION_FAILED,
+        None,
+        ((R.GPU_ALLOCATION_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "UnexpectedAdmissionError",
+        "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices",
+        chain={Link.DEVICE_PLUGIN: ChainState.FAILED},
+    ),
     "real-config-error": Expected(
         S.QUEUED,
         R.CONTAINER_CONFIG_ERROR,
@@ -581,6 +623,7 @@ def test_state_reason_and_waitable(case: tuple[str, Diagnosis, Expected]) -> Non
     assert (d.link, d.actor) == (entry.link, entry.actor)
     assert d.explanation.startswith(entry.explanation)
     assert want.explanation in d.explanation
+    assert ". ." not in d.explanation
     assert d.action
 
 
