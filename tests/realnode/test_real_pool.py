@@ -117,7 +117,7 @@ def _pod(name: str, node: str, args: list[str]) -> dict[str, Any]:
     }
 
 
-def test_pods_on_different_nodes_talk_over_the_pod_network(
+def test_pods_on_different_nodes_talk_over_the_pod_network_and_exec_works(
     real_kube: Client, real_testbed: Testbed
 ):
     ns = f"pod-network-{uuid.uuid4().hex[:5]}"
@@ -145,6 +145,9 @@ def test_pods_on_different_nodes_talk_over_the_pod_network(
         60,
         what="the server Pod's IP",
     )
+    # The API server reaches the kubelet, which streams from containerd.
+    exec_out = kubectl(real_testbed, "exec", "-n", ns, "server", "--", "python", "-c", "print(6*7)")
+    assert exec_out.strip() == "42"
     fetch = (
         "import urllib.request, sys; "
         f"r = urllib.request.urlopen('http://{server_ip}:8000/', timeout=10); "
