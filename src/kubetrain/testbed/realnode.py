@@ -5,9 +5,11 @@ The arrangement (docs/testbed.md, "Real nodes", says why):
 * One mount namespace per node, made by `unshare` when its containerd starts; the
   kubelet and the device plugin join it with `nsenter`. The kubelet's
   device-plugin socket is fixed at /var/lib/kubelet/device-plugins/kubelet.sock
-  and its container-log links at /var/log/containers, whatever --root-dir says:
-  in each namespace both are bind mounts of the node's own directories, so two
-  kubelets (and their device plugins) do not meet there. Every other path is the
+  and its container-log links at /var/log/containers, whatever --root-dir says,
+  and containerd keeps shim sockets and runc state under /run/containerd and
+  Pod network namespaces under /run/netns: in each namespace those are bind
+  mounts of the node's own directories (NODE_BINDS), so two nodes do not meet
+  there and nothing is left on the host. Every other path is the
   node's own: containerd's root, state and socket, the kubelet's root-dir,
   podLogsDir and cgroupRoot.
 * Networking: one Linux bridge per testbed holding the gateway of the Pod
@@ -39,9 +41,16 @@ from kubetrain.testbed.pools import Pool
 
 GPU_RESOURCE = "nvidia.com/gpu"
 CGROUP_FS = Path("/sys/fs/cgroup")
-# The kubelet's fixed paths that each node's mount namespace replaces.
-DEVICE_PLUGIN_DIR = Path("/var/lib/kubelet/device-plugins")
-CONTAINER_LOGS_DIR = Path("/var/log/containers")
+# Fixed paths that each node's mount namespace replaces with a directory of its
+# own (host path -> the node's subdirectory): the kubelet's device-plugin socket
+# and container-log links, the network namespaces containerd pins for its Pods,
+# and containerd's shim sockets and runc's state.
+NODE_BINDS = {
+    Path("/var/lib/kubelet/device-plugins"): "device-plugins",
+    Path("/var/log/containers"): "container-logs",
+    Path("/run/netns"): "run/netns",
+    Path("/run/containerd"): "run/containerd",
+}
 # Pod networks tried in turn: the first not on an interface of this machine.
 _POD_NETWORKS = [f"10.{second}.0.0/16" for second in range(244, 252)]
 SYSTEM_PACKAGES = {
@@ -84,6 +93,8 @@ class Network:
         return str(base + 2), str(base + 254)
 
     def up(self, node_count: int) -> None:
+        # A bridge of this name is a crashed run's from the same state directory.
+        self.down()
         _ip("link", "add", self.bridge, "type", "bridge")
         prefix = ipaddress.ip_network(self.cidr).prefixlen
         _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
@@ -176,9 +187,8 @@ def to_dict(node: RealNode) -> dict[str, Any]:
 
 def write_configs(node: RealNode, network: Network, pki: Any, kubeconfig: Path) -> None:
     d = node.dir
-    for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", "container-logs"):
+    for sub in ("containerd", "cni/net.d", "cni/ipam", "kubelet", "pod-logs", *NODE_BINDS.values()):
         (d / sub).mkdir(parents=True, exist_ok=True)
-    (d / "device-plugins").mkdir(exist_ok=True)
     (d / "containerd" / "config.toml").write_text(_containerd_config(node))
     (d / "containerd" / "base-spec.json").write_text(json.dumps(_base_spec()))
     first, last = network.pod_range(node.index)
@@ -378,10 +388,12 @@ def remove_cgroups(node: RealNode) -> None:
 
 def containerd_argv(node: RealNode) -> list[str]:
     binary = shutil.which("containerd") or "containerd"
+    # Pairs of arguments (the node's directory, the fixed path), then containerd.
     script = (
-        'mount --bind "$1" "$2" && mount --bind "$3" "$4" && '
-        'exec "$5" --config "$6" --log-level warn'
+        'while [ "$#" -gt 2 ]; do mount --bind "$1" "$2" || exit 1; shift 2; done; '
+        'exec "$1" --config "$2" --log-level warn'
     )
+    binds = [str(arg) for host, sub in NODE_BINDS.items() for arg in (node.dir / sub, host)]
     return [
         "unshare",
         "--mount",
@@ -392,10 +404,7 @@ def containerd_argv(node: RealNode) -> list[str]:
         "-c",
         script,
         "node-namespace",
-        str(node.dir / "device-plugins"),
-        str(DEVICE_PLUGIN_DIR),
-        str(node.dir / "container-logs"),
-        str(CONTAINER_LOGS_DIR),
+        *binds,
         binary,
         str(node.dir / "containerd" / "config.toml"),
     ]
@@ -413,6 +422,8 @@ def kubelet_argv(node: RealNode, bin_dir: Path, kubeconfig: Path) -> list[str]:
         f"--config={node.dir / 'kubelet' / 'config.yaml'}",
         f"--kubeconfig={kubeconfig}",
         f"--root-dir={node.dir / 'kubelet'}",
+        # Its serving certificate; the default is /var/lib/kubelet/pki whatever --root-dir says.
+        f"--cert-dir={node.dir / 'kubelet' / 'pki'}",
         f"--hostname-override={node.name}",
         f"--node-ip={node.ip}",
         f"--node-labels={labels}",
@@ -459,8 +470,8 @@ def import_images(node: RealNode, images: list[Image]) -> None:
 
 def host_dirs() -> None:
     """The mount points each node's namespace binds over (empty on the host)."""
-    DEVICE_PLUGIN_DIR.mkdir(parents=True, exist_ok=True)
-    CONTAINER_LOGS_DIR.mkdir(parents=True, exist_ok=True)
+    for path in NODE_BINDS:
+        path.mkdir(parents=True, exist_ok=True)
 
 
 def kill_shims(node: RealNode) -> None:
