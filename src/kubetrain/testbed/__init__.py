@@ -1,7 +1,8 @@
 """A real local Kubernetes control plane for tests, benchmarks and the demo.
 
 etcd, kube-apiserver, kube-controller-manager and kube-scheduler run for real
-on loopback; KWOK plays the kubelets of fake GPU nodes declared in pool files.
+on loopback; KWOK plays the kubelets of fake GPU nodes declared in pool files,
+and `kind: real` groups run real kubelets with containerd on this machine.
 """
 
 import os
