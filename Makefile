@@ -24,8 +24,8 @@ system-packages:
 	if [ -n "$$missing" ]; then \
 	  sudo_=""; [ "$$(id -u)" -eq 0 ] || sudo_=sudo; \
 	  echo "installing Debian packages:$$missing"; \
-	  DEBIAN_FRONTEND=noninteractive $$sudo_ apt-get update -qq && \
-	  DEBIAN_FRONTEND=noninteractive $$sudo_ apt-get install -y -qq --no-install-recommends $$missing; \
+	  $$sudo_ env DEBIAN_FRONTEND=noninteractive apt-get update -qq && \
+	  $$sudo_ env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends $$missing; \
 	fi
 
 setup: $(STAMP)
