@@ -21,14 +21,19 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import KubetrainError
+from kubetrain.testbed import kueue as kueue_mod
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import processes
 from kubetrain.testbed.build import BINARIES, Binaries, installed
+from kubetrain.testbed.kueue_build import KueueBuild
+from kubetrain.testbed.kueue_build import installed as kueue_installed
 from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
 
 # Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SERVICE_CIDR = "10.96.0.0/12"
+# The API server's client identity towards aggregated APIs (Kueue's visibility API).
+_FRONT_PROXY = "front-proxy-client"
 POD_CIDR = "10.0.0.1/16"
 _ALWAYS_ALLOW = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
 
@@ -52,9 +57,14 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    # Kueue's servers (0 without --kueue).
+    kueue_webhook: int = 0
+    kueue_health: int = 0
+    kueue_metrics: int = 0
+    kueue_visibility: int = 0
 
     def named(self) -> dict[str, int]:
-        return {
+        named = {
             "etcd client": self.etcd_client,
             "etcd peer": self.etcd_peer,
             "kube-apiserver": self.apiserver,
@@ -62,6 +72,14 @@ class Ports:
             "kube-scheduler": self.scheduler,
             "kwok": self.kwok,
         }
+        if self.kueue_webhook:
+            named |= {
+                "kueue webhook": self.kueue_webhook,
+                "kueue health": self.kueue_health,
+                "kueue metrics": self.kueue_metrics,
+                "kueue visibility": self.kueue_visibility,
+            }
+        return named
 
 
 @dataclass
@@ -75,6 +93,18 @@ class State:
     ready_seconds: float | None = None
     # Seconds from the start of `up` to the end of each phase.
     phases: dict[str, float] = field(default_factory=dict)
+    # With --kueue: the directory of its build, and the address its visibility API
+    # listens on (None: no address the API server's aggregator may dial).
+    kueue_dir: str | None = None
+    kueue_visibility_address: str | None = None
+
+    def components(self) -> tuple[str, ...]:
+        return (*COMPONENTS, "kueue") if self.kueue_dir else COMPONENTS
+
+    def binary(self, component: str) -> Path:
+        if component == "kueue" and self.kueue_dir:
+            return KueueBuild(Path(self.kueue_dir)).binary
+        return Path(self.bin_dir) / component
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -126,6 +156,7 @@ class Testbed:
         pool: str = "default",
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
+        kueue: bool | KueueBuild = False,
     ) -> Testbed:
         """Write a fresh state directory (ports, PKI, kubeconfig); start nothing."""
         binaries = binaries or installed()
@@ -135,13 +166,19 @@ class Testbed:
                 f"testbed binaries missing in {binaries.directory} ({', '.join(missing)}): "
                 "run `kubetrain testbed build` (or `make testbed`) first"
             )
+        kueue_build = kueue_installed() if kueue is True else kueue or None
+        if kueue_build is not None and not kueue_build.complete():
+            raise TestbedError(
+                f"Kueue is not built in {kueue_build.directory}: "
+                "run `kubetrain testbed build` (or `make testbed`) first"
+            )
         testbed = cls(state_dir)
         if testbed.state_file.exists() and any(testbed.running().values()):
             raise TestbedError(
                 f"a testbed already runs from {testbed.state_dir}: "
                 "`kubetrain testbed down` it first, or pick another --name"
             )
-        free = processes.pick_free_ports(6)
+        free = processes.pick_free_ports(10 if kueue_build else 6)
         if apiserver_port is not None:
             processes.check_bindable(apiserver_port, "kube-apiserver")
             free[2] = apiserver_port
@@ -155,6 +192,8 @@ class Testbed:
             started_at=time.time(),
         )
         pki_mod.generate(testbed.pki.directory)
+        if kueue_build is not None:
+            testbed._prepare_kueue(state, kueue_build)
         pki_mod.write_kubeconfig(
             testbed.kubeconfig,
             testbed.pki,
@@ -172,11 +211,13 @@ class Testbed:
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
         timeout: float = 120.0,
+        kueue: bool | KueueBuild = False,
     ) -> Testbed:
-        """Start a testbed in `state_dir` and wait until its nodes are Ready."""
+        """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
+        `kueue`, until Kueue serves its webhooks and visibility API)."""
         began = time.monotonic()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
-        testbed = cls.prepare(state_dir, pool_spec.name, binaries, apiserver_port)
+        testbed = cls.prepare(state_dir, pool_spec.name, binaries, apiserver_port, kueue)
         state = testbed.state()
         phases: dict[str, float] = {"prepare": time.monotonic() - began}
         try:
@@ -184,10 +225,15 @@ class Testbed:
             # answers, which is faster than waiting for each in turn.
             for component in COMPONENTS:
                 testbed._start(component, state)
-            testbed._wait_ready(state, time.monotonic() + timeout)
+            testbed._wait_ready(state, time.monotonic() + timeout, only=COMPONENTS)
             phases["components_ready"] = time.monotonic() - began
+            if state.kueue_dir:
+                testbed._start_kueue(state, time.monotonic() + timeout)
             testbed.create_nodes(pool_spec)
             phases["nodes_created"] = time.monotonic() - began
+            if state.kueue_dir:
+                testbed._wait_kueue(state, time.monotonic() + timeout)
+                phases["kueue_ready"] = time.monotonic() - began
             testbed.wait_nodes_ready(pool_spec, time.monotonic() + timeout)
             phases["nodes_ready"] = time.monotonic() - began
         except BaseException:
@@ -203,10 +249,9 @@ class Testbed:
         stopped = []
         if self.state_file.exists():
             state = self.state()
-            bin_dir = Path(state.bin_dir)
-            for component in reversed(COMPONENTS):
+            for component in reversed(state.components()):
                 pid = state.pids.get(component)
-                if pid and processes.stop(pid, bin_dir / component):
+                if pid and processes.stop(pid, state.binary(component)):
                     stopped.append(component)
         if not keep_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -214,10 +259,9 @@ class Testbed:
 
     def running(self) -> dict[str, bool]:
         state = self.state()
-        bin_dir = Path(state.bin_dir)
         return {
-            c: bool(state.pids.get(c)) and processes.is_ours(state.pids[c], bin_dir / c)
-            for c in COMPONENTS
+            c: bool(state.pids.get(c)) and processes.is_ours(state.pids[c], state.binary(c))
+            for c in state.components()
         }
 
     def status(self) -> dict[str, Any]:
@@ -232,9 +276,19 @@ class Testbed:
             "phases": state.phases,
             "components": {
                 c: {"pid": state.pids.get(c), "running": alive[c], "log": str(self.log_path(c))}
-                for c in COMPONENTS
+                for c in state.components()
             },
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
+            **(
+                {
+                    "kueue": {
+                        "visibility_api": state.kueue_visibility_address is not None,
+                        "visibility_address": state.kueue_visibility_address,
+                    }
+                }
+                if state.kueue_dir
+                else {}
+            ),
         }
 
     def stop_component(self, component: str, timeout: float = 15.0) -> None:
@@ -243,7 +297,7 @@ class Testbed:
         state = self.state()
         pid = state.pids.get(component)
         if pid:
-            processes.stop(pid, Path(state.bin_dir) / component, timeout)
+            processes.stop(pid, state.binary(component), timeout)
 
     def start_component(
         self, component: str, timeout: float = 60.0, extra_args: Sequence[str] = ()
@@ -331,7 +385,10 @@ class Testbed:
                 f"--cert-dir={self.state_dir / 'apiserver-certs'}",
                 "--allow-privileged=true",
                 "--profiling=false",
+                *(self._aggregator_flags() if state.kueue_visibility_address else []),
             ]
+        if component == "kueue":
+            return kueue_mod.argv(state.binary("kueue"), self.state_dir, self.kubeconfig)
         common = [
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -381,6 +438,87 @@ class Testbed:
             ]
         raise TestbedError(f"unknown component {component!r}")
 
+    # -- Kueue -----------------------------------------------------------------------------
+
+    @property
+    def front_proxy_cert(self) -> Path:
+        return self.pki.directory / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_key(self) -> Path:
+        return self.pki.directory / "front-proxy-client.key"
+
+    def _prepare_kueue(self, state: State, build: KueueBuild) -> None:
+        """Kueue's certificate and configuration, and the API server's front-proxy client
+        certificate (the aggregator's identity towards the visibility API)."""
+        address = kueue_mod.host_address()
+        state.kueue_dir = str(build.directory)
+        state.kueue_visibility_address = address
+        p = state.ports
+        kueue_mod.write_certificates(self.pki, self.state_dir, address)
+        kueue_mod.write_configuration(
+            self.state_dir,
+            kueue_mod.configuration(
+                self.state_dir,
+                p.kueue_webhook,
+                p.kueue_health,
+                p.kueue_metrics,
+                p.kueue_visibility,
+                address,
+            ),
+        )
+        if address:
+            pki_mod.issue(
+                self.pki, self.front_proxy_cert, self.front_proxy_key, _FRONT_PROXY, client=True
+            )
+        state.save(self.state_file)
+
+    def _aggregator_flags(self) -> list[str]:
+        """The API server proxies the visibility API to Kueue: it dials the Service's
+        Endpoints (no kube-proxy here) as the front-proxy client."""
+        return [
+            "--enable-aggregator-routing=true",
+            f"--proxy-client-cert-file={self.front_proxy_cert}",
+            f"--proxy-client-key-file={self.front_proxy_key}",
+            f"--requestheader-client-ca-file={self.pki.ca_cert}",
+            f"--requestheader-allowed-names={_FRONT_PROXY}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        ]
+
+    def _start_kueue(self, state: State, deadline: float) -> None:
+        """Install Kueue's CRDs, webhooks and visibility APIService, then start it."""
+        assert state.kueue_dir
+        visibility = None
+        if state.kueue_visibility_address:
+            visibility = (state.kueue_visibility_address, state.ports.kueue_visibility)
+        kueue_mod.install(
+            self.kubeconfig,
+            KueueBuild(Path(state.kueue_dir)),
+            self.pki,
+            state.ports.kueue_webhook,
+            visibility,
+            deadline,
+        )
+        self._start("kueue", state)
+
+    def _wait_kueue(self, state: State, deadline: float) -> None:
+        """Until Kueue's webhooks answer (its readyz) and the aggregator reports the
+        visibility API available: before that a Job create would be refused."""
+        self._wait_ready(state, deadline, only="kueue")
+        while state.kueue_visibility_address:
+            if kueue_mod.visibility_available(self.kubeconfig):
+                return
+            self._check_alive(state, ["kueue"])
+            if time.monotonic() > deadline:
+                raise TestbedError(
+                    "Kueue's visibility API is not available before the timeout; "
+                    f"see {self.log_path('kueue')} and the APIService "
+                    "v1beta2.visibility.kueue.x-k8s.io"
+                )
+            time.sleep(0.2)
+
     def _start(self, component: str, state: State, extra_args: Sequence[str] = ()) -> None:
         argv = [*self._argv(component, state), *extra_args]
         pid = processes.start(component, argv, self.log_path(component), self.state_dir)
@@ -409,11 +547,14 @@ class Testbed:
                 f"https://127.0.0.1:{p.scheduler}/healthz", insecure
             ),
             "kwok": lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
+            "kueue": lambda: processes.http_ok(f"http://127.0.0.1:{p.kueue_health}/readyz"),
         }
 
-    def _wait_ready(self, state: State, deadline: float, only: str | None = None) -> None:
+    def _wait_ready(
+        self, state: State, deadline: float, only: str | Sequence[str] | None = None
+    ) -> None:
         probes = self._probes(state)
-        pending = [only] if only else list(COMPONENTS)
+        pending = [only] if isinstance(only, str) else list(only or state.components())
         while pending:
             self._check_alive(state, pending)
             pending = [c for c in pending if not probes[c]()]
@@ -427,13 +568,12 @@ class Testbed:
             time.sleep(0.1)
 
     def _check_alive(self, state: State, components: list[str] | None = None) -> None:
-        bin_dir = Path(state.bin_dir)
-        for component in components or list(COMPONENTS):
+        for component in components or list(state.components()):
             pid = state.pids.get(component)
             if pid is None:
                 continue
             processes.reap(pid)
-            if processes.is_ours(pid, bin_dir / component):
+            if processes.is_ours(pid, state.binary(component)):
                 continue
             tail = processes.log_tail(self.log_path(component))
             if "address already in use" in tail:
