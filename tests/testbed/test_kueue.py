@@ -8,6 +8,8 @@ one node) with a LocalQueue in the test's namespace.
 from __future__ import annotations
 
 import json
+import ssl
+import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -93,6 +95,13 @@ def why(kube: Client, ns: str, name: str) -> Diagnosis:
     return diagnose(facts, dump.for_job(name, ns), datetime.now(UTC))
 
 
+def get_raw(bed: Testbed, path: str) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(bed.pki.ca_cert))
+    context.load_cert_chain(str(bed.pki.admin_cert), str(bed.pki.admin_key))
+    with urllib.request.urlopen(bed.server + path, context=context, timeout=10) as resp:  # noqa: S310
+        return dict(json.load(resp))
+
+
 def running(kube: Client, ns: str, name: str) -> bool:
     pods = kube.list(Pod, namespace=ns, labels={"job-name": name})
     return any(p.status and p.status.phase == "Running" for p in pods)
@@ -127,15 +136,13 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
 
     # The visibility API, through the API server's aggregator: the second job is first
     # in line (position 0) behind the admitted one.
-    raw = kk._client.request(
-        "get",
-        "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/gpus/pendingworkloads",
-    )
-    pending_workloads = json.loads(raw.text)["items"]
-    assert [(w["namespace"], w["positionInClusterQueue"]) for w in pending_workloads] == [
-        (queue_ns, 0)
-    ]
-    assert pending_workloads[0]["ownerReferences"][0]["name"] == second
+    pending_workloads = get_raw(
+        kueue_bed, "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/gpus/pendingworkloads"
+    )["items"]
+    assert [
+        (w["metadata"]["namespace"], w["positionInClusterQueue"]) for w in pending_workloads
+    ] == [(queue_ns, 0)]
+    assert pending_workloads[0]["metadata"]["ownerReferences"][0]["name"] == second
 
     big = submit(kk, queue_ns, "big", 16)
 
@@ -159,7 +166,8 @@ def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: s
     eventually(lambda: running(kk, queue_ns, high), 90, what="the high-priority job to run")
     d = why(kk, queue_ns, low)
     assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.WAITING_FOR_QUOTA)
-    assert d.raw_reason in ("Preempted", "InClusterQueue")
+    assert d.raw_reason == "Preempted"
+    assert "The queue preempted the job (InClusterQueue)" in d.explanation
     job = kk.get(Job, low, namespace=queue_ns)
     assert job.spec is not None
     assert job.spec.suspend is True

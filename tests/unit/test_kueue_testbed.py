@@ -31,15 +31,15 @@ FIB_TRIE = """Main:
 """
 
 
-def test_the_visibility_address_is_the_first_local_address_endpoints_accept(
+def test_without_a_default_route_the_first_local_address_endpoints_accept_is_taken(
     tmp_path: Path,
 ) -> None:
     trie = tmp_path / "fib_trie"
     trie.write_text(FIB_TRIE)
-    assert kueue.host_address(trie) == "192.0.2.2"
+    assert kueue.local_address(trie) == "192.0.2.2"
     trie.write_text(FIB_TRIE.split("     +-- 192.0.2.0/24")[0])
-    assert kueue.host_address(trie) is None  # loopback and link-local only
-    assert kueue.host_address(tmp_path / "absent") is None
+    assert kueue.local_address(trie) is None  # loopback and link-local only
+    assert kueue.local_address(tmp_path / "absent") is None
 
 
 def _manifests(tmp_path: Path) -> kueue_build.KueueBuild:

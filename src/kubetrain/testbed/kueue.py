@@ -12,16 +12,18 @@ CRDs, webhooks and visibility API, wired for a control plane on loopback.
 * The visibility API (pending workloads and their positions) is an aggregated API. An
   APIService must name a Service; with `--enable-aggregator-routing` the API server dials
   the Service's Endpoints, and Endpoints refuse loopback addresses. So Kueue's visibility
-  server listens on this machine's first non-loopback IPv4 address, which the Endpoints
-  name. A machine with no such address runs Kueue without the visibility API (said in
-  `testbed status`).
+  server listens on this machine's own non-loopback IPv4 address (the default route's
+  source), which the Endpoints name. A machine with no such address runs Kueue without
+  the visibility API (said in `testbed status`).
 """
 
 from __future__ import annotations
 
 import base64
+import contextlib
 import copy
 import ipaddress
+import socket
 import time
 from collections.abc import Iterator
 from itertools import pairwise
@@ -45,23 +47,38 @@ PODS_READY_TIMEOUT = "5m"
 
 
 def host_address(fib_trie: Path = Path("/proc/net/fib_trie")) -> str | None:
-    """This machine's first local IPv4 address that Endpoints accept (not loopback, not
-    link-local), or None."""
+    """A local IPv4 address that Endpoints accept (not loopback, not link-local), or None:
+    the source address of the default route, which lasts as long as the machine's network
+    (a bridge another testbed made may vanish with it); else the first in the kernel's
+    table of local addresses."""
+    with contextlib.suppress(OSError), socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as probe:
+        # A UDP connect sends nothing: the kernel only picks the route and source address.
+        probe.connect(("198.51.100.1", 9))  # TEST-NET-2: routed by the default route only
+        if _acceptable(address := probe.getsockname()[0]):
+            return str(address)
+    return local_address(fib_trie)
+
+
+def local_address(fib_trie: Path) -> str | None:
+    """The first acceptable address in the kernel's table of local addresses."""
     try:
         lines = fib_trie.read_text().splitlines()
     except OSError:
         return None
-    found: list[str] = []
     for previous, line in pairwise(lines):
         if line.strip() == "/32 host LOCAL":
             address = previous.strip().removeprefix("|-- ").removeprefix("+-- ")
-            try:
-                ip = ipaddress.IPv4Address(address)
-            except ValueError:
-                continue
-            if not (ip.is_loopback or ip.is_link_local or ip.is_unspecified):
-                found.append(str(ip))
-    return found[0] if found else None
+            if _acceptable(address):
+                return address
+    return None
+
+
+def _acceptable(address: str) -> bool:
+    try:
+        ip = ipaddress.IPv4Address(address)
+    except ValueError:
+        return False
+    return not (ip.is_loopback or ip.is_link_local or ip.is_unspecified)
 
 
 def directory(state_dir: Path) -> Path:
