@@ -21,6 +21,9 @@ the environment, the config file, the default.
                                      the usual add-ons' namespaces, domain/projects.py);
                                      kubetrain's own namespace in a cluster is always
                                      reserved
+    KUBETRAIN_QUEUES         server  JSON project -> Kueue LocalQueue of its namespace: the
+                                     queue of the project's jobs whose spec names none
+                                     (no entry, no spec.queue: the Job is not queued)
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
@@ -40,6 +43,7 @@ side and the same names in lower case without the prefix:
     [server]
     database_url = "postgresql://kubetrain@db/kubetrain"
     namespaces = {ai-training = "team-ai"}
+    queues = {ai-training = "team-ai-gpus"}
 
     [client]
     url = "https://kubetrain.example"
@@ -181,6 +185,7 @@ class ServerSettings(_Settings):
     # allowed pattern and no reserved one; reserved wins.
     allowed_namespaces: list[str] = ["*"]
     reserved_namespaces: list[str] = list(DEFAULT_RESERVED_NAMESPACES)
+    queues: dict[str, str] = {}
     status_url: str | None = None
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
@@ -206,7 +211,18 @@ class ServerSettings(_Settings):
             gpu_resource=self.gpu_resource,
             accelerator_label=self.accelerator_label,
             status_url=self.status_url,
+            default_queues=tuple(
+                (namespace, queue)
+                for project, queue in sorted(self.queues.items())
+                if (namespace := self._open_namespace(project)) is not None
+            ),
         )
+
+    def _open_namespace(self, project: str) -> str | None:
+        try:
+            return self.namespace_for(project)
+        except ValueError:
+            return None
 
     def namespace_for(self, project: str) -> str:
         """The namespace a project's Jobs run in; ValueError if that is no DNS label

@@ -43,7 +43,7 @@ def test_too_old_go_says_which_version_is_needed(tmp_path: Path):
 
 
 def test_cache_hit_builds_nothing(tmp_path: Path):
-    from kubetrain.testbed import build
+    from kubetrain.testbed import build, kueue_build
 
     os.environ["KUBETRAIN_CACHE_DIR"] = str(tmp_path / "cache")
     try:
@@ -53,6 +53,13 @@ def test_cache_hit_builds_nothing(tmp_path: Path):
         for name in build.BINARIES:
             (target.directory / name).write_text("#!/bin/sh\n")
             (target.directory / name).chmod(0o755)
+        # `testbed build` builds Kueue too: cached as well.
+        kueue = kueue_build.installed()
+        kueue.binary.parent.mkdir(parents=True)
+        kueue.binary.write_text("#!/bin/sh\n")
+        kueue.binary.chmod(0o755)
+        kueue.manifests.mkdir()
+        (kueue.manifests / "done").write_text("v0\n")
     finally:
         del os.environ["KUBETRAIN_CACHE_DIR"]
     # No `go` on PATH: a cache hit must not need it.

@@ -36,7 +36,11 @@ def feed(cache: ClusterCache, name: str, job_id: str) -> list[dict[str, Any]]:
         ):  # PVs, StorageClasses: dumps have them, the cache watches none
             continue
         if item["kind"] in ("Job", "Pod"):
-            item["metadata"].setdefault("labels", {})["kubetrain.io/job-id"] = job_id
+            labels = item["metadata"].setdefault("labels", {})
+            # Kueue's fixtures hold other Jobs of the queue: each Job its own id.
+            owner = item["metadata"]["name"] if item["kind"] == "Job" else labels.get("job-name")
+            others = owner not in (None, f"kt-{name}")
+            labels["kubetrain.io/job-id"] = f"{job_id}-{owner}" if others else job_id
             item["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "kubetrain"
         reflector = cache.reflectors[RESOURCE[item["kind"]]]
         reflector.items[item["metadata"]["uid"]] = item

@@ -219,6 +219,50 @@ def test_priority_class_is_passed_only_when_given():
     assert "priorityClassName" not in pod(render(base()))
 
 
+# -- Kueue ------------------------------------------------------------------------------------
+
+
+def test_a_job_without_a_queue_is_not_queued():
+    rendered = render(full())
+    assert m.LABEL_QUEUE not in rendered["metadata"]["labels"]
+    assert "suspend" not in rendered["spec"]
+
+
+def test_spec_queue_labels_the_job_and_creates_it_suspended_as_kueue_expects():
+    rendered = render(with_spec(queue="team-gpus"))
+    assert rendered["metadata"]["labels"][m.LABEL_QUEUE] == "team-gpus"
+    assert rendered["spec"]["suspend"] is True
+    # Kueue reads the Job's labels; the Pods carry only kubetrain's.
+    assert m.LABEL_QUEUE not in rendered["spec"]["template"]["metadata"]["labels"]
+
+
+def test_the_namespaces_default_queue_applies_when_the_spec_names_none():
+    options = m.RenderOptions(default_queues=(("ai-training", "team-default"), ("other", "x")))
+    assert render(base(), options)["metadata"]["labels"][m.LABEL_QUEUE] == "team-default"
+    chosen = render(with_spec(queue="team-gpus"), options)
+    assert chosen["metadata"]["labels"][m.LABEL_QUEUE] == "team-gpus"
+    other = m.RenderOptions(default_queues=(("other", "x"),))
+    assert m.LABEL_QUEUE not in render(base(), other)["metadata"]["labels"]
+
+
+def test_through_a_queue_the_priority_class_is_kueues_workload_priority_class():
+    data = full()
+    data["spec"]["queue"] = "team-gpus"
+    rendered = render(data)
+    assert rendered["metadata"]["labels"][m.LABEL_WORKLOAD_PRIORITY] == "batch-normal"
+    assert "priorityClassName" not in pod(rendered)
+
+
+def test_a_queue_name_must_be_a_dns_label():
+    with pytest.raises(ValueError, match=r"spec\.queue"):
+        job(with_spec(queue="Team_GPUs"))
+
+
+def test_a_default_queue_must_be_a_dns_label():
+    with pytest.raises(ValueError, match="default queue of namespace 'ai-training'"):
+        m.RenderOptions(default_queues=(("ai-training", "Bad Queue"),))
+
+
 # -- resources --------------------------------------------------------------------------------
 
 

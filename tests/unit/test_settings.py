@@ -83,6 +83,22 @@ def test_render_options_are_checked_when_loaded() -> None:
         ServerSettings(gpu_resource="gpu")
 
 
+def test_a_projects_default_queue_is_rendered_for_its_namespace(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    write_config(
+        monkeypatch,
+        tmp_path,
+        '[server]\nnamespaces = {ai-training = "team-ai"}\n'
+        'queues = {ai-training = "team-ai-gpus", kube-system = "q"}\n',
+    )
+    options = ServerSettings().render_options()
+    # A project whose namespace is closed (reserved) gets no queue: it has no jobs.
+    assert options.default_queues == (("team-ai", "team-ai-gpus"),)
+    with pytest.raises(ValidationError, match="default queue"):
+        ServerSettings(queues={"ai-training": "Not A Queue"})
+
+
 def test_a_typo_in_the_file_is_an_error(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
     write_config(monkeypatch, tmp_path, '[client]\nprojekt = "x"\n')
     with pytest.raises(ValidationError, match="projekt"):

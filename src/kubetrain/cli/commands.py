@@ -60,8 +60,13 @@ def _testbed(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
             )
         return verb
 
-    b = add("build", "build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok")
+    b = add(
+        "build", "build etcd, kube-apiserver, kube-controller-manager, kube-scheduler, kwok, kueue"
+    )
     b.add_argument("--force", action="store_true", help="rebuild even when cached")
+    b.add_argument(
+        "--without-kueue", action="store_true", help="skip Kueue (needed only by `up --kueue`)"
+    )
     b.add_argument("--print-dir", action="store_true", help="print the binaries' directory")
     b.set_defaults(func=_lazy("testbed", "_build"))
     u = add("up", "start a testbed and wait until its nodes are Ready")
@@ -72,6 +77,11 @@ def _testbed(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     )
     u.add_argument("--apiserver-port", type=int, help="fixed kube-apiserver port (default: free)")
     u.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for Ready")
+    u.add_argument(
+        "--kueue",
+        action="store_true",
+        help="also run Kueue (its CRDs, webhooks and visibility API; jobs queue through it)",
+    )
     u.set_defaults(func=_lazy("testbed", "_up"))
     d = add("down", "stop the testbed's processes and remove its state")
     d.add_argument("--keep", action="store_true", help="keep the state directory")

@@ -8,7 +8,7 @@ import os
 import shlex
 
 from kubetrain.testbed import build as build_mod
-from kubetrain.testbed import state_root
+from kubetrain.testbed import kueue_build, state_root
 from kubetrain.testbed.cluster import Testbed, TestbedError, node_table
 
 
@@ -18,8 +18,12 @@ def _testbed(args: argparse.Namespace) -> Testbed:
 
 def _build(args: argparse.Namespace) -> int:
     binaries = build_mod.build(force=args.force, log=not args.print_dir)
+    if not args.without_kueue:
+        kueue = kueue_build.build(force=args.force, log=not args.print_dir)
     if args.print_dir:
         print(binaries.directory)
+        if not args.without_kueue:
+            print(kueue.directory)
     return 0
 
 
@@ -29,6 +33,7 @@ def _up(args: argparse.Namespace) -> int:
         pool=args.pool,
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
+        kueue=args.kueue,
     )
     status = testbed.status()
     print(

@@ -33,6 +33,12 @@ What the Job carries, and why:
   for the GPUs while the old one still holds them.
 * `activeDeadlineSeconds` from maxRuntime. Kubernetes counts it from the Job's
   start, which includes the time its Pod waits for a node.
+* With a Kueue LocalQueue (`spec.queue`, else the namespace's default queue in
+  `RenderOptions.default_queues`): the `kueue.x-k8s.io/queue-name` label and
+  `suspend: true`, as Kueue expects; Kueue unsuspends the Job when it admits it.
+  Its `priorityClass` is then a WorkloadPriorityClass (label
+  `kueue.x-k8s.io/priority-class`), not the Pod's priorityClassName: Kueue orders
+  and preempts workloads, and a PriorityClass of that name need not exist.
 * No service account token and no service links: training talks to the status
   URL, not to the Kubernetes API, and service variables could shadow the
   user's.
@@ -91,6 +97,8 @@ __all__ = [
     "LABEL_MANAGED_BY",
     "LABEL_NAME",
     "LABEL_PROJECT",
+    "LABEL_QUEUE",
+    "LABEL_WORKLOAD_PRIORITY",
     "MANAGED_BY",
     "MASTER_PORT",
     "MAX_JOB_ID_LENGTH",
@@ -128,6 +136,8 @@ LABEL_JOB_ID = "kubetrain.io/job-id"
 LABEL_PROJECT = "kubetrain.io/project"
 LABEL_NAME = "kubetrain.io/name"
 LABEL_MANAGED_BY = "app.kubernetes.io/managed-by"
+LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
+LABEL_WORKLOAD_PRIORITY = "kueue.x-k8s.io/priority-class"
 MANAGED_BY = "kubetrain"
 # The digest of the spec the Job was rendered from: an AlreadyExists Job with
 # our job-id and this digest is the one we meant to create.
@@ -195,6 +205,9 @@ class RenderOptions:
     status_url: str | None = None
     # Added to the cache size for ephemeral-storage: logs and the writable layer.
     ephemeral_headroom: str = "2Gi"
+    # (namespace, Kueue LocalQueue) pairs: the queue of a job in that namespace
+    # whose spec names none.
+    default_queues: tuple[tuple[str, str], ...] = ()
 
     def __post_init__(self) -> None:
         if "/" not in self.gpu_resource or names.qualified_name_problem(self.gpu_resource):
@@ -212,6 +225,12 @@ class RenderOptions:
             raise ValueError(f"ephemeral_headroom: {exc}") from None
         if headroom < 0 or headroom % 1 != 0:
             raise ValueError("ephemeral_headroom must be a whole, non-negative number of bytes")
+        for namespace, queue in self.default_queues:
+            if problem := names.dns1123_label_problem(queue):
+                raise ValueError(f"default queue of namespace {namespace!r}: {problem}")
+
+    def queue_for(self, namespace: str) -> str | None:
+        return dict(self.default_queues).get(namespace)
 
 
 DEFAULT_RENDER_OPTIONS = RenderOptions()
@@ -356,6 +375,14 @@ def render_job(
         LABEL_NAME: job.metadata.name,
         LABEL_MANAGED_BY: MANAGED_BY,
     }
+    queue = spec.queue or options.queue_for(namespace)
+    kueue_labels: dict[str, str] = {}
+    if queue is not None:
+        kueue_labels[LABEL_QUEUE] = queue
+        if spec.priority_class is not None:
+            if problem := names.label_value_problem(spec.priority_class):
+                raise ValueError(f"priorityClass as a Kueue label value: {problem}")
+            kueue_labels[LABEL_WORKLOAD_PRIORITY] = spec.priority_class
 
     requests: dict[str, str] = {
         "cpu": canonical_cpu(res.requests.cpu),
@@ -463,7 +490,7 @@ def render_job(
         "automountServiceAccountToken": False,
         "enableServiceLinks": False,
     }
-    if spec.priority_class is not None:
+    if spec.priority_class is not None and queue is None:
         pod["priorityClassName"] = spec.priority_class
     if res.gpu_type is not None:
         pod["nodeSelector"] = {options.accelerator_label: res.gpu_type}
@@ -488,6 +515,8 @@ def render_job(
         job_spec["completionMode"] = "Indexed"
         job_spec["completions"] = spec.workers
         job_spec["parallelism"] = spec.workers
+    if queue is not None:
+        job_spec["suspend"] = True
     if spec.max_runtime is not None:
         job_spec["activeDeadlineSeconds"] = duration_seconds(spec.max_runtime)
     job_spec["podReplacementPolicy"] = "Failed"
@@ -500,7 +529,7 @@ def render_job(
         "metadata": {
             "name": name,
             "namespace": namespace,
-            "labels": dict(ours),
+            "labels": {**ours, **kueue_labels},
             "annotations": {ANNOTATION_SPEC_DIGEST: spec_digest(job)},
         },
         "spec": job_spec,

@@ -22,16 +22,21 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import KubetrainError
+from kubetrain.testbed import kueue as kueue_mod
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import processes
 from kubetrain.testbed import realnode as real
 from kubetrain.testbed.build import BINARIES, Binaries, installed
 from kubetrain.testbed.images import build_images
+from kubetrain.testbed.kueue_build import KueueBuild
+from kubetrain.testbed.kueue_build import installed as kueue_installed
 from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
 
 # Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
 SERVICE_CIDR = "10.96.0.0/12"
+# The API server's client identity towards aggregated APIs (Kueue's visibility API).
+_FRONT_PROXY = "front-proxy-client"
 POD_CIDR = "10.0.0.1/16"
 _ALWAYS_ALLOW = "--authorization-always-allow-paths=/healthz,/readyz,/livez,/metrics"
 
@@ -55,9 +60,14 @@ class Ports:
     controller_manager: int
     scheduler: int
     kwok: int
+    # Kueue's servers (0 without --kueue).
+    kueue_webhook: int = 0
+    kueue_health: int = 0
+    kueue_metrics: int = 0
+    kueue_visibility: int = 0
 
     def named(self) -> dict[str, int]:
-        return {
+        named = {
             "etcd client": self.etcd_client,
             "etcd peer": self.etcd_peer,
             "kube-apiserver": self.apiserver,
@@ -65,6 +75,14 @@ class Ports:
             "kube-scheduler": self.scheduler,
             "kwok": self.kwok,
         }
+        if self.kueue_webhook:
+            named |= {
+                "kueue webhook": self.kueue_webhook,
+                "kueue health": self.kueue_health,
+                "kueue metrics": self.kueue_metrics,
+                "kueue visibility": self.kueue_visibility,
+            }
+        return named
 
 
 @dataclass
@@ -81,6 +99,10 @@ class State:
     # Real nodes (kind: real groups) and the bridge their Pods share.
     network: real.Network | None = None
     real_nodes: list[real.RealNode] = field(default_factory=list)
+    # With --kueue: the directory of its build, and the address its visibility API
+    # listens on (None: no address the API server's aggregator may dial).
+    kueue_dir: str | None = None
+    kueue_visibility_address: str | None = None
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -96,6 +118,8 @@ class State:
         is ours only while it runs that binary): start order."""
         bin_dir = Path(self.bin_dir)
         named = {c: bin_dir / c for c in COMPONENTS}
+        if self.kueue_dir:
+            named["kueue"] = KueueBuild(Path(self.kueue_dir)).binary
         containerd = Path(shutil.which("containerd") or "/usr/bin/containerd")
         if self.network is not None:
             named["coredns"] = bin_dir / "coredns"
@@ -150,6 +174,7 @@ class Testbed:
         pool: str | Pool = "default",
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
+        kueue: bool | KueueBuild = False,
     ) -> Testbed:
         """Write a fresh state directory (ports, PKI, kubeconfig); start nothing."""
         binaries = binaries or installed()
@@ -157,6 +182,12 @@ class Testbed:
             missing = [n for n in BINARIES if not os.access(binaries.path(n), os.X_OK)]
             raise TestbedError(
                 f"testbed binaries missing in {binaries.directory} ({', '.join(missing)}): "
+                "run `kubetrain testbed build` (or `make testbed`) first"
+            )
+        kueue_build = kueue_installed() if kueue is True else kueue or None
+        if kueue_build is not None and not kueue_build.complete():
+            raise TestbedError(
+                f"Kueue is not built in {kueue_build.directory}: "
                 "run `kubetrain testbed build` (or `make testbed`) first"
             )
         testbed = cls(state_dir)
@@ -169,7 +200,7 @@ class Testbed:
         real_groups = pool.real_groups() if isinstance(pool, Pool) else []
         if real_groups:
             real.check_system()
-        free = processes.pick_free_ports(6)
+        free = processes.pick_free_ports(10 if kueue_build else 6)
         if apiserver_port is not None:
             processes.check_bindable(apiserver_port, "kube-apiserver")
             free[2] = apiserver_port
@@ -183,6 +214,8 @@ class Testbed:
             started_at=time.time(),
         )
         pki_mod.generate(testbed.pki.directory)
+        if kueue_build is not None:
+            testbed._prepare_kueue(state, kueue_build)
         pki_mod.write_kubeconfig(
             testbed.kubeconfig,
             testbed.pki,
@@ -206,11 +239,13 @@ class Testbed:
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
         timeout: float = 120.0,
+        kueue: bool | KueueBuild = False,
     ) -> Testbed:
-        """Start a testbed in `state_dir` and wait until its nodes are Ready."""
+        """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
+        `kueue`, until Kueue serves its webhooks and visibility API)."""
         began = time.monotonic()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
-        testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port)
+        testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port, kueue)
         state = testbed.state()
         phases: dict[str, float] = {"prepare": time.monotonic() - began}
         try:
@@ -221,10 +256,15 @@ class Testbed:
             if state.real_nodes:
                 testbed._start_real_nodes(state, time.monotonic() + timeout)
                 phases["real_nodes_started"] = time.monotonic() - began
-            testbed._wait_ready(state, time.monotonic() + timeout)
+            testbed._wait_ready(state, time.monotonic() + timeout, only=COMPONENTS)
             phases["components_ready"] = time.monotonic() - began
+            if state.kueue_dir:
+                testbed._start_kueue(state, time.monotonic() + timeout)
             testbed.create_nodes(pool_spec)
             phases["nodes_created"] = time.monotonic() - began
+            if state.kueue_dir:
+                testbed._wait_kueue(state, time.monotonic() + timeout)
+                phases["kueue_ready"] = time.monotonic() - began
             testbed.wait_nodes_ready(pool_spec, time.monotonic() + timeout)
             phases["nodes_ready"] = time.monotonic() - began
         except BaseException:
@@ -243,7 +283,7 @@ class Testbed:
             stopped += self._stop_real_nodes(state)
             for component, binary in reversed(state.components().items()):
                 pid = state.pids.get(component)
-                if component in COMPONENTS and pid and processes.stop(pid, binary):
+                if component in (*COMPONENTS, "kueue") and pid and processes.stop(pid, binary):
                     stopped.append(component)
         if not keep_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -271,6 +311,16 @@ class Testbed:
                 for c in state.components()
             },
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
+            **(
+                {
+                    "kueue": {
+                        "visibility_api": state.kueue_visibility_address is not None,
+                        "visibility_address": state.kueue_visibility_address,
+                    }
+                }
+                if state.kueue_dir
+                else {}
+            ),
         }
 
     def stop_component(self, component: str, timeout: float = 15.0) -> None:
@@ -279,7 +329,7 @@ class Testbed:
         state = self.state()
         pid = state.pids.get(component)
         if pid:
-            processes.stop(pid, Path(state.bin_dir) / component, timeout)
+            processes.stop(pid, state.components()[component], timeout)
 
     def start_component(
         self, component: str, timeout: float = 60.0, extra_args: Sequence[str] = ()
@@ -400,7 +450,10 @@ class Testbed:
                 "--kubelet-preferred-address-types=InternalIP",
                 f"--kubelet-client-certificate={k.admin_cert}",
                 f"--kubelet-client-key={k.admin_key}",
+                *(self._aggregator_flags() if state.kueue_visibility_address else []),
             ]
+        if component == "kueue":
+            return kueue_mod.argv(state.components()["kueue"], self.state_dir, self.kubeconfig)
         common = [
             f"--kubeconfig={kubeconfig}",
             f"--authentication-kubeconfig={kubeconfig}",
@@ -449,6 +502,87 @@ class Testbed:
                 f"--server-address=127.0.0.1:{p.kwok}",
             ]
         raise TestbedError(f"unknown component {component!r}")
+
+    # -- Kueue -----------------------------------------------------------------------------
+
+    @property
+    def front_proxy_cert(self) -> Path:
+        return self.pki.directory / "front-proxy-client.crt"
+
+    @property
+    def front_proxy_key(self) -> Path:
+        return self.pki.directory / "front-proxy-client.key"
+
+    def _prepare_kueue(self, state: State, build: KueueBuild) -> None:
+        """Kueue's certificate and configuration, and the API server's front-proxy client
+        certificate (the aggregator's identity towards the visibility API)."""
+        address = kueue_mod.host_address()
+        state.kueue_dir = str(build.directory)
+        state.kueue_visibility_address = address
+        p = state.ports
+        kueue_mod.write_certificates(self.pki, self.state_dir, address)
+        kueue_mod.write_configuration(
+            self.state_dir,
+            kueue_mod.configuration(
+                self.state_dir,
+                p.kueue_webhook,
+                p.kueue_health,
+                p.kueue_metrics,
+                p.kueue_visibility,
+                address,
+            ),
+        )
+        if address:
+            pki_mod.issue(
+                self.pki, self.front_proxy_cert, self.front_proxy_key, _FRONT_PROXY, client=True
+            )
+        state.save(self.state_file)
+
+    def _aggregator_flags(self) -> list[str]:
+        """The API server proxies the visibility API to Kueue: it dials the Service's
+        Endpoints (no kube-proxy here) as the front-proxy client."""
+        return [
+            "--enable-aggregator-routing=true",
+            f"--proxy-client-cert-file={self.front_proxy_cert}",
+            f"--proxy-client-key-file={self.front_proxy_key}",
+            f"--requestheader-client-ca-file={self.pki.ca_cert}",
+            f"--requestheader-allowed-names={_FRONT_PROXY}",
+            "--requestheader-username-headers=X-Remote-User",
+            "--requestheader-group-headers=X-Remote-Group",
+            "--requestheader-extra-headers-prefix=X-Remote-Extra-",
+        ]
+
+    def _start_kueue(self, state: State, deadline: float) -> None:
+        """Install Kueue's CRDs, webhooks and visibility APIService, then start it."""
+        assert state.kueue_dir
+        visibility = None
+        if state.kueue_visibility_address:
+            visibility = (state.kueue_visibility_address, state.ports.kueue_visibility)
+        kueue_mod.install(
+            self.kubeconfig,
+            KueueBuild(Path(state.kueue_dir)),
+            self.pki,
+            state.ports.kueue_webhook,
+            visibility,
+            deadline,
+        )
+        self._start("kueue", state)
+
+    def _wait_kueue(self, state: State, deadline: float) -> None:
+        """Until Kueue's webhooks answer (its readyz) and the aggregator reports the
+        visibility API available: before that a Job create would be refused."""
+        self._wait_ready(state, deadline, only="kueue")
+        while state.kueue_visibility_address:
+            if kueue_mod.visibility_available(self.kubeconfig):
+                return
+            self._check_alive(state, ["kueue"])
+            if time.monotonic() > deadline:
+                raise TestbedError(
+                    "Kueue's visibility API is not available before the timeout; "
+                    f"see {self.log_path('kueue')} and the APIService "
+                    "v1beta2.visibility.kueue.x-k8s.io"
+                )
+            time.sleep(0.2)
 
     def _start(self, component: str, state: State, extra_args: Sequence[str] = ()) -> None:
         argv = [*self._argv(component, state), *extra_args]
@@ -547,11 +681,14 @@ class Testbed:
                 f"https://127.0.0.1:{p.scheduler}/healthz", insecure
             ),
             "kwok": lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
+            "kueue": lambda: processes.http_ok(f"http://127.0.0.1:{p.kueue_health}/readyz"),
         }
 
-    def _wait_ready(self, state: State, deadline: float, only: str | None = None) -> None:
+    def _wait_ready(
+        self, state: State, deadline: float, only: str | Sequence[str] | None = None
+    ) -> None:
         probes = self._probes(state)
-        pending = [only] if only else list(COMPONENTS)
+        pending = [only] if isinstance(only, str) else list(only or state.components())
         while pending:
             self._check_alive(state, pending)
             pending = [c for c in pending if not probes[c]()]

@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import datetime as dt
 import ipaddress
+from collections.abc import Sequence
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import yaml
@@ -119,36 +121,12 @@ def generate(directory: Path, now: dt.datetime | None = None) -> Pki:
     _write_key(pki.ca_key, ca_key)
     pki.ca_cert.write_bytes(ca.public_bytes(serialization.Encoding.PEM))
 
-    def leaf(
-        subject: x509.Name,
-        usage: x509.ObjectIdentifier,
-        sans: list[x509.GeneralName],
-        cert_path: Path,
-        key_path: Path,
-    ) -> None:
-        key = ec.generate_private_key(ec.SECP256R1())
-        builder = (
-            x509.CertificateBuilder()
-            .subject_name(subject)
-            .issuer_name(ca_name)
-            .public_key(key.public_key())
-            .serial_number(x509.random_serial_number())
-            .not_valid_before(now - dt.timedelta(minutes=5))
-            .not_valid_after(now + _VALIDITY)
-            .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
-            .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
-        )
-        if sans:
-            builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
-        cert = builder.sign(ca_key, hashes.SHA256())
-        _write_key(key_path, key)
-        cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
-
     server_sans: list[x509.GeneralName] = [x509.DNSName(n) for n in API_SERVER_NAMES]
     server_sans += [
         x509.IPAddress(ipaddress.ip_address("127.0.0.1")),
         x509.IPAddress(ipaddress.ip_address("10.96.0.1")),
     ]
+    leaf = partial(_leaf, ca_key, ca_name, now)
     leaf(
         _name("kube-apiserver"),
         ExtendedKeyUsageOID.SERVER_AUTH,
@@ -172,6 +150,69 @@ def generate(directory: Path, now: dt.datetime | None = None) -> Pki:
         )
     )
     return pki
+
+
+def _leaf(
+    ca_key: ec.EllipticCurvePrivateKey,
+    ca_name: x509.Name,
+    now: dt.datetime,
+    subject: x509.Name,
+    usage: x509.ObjectIdentifier,
+    sans: list[x509.GeneralName],
+    cert_path: Path,
+    key_path: Path,
+) -> None:
+    key = ec.generate_private_key(ec.SECP256R1())
+    builder = (
+        x509.CertificateBuilder()
+        .subject_name(subject)
+        .issuer_name(ca_name)
+        .public_key(key.public_key())
+        .serial_number(x509.random_serial_number())
+        .not_valid_before(now - dt.timedelta(minutes=5))
+        .not_valid_after(now + _VALIDITY)
+        .add_extension(x509.BasicConstraints(ca=False, path_length=None), critical=True)
+        .add_extension(x509.ExtendedKeyUsage([usage]), critical=False)
+    )
+    if sans:
+        builder = builder.add_extension(x509.SubjectAlternativeName(sans), critical=False)
+    cert = builder.sign(ca_key, hashes.SHA256())
+    _write_key(key_path, key)
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+
+
+def issue(
+    pki: Pki,
+    cert_path: Path,
+    key_path: Path,
+    common_name: str,
+    *,
+    client: bool = False,
+    dns_names: Sequence[str] = (),
+    ips: Sequence[str] = (),
+    now: dt.datetime | None = None,
+) -> None:
+    """A serving (or, with `client`, a client) certificate signed by the testbed's CA:
+    for a server the API server calls (Kueue's webhooks and visibility API) and for the
+    API server's front proxy."""
+    ca_key = serialization.load_pem_private_key(pki.ca_key.read_bytes(), password=None)
+    if not isinstance(ca_key, ec.EllipticCurvePrivateKey):
+        raise TypeError(f"{pki.ca_key} is not the testbed's EC key")
+    ca_name = x509.load_pem_x509_certificate(pki.ca_cert.read_bytes()).subject
+    sans: list[x509.GeneralName] = [x509.DNSName(n) for n in dns_names]
+    sans += [x509.IPAddress(ipaddress.ip_address(ip)) for ip in ips]
+    usage = ExtendedKeyUsageOID.CLIENT_AUTH if client else ExtendedKeyUsageOID.SERVER_AUTH
+    cert_path.parent.mkdir(parents=True, exist_ok=True)
+    _leaf(
+        ca_key,
+        ca_name,
+        now or dt.datetime.now(dt.UTC),
+        _name(common_name),
+        usage,
+        sans,
+        cert_path,
+        key_path,
+    )
 
 
 def write_kubeconfig(path: Path, pki: Pki, server: str, name: str) -> None:

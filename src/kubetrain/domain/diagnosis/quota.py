@@ -100,6 +100,22 @@ def _suspended(reader: _Reader) -> list[_Finding]:
     for workload in workloads:
         conditions = _conditions(workload)
         reserved = conditions.get("QuotaReserved")
+        evicted = _true(conditions, "Evicted")
+        if evicted is not None and text(evicted, "reason") == "Preempted":
+            # Kueue took the quota back for another workload and requeued this one: that
+            # is why it waits, whatever its new place in the queue says.
+            preempted = _true(conditions, "Preempted")
+            said = text(preempted, "message") if preempted else text(evicted, "message")
+            how = f" ({text(preempted, 'reason')})" if preempted else ""
+            return [
+                _Finding(
+                    R.WAITING_FOR_QUOTA,
+                    f"the queue preempted the job{how}: {said}; it waits for quota again",
+                    raw_reason=text(evicted, "reason"),
+                    raw_message=said,
+                    since=timestamp(evicted, "lastTransitionTime") or since,
+                )
+            ]
         if reserved is not None and text(reserved, "status") == "False":
             message = text(reserved, "message") or ""
             refusal = parse_kueue_message(message)
@@ -112,7 +128,6 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
             finding.since = timestamp(reserved, "lastTransitionTime") or since
             return [finding]
-        evicted = _true(conditions, "Evicted")
         if evicted is not None:
             said = text(evicted, "message")
             return [

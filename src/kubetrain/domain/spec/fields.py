@@ -45,6 +45,7 @@ __all__ = [
     "ObjectName",
     "PriorityClass",
     "Project",
+    "QueueName",
     "Retries",
     "SecretKey",
     "SubPath",
@@ -361,6 +362,8 @@ DatasetName = Annotated[str, checked_by(names.dns1123_label_problem)]
 DatasetVersionName = Annotated[str, checked_by(_nonempty_label_value_problem)]
 SubPath = Annotated[str, checked_by(names.relative_path_problem)]
 PriorityClass = Annotated[str, checked_by(_priority_class_problem)]
+# A Kueue LocalQueue: an object name that is also the value of the queue-name label.
+QueueName = Annotated[str, checked_by(names.dns1123_label_problem)]
 Duration = Annotated[str, AfterValidator(_check_duration)]
 Retries = Annotated[int, _whole_number(0, MAX_RETRIES, "retries")]
 Workers = Annotated[int, _whole_number(1, MAX_WORKERS, "workers")]

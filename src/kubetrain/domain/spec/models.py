@@ -33,6 +33,7 @@ from kubetrain.domain.spec.fields import (
     ObjectName,
     PriorityClass,
     Project,
+    QueueName,
     Retries,
     SecretKey,
     SubPath,
@@ -228,6 +229,9 @@ class TrainingJobSpec(SpecModel):
     output: VolumeClaim | None = None
     cache: Cache | None = None
     priority_class: PriorityClass | None = None
+    # A Kueue LocalQueue of the project's namespace (default: the project's, from the
+    # server's settings); the job waits there for quota.
+    queue: QueueName | None = None
     max_runtime: Duration | None = None
     retries: Retries = 0
 

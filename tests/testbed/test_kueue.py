@@ -1,0 +1,173 @@
+"""Kueue for real on the testbed (`up --kueue`): jobs rendered by kubetrain with a queue go
+through Kueue's webhooks and admission, and are diagnosed from Kueue's own Workloads.
+
+One testbed with Kueue for the module; a ClusterQueue of 8 `nvidia.com/gpu` (the size of
+one node) with a LocalQueue in the test's namespace.
+"""
+
+from __future__ import annotations
+
+import json
+import ssl
+import urllib.request
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client
+from lightkube.codecs import from_dict
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.batch_v1 import Job
+from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+
+from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
+from kubetrain.domain.manifest import LABEL_QUEUE, render_job
+from kubetrain.domain.snapshot import Snapshot
+from kubetrain.domain.spec import parse_training_job
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.testbed.cluster import Testbed
+from tests.fixtures.record import KUEUE_SETUP, kueue_snapshot, local_queue
+from tests.kube import eventually, get
+
+pytestmark = pytest.mark.testbed
+
+FATE = "testbed.kubetrain.io/fate"
+
+
+@pytest.fixture(scope="module")
+def kueue_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    bed = Testbed.up(Path(tmp_path_factory.mktemp("kueue")) / "bed", "default", kueue=True)
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture(scope="module")
+def kk(kueue_bed: Testbed) -> Client:
+    client = Client(config=KubeConfig.from_file(kueue_bed.kubeconfig), field_manager="tests")
+    for obj in KUEUE_SETUP:
+        made: Any = from_dict(obj)
+        client.create(made)
+    return client
+
+
+@pytest.fixture
+def queue_ns(kk: Client) -> Iterator[str]:
+    name = f"kueue-{datetime.now(UTC).strftime('%H%M%S%f')}"
+    kk.create(Namespace(metadata=ObjectMeta(name=name)))
+    eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
+    queue: Any = from_dict(local_queue("team", "gpus"))
+    kk.create(queue, namespace=name)
+    yield name
+    kk.delete(Namespace, name)
+
+
+def submit(kube: Client, ns: str, job_id: str, gpus: int, priority: str | None = None) -> str:
+    spec: dict[str, Any] = {
+        "image": "registry.example/trainer:1",
+        "resources": {"requests": {"cpu": "1", "memory": "1Gi"}, "gpus": gpus},
+        "queue": "team",
+    }
+    if priority:
+        spec["priorityClass"] = priority
+    training = parse_training_job(
+        {
+            "apiVersion": "kubetrain.io/v1",
+            "kind": "TrainingJob",
+            "metadata": {"name": job_id, "project": ns, "annotations": {FATE: "hang"}},
+            "spec": spec,
+        }
+    )
+    manifest = render_job(job_id, training, ns, dataset=None)
+    created: Any = from_dict(manifest)
+    kube.create(created, namespace=ns)
+    name: str = manifest["metadata"]["name"]
+    return name
+
+
+def why(kube: Client, ns: str, name: str) -> Diagnosis:
+    facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
+    dump = Snapshot.from_list(kueue_snapshot(kube, ns))
+    return diagnose(facts, dump.for_job(name, ns), datetime.now(UTC))
+
+
+def get_raw(bed: Testbed, path: str) -> dict[str, Any]:
+    context = ssl.create_default_context(cafile=str(bed.pki.ca_cert))
+    context.load_cert_chain(str(bed.pki.admin_cert), str(bed.pki.admin_key))
+    with urllib.request.urlopen(bed.server + path, context=context, timeout=10) as resp:  # noqa: S310
+        return dict(json.load(resp))
+
+
+def running(kube: Client, ns: str, name: str) -> bool:
+    pods = kube.list(Pod, namespace=ns, labels={"job-name": name})
+    return any(p.status and p.status.phase == "Running" for p in pods)
+
+
+def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
+    kueue_bed: Testbed, kk: Client, queue_ns: str
+) -> None:
+    first = submit(kk, queue_ns, "first", 8)
+    eventually(lambda: running(kk, queue_ns, first), 60, what="the first job to run")
+
+    second = submit(kk, queue_ns, "second", 8)
+    job = kk.get(Job, second, namespace=queue_ns)
+    assert job.spec is not None
+    assert job.spec.suspend is True
+    assert job.metadata is not None
+    assert (job.metadata.labels or {})[LABEL_QUEUE] == "team"
+
+    def pending() -> Diagnosis | None:
+        d = why(kk, queue_ns, second)
+        return d if d.raw_message else None
+
+    d = eventually(pending, 30, what="Kueue's verdict on the second job")
+    assert (d.state, d.reason, d.waitable) == (
+        BusinessState.QUEUED,
+        ReasonCode.WAITING_FOR_QUOTA,
+        True,
+    )
+    assert "insufficient unused quota for nvidia.com/gpu in flavor default-flavor" in (
+        d.raw_message or ""
+    )
+
+    # The visibility API, through the API server's aggregator: the second job is first
+    # in line (position 0) behind the admitted one.
+    pending_workloads = get_raw(
+        kueue_bed, "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/gpus/pendingworkloads"
+    )["items"]
+    assert [
+        (w["metadata"]["namespace"], w["positionInClusterQueue"]) for w in pending_workloads
+    ] == [(queue_ns, 0)]
+    assert pending_workloads[0]["metadata"]["ownerReferences"][0]["name"] == second
+
+    big = submit(kk, queue_ns, "big", 16)
+
+    def never() -> Diagnosis | None:
+        d = why(kk, queue_ns, big)
+        return d if d.raw_message else None
+
+    d = eventually(never, 30, what="Kueue's verdict on the 16-GPU job")
+    assert (d.state, d.reason, d.waitable) == (
+        BusinessState.QUEUED,
+        ReasonCode.WAITING_FOR_QUOTA,
+        False,
+    )
+    assert "maximum capacity" in (d.raw_message or "")
+
+
+def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: str) -> None:
+    low = submit(kk, queue_ns, "low", 8, priority="fixture-low")
+    eventually(lambda: running(kk, queue_ns, low), 60, what="the low-priority job to run")
+    high = submit(kk, queue_ns, "high", 8, priority="fixture-high")
+    eventually(lambda: running(kk, queue_ns, high), 90, what="the high-priority job to run")
+    d = why(kk, queue_ns, low)
+    assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.WAITING_FOR_QUOTA)
+    assert d.raw_reason == "Preempted"
+    assert "The queue preempted the job (InClusterQueue)" in d.explanation
+    job = kk.get(Job, low, namespace=queue_ns)
+    assert job.spec is not None
+    assert job.spec.suspend is True
