@@ -222,3 +222,15 @@ def test_unknown_jobs_are_404_problems(client: TestClient, tokens: Tokens) -> No
         assert response.status_code == 404
         assert response.headers["content-type"] == "application/problem+json"
         assert "no-such-job" in response.json()["detail"]
+
+
+@pytest.mark.parametrize("last_id", ["\u0000", "a\u0000b", "x" * 300, 7])
+def test_a_cursor_naming_no_id_of_ours_is_refused_not_a_500(
+    client: TestClient, tokens: Tokens, last_id: object
+) -> None:
+    # Found by the OpenAPI fuzz on PostgreSQL, which refuses a NUL in a string.
+    raw = json.dumps(["2026-01-01T00:00:00Z", last_id]).encode()
+    cursor = base64.urlsafe_b64encode(raw).decode().rstrip("=")
+    bad = client.get(f"{JOBS}?cursor={cursor}", headers=tokens("viewer"))
+    assert bad.status_code == 400, bad.text
+    assert bad.json()["type"] == "urn:kubetrain:problem:invalid-cursor"

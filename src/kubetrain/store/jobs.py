@@ -15,6 +15,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import re
 import uuid
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
@@ -360,6 +361,9 @@ def _encode_cursor(job: Job) -> str:
     return base64.urlsafe_b64encode(raw.encode()).decode().rstrip("=")
 
 
+_CURSOR_ID = re.compile(r"[0-9A-Za-z_.-]{1,64}")
+
+
 def _decode_cursor(cursor: str) -> tuple[datetime, str]:
     try:
         raw = base64.urlsafe_b64decode(cursor + "=" * (-len(cursor) % 4))
@@ -372,7 +376,9 @@ def _decode_cursor(cursor: str) -> tuple[datetime, str]:
         when = when.astimezone(UTC)
     except (binascii.Error, ValueError, TypeError, UnicodeDecodeError, OverflowError) as exc:
         raise InvalidCursor(cursor) from exc
-    if not isinstance(last_id, str):
+    # Ids are what this store issues (UUIDs); anything else, a NUL that PostgreSQL
+    # would refuse among them, is no cursor of ours.
+    if not isinstance(last_id, str) or not _CURSOR_ID.fullmatch(last_id):
         raise InvalidCursor(cursor)
     return when, last_id
 
