@@ -44,7 +44,7 @@ def test_no_job_and_never_dispatched_is_created_with_the_dispatch_error() -> Non
     d = run(*gone(dispatched=False, dispatch_error=error))
     assert (d.state, d.reason, d.link) == (S.CREATED, R.JOB_NOT_CREATED, Link.CONTROL_PLANE)
     assert d.raw_message == "jobs.batch is forbidden: User cannot create"
-    assert "forbidden" in d.explanation
+    assert "forbidden" in d.blockers[0].detail
     assert d.waitable is None  # an error: waiting may or may not help
     quiet = run(*gone(dispatched=False))
     assert (quiet.reason, quiet.waitable, quiet.raw_message) == (R.JOB_NOT_CREATED, True, None)
@@ -378,3 +378,87 @@ def test_a_running_pod_that_reports_preflight_is_in_preflight_not_training() -> 
     assert run(data, reported_phase=(pod, "TRAINING", since)).reason == R.TRAINING
     assert run(data, reported_phase=("kt-old-pod", "PREFLIGHT", since)).reason == R.TRAINING
     assert run(data).reason == R.TRAINING
+
+
+# -- init containers and sidecars (a kubelet's doing; KWOK reports main containers only) --
+
+
+def initializing(name: str, init: dict[str, Any], *, restart_policy: str | None = None) -> Any:
+    """The recorded Pod of `name`, its failing container moved into an init container
+    `setup` (a sidecar when restart_policy is Always), as a real kubelet reports it:
+    the main container waits "PodInitializing" and Initialized is False
+    (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses and
+    pkg/kubelet/status/generate.go GeneratePodInitializedCondition, Kubernetes 1.32)."""
+    data = dump(name)
+    pod = items(data, "Pod")[0]
+    spec = {"name": "setup", "image": "registry.example/setup:1", **init}
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    pod["spec"]["initContainers"] = [spec]
+    (status,) = pod["status"]["containerStatuses"]
+    main = copy.deepcopy(status)
+    status["name"], status["image"] = "setup", spec["image"]
+    main.update(lastState={}, restartCount=0, state={"waiting": {"reason": "PodInitializing"}})
+    pod["status"]["initContainerStatuses"] = [status]
+    pod["status"]["containerStatuses"] = [main]
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Initialized":
+            condition.update(
+                status="False",
+                reason="ContainersNotInitialized",
+                message="containers with incomplete status: [setup]",
+            )
+    return data
+
+
+def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() -> None:
+    # A missing ConfigMap in envFrom: the kubelet's configMapManager answers
+    # `configmap "train-config" not found` (watch_based_manager.go, groupResource
+    # "configmap"), set as the waiting message with CreateContainerConfigError.
+    data = initializing("config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]})
+    status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
+    status["state"]["waiting"]["message"] = 'configmap "train-config" not found'
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR, False)
+    assert d.raw_reason == "CreateContainerConfigError"
+    assert 'init container setup: configmap "train-config" not found' in d.blockers[0].detail
+
+
+def test_an_init_container_whose_image_cannot_be_pulled_names_its_image() -> None:
+    d = run(initializing("image-pull-failed", {}))
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.IMAGE_PULL_FAILED, False)
+    assert d.raw_reason == "ImagePullBackOff"
+    assert "init container setup: image registry.example/setup:1" in d.blockers[0].detail
+
+
+def test_a_crash_looping_sidecar_is_a_crash_loop_naming_the_sidecar() -> None:
+    d = run(initializing("crash-loop", {}, restart_policy="Always"))
+    assert (d.state, d.reason) == (S.QUEUED, R.CRASH_LOOP)
+    assert "sidecar setup: last exit code 3" in d.blockers[0].detail
+
+
+def test_a_running_init_container_is_creating_and_says_which() -> None:
+    data = initializing("config-error", {})
+    status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
+    status["state"] = {"running": {"startedAt": "2026-12-02T15:14:50Z"}}
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CREATING, True)
+    assert (d.raw_reason, d.raw_message) == (
+        "ContainersNotInitialized",
+        "containers with incomplete status: [setup]",
+    )
+    assert "init container setup has not finished" in d.blockers[0].detail
+
+
+def test_of_several_main_containers_the_failing_one_is_named() -> None:
+    data = dump("config-error")
+    pod = items(data, "Pod")[0]
+    (trainer,) = pod["status"]["containerStatuses"]
+    logger = copy.deepcopy(trainer)
+    logger["name"] = "logger"
+    trainer["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    pod["status"]["containerStatuses"] = [trainer, logger]
+    pod["spec"]["containers"].append({"name": "logger", "image": "registry.example/logger:1"})
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR)
+    assert 'container logger: secret "wandb" not found' in d.blockers[0].detail
