@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kubetrain.domain.diagnosis import ChainState, JobFacts
+from kubetrain.domain.manifest import pod_failure_policy
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from tests.unit.diagnosis_helpers import dump, facts, items, run, the_job
 
@@ -191,6 +192,9 @@ def disruption(reason: str, message: str) -> dict[str, Any]:
 )
 def test_a_disrupted_pod_awaiting_its_replacement_is_queued(reason: str, code: ReasonCode) -> None:
     data = dump("running")
+    # kubetrain's Jobs: a disruption uses no retry (without the policy, the recorded
+    # backoffLimit 0 would fail the Job).
+    the_job(data)["spec"]["podFailurePolicy"] = pod_failure_policy()
     pod = failed_pod(data)
     pod["status"]["conditions"].append(disruption(reason, "disrupted"))
     d = run(data)
@@ -235,12 +239,59 @@ def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> No
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
 
 
-def test_a_failed_attempt_with_a_retry_pending_is_queued_with_its_cause() -> None:
-    data = dump("oom-killed")
+def unfinished(name: str, backoff_limit: int) -> dict[str, Any]:
+    """The recorded failed Job a moment before the Job controller decides: its Pod
+    failed, no Failed (or FailureTarget) condition yet, `backoff_limit` retries."""
+    data = dump(name)
     job = the_job(data)
+    job["spec"]["backoffLimit"] = backoff_limit
     job["status"] = {"active": 0, "failed": 1, "startTime": job["status"]["startTime"]}
-    d = run(data)
+    return data
+
+
+def test_a_failed_attempt_with_a_retry_pending_is_queued_and_says_it_retries() -> None:
+    d = run(unfinished("oom-killed", backoff_limit=1))
     assert (d.state, d.reason) == (S.QUEUED, R.OOM_KILLED)
+    assert d.blockers[0].detail.startswith("retrying: attempt 1: container trainer was OOM-killed")
+
+
+def test_exit_nonzero_with_a_retry_pending_says_retrying_with_the_exit_code() -> None:
+    d = run(unfinished("exit-nonzero", backoff_limit=1))
+    assert (d.state, d.reason) == (S.QUEUED, R.EXIT_NONZERO)
+    assert d.blockers[0].detail.startswith(
+        "retrying: attempt 1: container trainer exited with code 1"
+    )
+
+
+@pytest.mark.parametrize("name", ["exit-nonzero", "oom-killed", "evicted"])
+def test_a_failed_attempt_with_no_retry_left_is_failed_never_queued(name: str) -> None:
+    # backoffLimit 0 and one failed Pod: the Job controller fails the Job next
+    # (failed > backoffLimit); until it writes so, the job is not back in the queue.
+    d = run(unfinished(name, backoff_limit=0))
+    final = run(dump(name))
+    assert (d.state, d.reason, d.waitable) == (S.FAILED, final.reason, None)
+    assert [b.reason for b in d.blockers] == [b.reason for b in final.blockers]
+    assert d.blockers[0].detail == final.blockers[0].detail
+
+
+def test_a_pod_failure_policy_fail_job_match_is_failed_before_the_job_says_so() -> None:
+    data = unfinished("preflight-failed", backoff_limit=3)
+    assert the_job(data)["spec"]["podFailurePolicy"]["rules"][1]["action"] == "FailJob"
+    d = run(data)
+    assert (d.state, d.reason) == (S.FAILED, R.PREFLIGHT_FAILED)
+    assert [b.reason for b in d.blockers] == [R.PREFLIGHT_FAILED]
+
+
+def test_failures_ignored_by_the_policy_do_not_use_up_retries() -> None:
+    data = unfinished("exit-nonzero", backoff_limit=0)
+    job = the_job(data)
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]
+    }
+    job["status"]["failed"] = 0
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.EXIT_NONZERO)
+    assert d.blockers[0].detail.startswith("retrying: ")
 
 
 def test_an_out_of_gpu_admission_is_gpu_allocation_failed() -> None:
