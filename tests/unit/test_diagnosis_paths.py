@@ -160,6 +160,38 @@ def test_kueue_workload_says_whether_waiting_helps(message: str, waitable: bool)
         assert d.blockers[0].limit == "8"
 
 
+@pytest.mark.parametrize("queue", [None, "team-a"])
+def test_a_cluster_queue_without_quota_for_the_resource_is_not_waitable_and_named(
+    queue: str | None,
+) -> None:
+    # Kueue's flavor assigner when no resource group covers the resource
+    # (flavorassigner.go findFlavorForPodSetResource, Kueue v0.17), as its
+    # QuotaReserved condition carries it.
+    message = (
+        "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in "
+        "ClusterQueue"
+    )
+    data = suspended(dump("running"))
+    wl = workload(the_job(data), message)
+    wl["spec"] = {"queueName": "team-a-local"}
+    if queue:
+        wl["status"]["admission"] = {"clusterQueue": queue}
+    data["items"].append(wl)
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.WAITING_FOR_QUOTA, False)
+    assert (d.raw_reason, d.raw_message) == ("Pending", message)
+    named = f"ClusterQueue {queue}" if queue else "the ClusterQueue behind LocalQueue team-a-local"
+    assert f"{named} (Kueue) has no quota for nvidia.com/gpu" in d.blockers[0].detail
+    assert "ResourceQuota" not in d.action
+    assert "namespace" not in d.explanation
+    assert d.blockers[0].resource == "nvidia.com/gpu"
+
+
+def test_a_resource_quota_refusal_names_the_resource_quota() -> None:
+    d = run(dump("waiting-for-quota"))
+    assert "ResourceQuota gpu-quota: needs 4 requests.nvidia.com/gpu" in d.explanation
+
+
 # -- what kubelets and controllers write that KWOK does not ---------------------------
 
 
