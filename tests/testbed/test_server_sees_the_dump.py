@@ -73,17 +73,20 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
         {"default": "testbed", "no-gpu": "no_gpu_bed"}[scenario.pool]
     )
     kube = Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="one-truth")
-    ns, _ = reproduce(kube, scenario)
     name = f"kt-{scenario.name}"
-    facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
+    job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
+    made: list[str] = []
 
     async def compare() -> tuple[dict[str, Any], dict[str, Any]]:
+        # The server watches while the scenario happens, as it would in a cluster.
         http = http_client(load_config(bed.kubeconfig))
         cache = ClusterCache(http)
         running = asyncio.create_task(cache.run())
         try:
             await cache.wait_synced(60)
-            job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
+            ns, _ = await asyncio.to_thread(reproduce, kube, scenario)
+            made.append(ns)
+            facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
             for _ in range(20):
                 before = answer(facts, cache.snapshot(job_ids))
                 listing = await asyncio.to_thread(dump, kube, ns)
@@ -100,5 +103,6 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     try:
         server, from_dump = asyncio.run(compare())
     finally:
-        clean_up(kube, ns, scenario)
+        for ns in made:
+            clean_up(kube, ns, scenario)
     assert server == from_dump

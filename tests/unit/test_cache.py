@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -198,3 +199,32 @@ def test_the_server_diagnoses_each_recorded_job_as_its_dump_does(name: str) -> N
     feed(cache, name, "job-x", ours=jobs[0]["metadata"]["name"])
     from_dump = _diagnoses(lambda job: Snapshot.from_list(data), jobs)
     assert _diagnoses(lambda job: cache.snapshot(["job-x"]), jobs) == from_dump
+
+
+def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
+    # An Event listed before its Job is known cannot be told ours and is dropped.
+    cache = ClusterCache(http=None)
+    order: list[str] = []
+
+    def fake_run(name: str) -> Any:
+        async def run() -> None:
+            order.append(f"{name} lists")
+            if name != "events":
+                await asyncio.sleep(0.05 if name == "pods" else 0)
+                cache.reflectors[name].synced.set()
+            await asyncio.Event().wait()
+
+        return run
+
+    for name, reflector in cache.reflectors.items():
+        reflector.run = fake_run(name)  # type: ignore[method-assign]
+
+    async def main() -> None:
+        task = asyncio.create_task(cache.run())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert order[-1] == "events lists"
+    assert "events lists" in order

@@ -202,7 +202,19 @@ class ClusterCache:
         return None
 
     async def run(self) -> None:
-        await asyncio.gather(*(r.run() for r in self.reflectors.values()))
+        # Events are routed by the Job or Pod they name, so they are listed only once
+        # the Jobs and Pods are: an Event listed first would be dropped as not ours
+        # (and a Job controller's "Created pod" lost for good, though a dump holds it).
+        others = [r for name, r in self.reflectors.items() if name != "events"]
+        running = [asyncio.create_task(r.run()) for r in others]
+        try:
+            await asyncio.gather(*(self.reflectors[n].synced.wait() for n in ("jobs", "pods")))
+            running.append(asyncio.create_task(self.reflectors["events"].run()))
+            await asyncio.gather(*running)
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def wait_synced(self, timeout: float = 30.0) -> None:
         await asyncio.wait_for(
