@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from datetime import UTC, datetime
 from pathlib import Path
@@ -11,7 +12,7 @@ import pytest
 
 from kubetrain.cluster.cache import ClusterCache, job_id_of
 from kubetrain.domain.diagnosis import JobFacts, diagnose
-from kubetrain.domain.snapshot import Snapshot
+from kubetrain.domain.snapshot import Snapshot, bound_requests
 
 pytestmark = pytest.mark.unit
 
@@ -23,29 +24,48 @@ RESOURCE = {
     "Event": "events",
     "Node": "nodes",
     "PersistentVolumeClaim": "pvcs",
+    "PersistentVolume": "pvs",
+    "StorageClass": "storage_classes",
     "ResourceQuota": "quotas",
+    "LimitRange": "limit_ranges",
+    "PriorityClass": "priority_classes",
 }
 
 
-def feed(cache: ClusterCache, name: str, job_id: str) -> list[dict[str, Any]]:
+def _deliver(cache: ClusterCache, resource: str, item: dict[str, Any]) -> None:
+    reflector = cache.reflectors[resource]
+    reflector.items[item["metadata"]["uid"]] = item
+    assert reflector.on_event is not None
+    reflector.on_event("ADDED", item)
+
+
+def feed(
+    cache: ClusterCache, name: str, job_id: str, *, ours: str | None = None
+) -> list[dict[str, Any]]:
+    """A recorded dump into the cache as its watches deliver it. Every Pod counts as
+    the job's (job-id label) unless `ours` names the Job whose Pods alone are."""
     items: list[dict[str, Any]] = json.loads((SNAPSHOTS / f"{name}.json").read_text())["items"]
     # Ours (job-id label) first, as the watches deliver Jobs before their events.
     for item in sorted(items, key=lambda i: i["kind"] == "Event"):
-        if (
-            item["kind"] not in RESOURCE
-        ):  # PVs, StorageClasses: dumps have them, the cache watches none
+        if item["kind"] not in RESOURCE:  # Workloads: the caches do not watch them yet
             continue
-        if item["kind"] in ("Job", "Pod"):
-            labels = item["metadata"].setdefault("labels", {})
+        labels = item["metadata"].setdefault("labels", {})
+        owner = item["metadata"]["name"] if item["kind"] == "Job" else labels.get("job-name")
+        mine = item["kind"] == "Job" or (
+            item["kind"] == "Pod" and (ours is None or labels.get("job-name") == ours)
+        )
+        if mine:
             # Kueue's fixtures hold other Jobs of the queue: each Job its own id.
-            owner = item["metadata"]["name"] if item["kind"] == "Job" else labels.get("job-name")
             others = owner not in (None, f"kt-{name}")
             labels["kubetrain.io/job-id"] = f"{job_id}-{owner}" if others else job_id
-            item["metadata"]["labels"]["app.kubernetes.io/managed-by"] = "kubetrain"
-        reflector = cache.reflectors[RESOURCE[item["kind"]]]
-        reflector.items[item["metadata"]["uid"]] = item
-        assert reflector.on_event is not None
-        reflector.on_event("ADDED", item)
+            labels["app.kubernetes.io/managed-by"] = "kubetrain"
+        if item["kind"] == "Pod":
+            # The cluster-wide watch of bound Pods sees every Pod holding a node.
+            if bound_requests(item) is not None:
+                _deliver(cache, "bound_pods", item)
+            if not mine:
+                continue  # the watch of our Pods (by label) never sees another's
+        _deliver(cache, RESOURCE[item["kind"]], item)
     return items
 
 
@@ -166,3 +186,50 @@ def test_forget_keeps_only_stubs_of_a_finished_jobs_job_and_pods():
     # Should the Job change again, it is followed anew.
     cache.reflectors["jobs"].on_event("MODIFIED", job)  # type: ignore[misc]
     assert cache.job(ns, name) is job
+
+
+# job-deleted.json records the Job's absence: the server has no Job to diagnose there.
+WITH_A_JOB = sorted(p.stem for p in SNAPSHOTS.glob("*.json") if p.stem != "job-deleted")
+
+
+@pytest.mark.parametrize("name", WITH_A_JOB)
+def test_the_server_diagnoses_each_recorded_job_as_its_dump_does(name: str) -> None:
+    # Only the Job's own Pods carry kubetrain's label: other teams' Pods (holding
+    # GPUs), PersistentVolumes, StorageClasses, LimitRanges, PriorityClasses, the
+    # volume binder's events and those about Pods already gone reach the server
+    # through its cluster-wide watches, as they reach a dump.
+    data = json.loads((SNAPSHOTS / f"{name}.json").read_text())
+    jobs = [i for i in data["items"] if i["kind"] == "Job"]
+    cache = ClusterCache(http=None)
+    feed(cache, name, "job-x", ours=jobs[0]["metadata"]["name"])
+    from_dump = _diagnoses(lambda job: Snapshot.from_list(data), jobs)
+    assert _diagnoses(lambda job: cache.snapshot(["job-x"]), jobs) == from_dump
+
+
+def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
+    # An Event listed before its Job is known cannot be told ours and is dropped.
+    cache = ClusterCache(http=None)
+    order: list[str] = []
+
+    def fake_run(name: str) -> Any:
+        async def run() -> None:
+            order.append(f"{name} lists")
+            if name != "events":
+                await asyncio.sleep(0.05 if name == "pods" else 0)
+                cache.reflectors[name].synced.set()
+            await asyncio.Event().wait()
+
+        return run
+
+    for name, reflector in cache.reflectors.items():
+        reflector.run = fake_run(name)  # type: ignore[method-assign]
+
+    async def main() -> None:
+        task = asyncio.create_task(cache.run())
+        await asyncio.sleep(0.2)
+        task.cancel()
+        await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+    assert order[-1] == "events lists"
+    assert "events lists" in order

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -274,3 +275,43 @@ def test_an_unreadable_object_beside_readable_ones_is_skipped_with_a_note(
     assert code == 0
     assert "1 object without a readable metadata" in out
     assert "Pod" in out
+
+
+class DumpKube:
+    """`why --kubeconfig`'s client over a recorded dump: each list answers the dump's
+    objects of that kind (a namespace and selectors narrow nothing in these dumps)."""
+
+    def __init__(self, name: str, refuse: frozenset[str] = frozenset()) -> None:
+        self.items = dump(name)["items"]
+        self.refuse = refuse
+        self.asked: set[str] = set()
+
+    def job(self, namespace: str, name: str) -> dict[str, object] | None:
+        return next((i for i in self.items if i["kind"] == "Job"), None)
+
+    def list(self, resource: str, namespace: str | None = None, **_: object) -> list[Any]:
+        from kubetrain.cluster.direct import KINDS
+        from kubetrain.cluster.errors import ClusterRefused
+
+        self.asked.add(resource)
+        if resource in self.refuse:
+            raise ClusterRefused(403, "Forbidden", f"the Kubernetes API refused {resource}")
+        return [i for i in self.items if i["kind"] == KINDS[resource][1]]
+
+
+def test_why_direct_reads_what_a_dump_holds_and_diagnoses_alike(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kubetrain.cli.why import read_job_listing
+    from tests.unit.diagnosis_helpers import run
+
+    # The bound PersistentVolume is what tells a volume node conflict from a GPU shortage.
+    kube = DumpKube("volume-node-conflict")
+    listing = read_job_listing(kube, "kt-x", "ns")
+    assert {"persistentvolumes", "storageclasses", "limitranges", "priorityclasses"} <= kube.asked
+    assert "PersistentVolume" in {i["kind"] for i in listing["items"]}
+    assert run(listing).reason == run(dump("volume-node-conflict")).reason
+    # Without read access to a cluster-wide kind the answer still comes, with a note.
+    refused = DumpKube("volume-node-conflict", frozenset({"storageclasses"}))
+    read_job_listing(refused, "kt-x", "ns")
+    assert "read without storageclasses" in capsys.readouterr().err

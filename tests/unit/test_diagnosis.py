@@ -621,7 +621,7 @@ CASES: dict[str, Expected] = {
         "Pending",
         "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 8 more needed",
         attempts=0,
-        explanation="The queue's flavor default-flavor",
+        explanation="The ClusterQueue's flavor default-flavor",
     ),
     "kueue-never-fits": Expected(
         S.QUEUED,

@@ -15,6 +15,7 @@ from typing import Any
 import pytest
 
 from kubetrain.domain.diagnosis import ChainState, JobFacts
+from kubetrain.domain.manifest import pod_failure_policy
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from tests.unit.diagnosis_helpers import dump, facts, items, run, the_job
 
@@ -44,7 +45,7 @@ def test_no_job_and_never_dispatched_is_created_with_the_dispatch_error() -> Non
     d = run(*gone(dispatched=False, dispatch_error=error))
     assert (d.state, d.reason, d.link) == (S.CREATED, R.JOB_NOT_CREATED, Link.CONTROL_PLANE)
     assert d.raw_message == "jobs.batch is forbidden: User cannot create"
-    assert "forbidden" in d.explanation
+    assert "forbidden" in d.blockers[0].detail
     assert d.waitable is None  # an error: waiting may or may not help
     quiet = run(*gone(dispatched=False))
     assert (quiet.reason, quiet.waitable, quiet.raw_message) == (R.JOB_NOT_CREATED, True, None)
@@ -159,6 +160,38 @@ def test_kueue_workload_says_whether_waiting_helps(message: str, waitable: bool)
         assert d.blockers[0].limit == "8"
 
 
+@pytest.mark.parametrize("queue", [None, "team-a"])
+def test_a_cluster_queue_without_quota_for_the_resource_is_not_waitable_and_named(
+    queue: str | None,
+) -> None:
+    # Kueue's flavor assigner when no resource group covers the resource
+    # (flavorassigner.go findFlavorForPodSetResource, Kueue v0.17), as its
+    # QuotaReserved condition carries it.
+    message = (
+        "couldn't assign flavors to pod set main: resource nvidia.com/gpu unavailable in "
+        "ClusterQueue"
+    )
+    data = suspended(dump("running"))
+    wl = workload(the_job(data), message)
+    wl["spec"] = {"queueName": "team-a-local"}
+    if queue:
+        wl["status"]["admission"] = {"clusterQueue": queue}
+    data["items"].append(wl)
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.WAITING_FOR_QUOTA, False)
+    assert (d.raw_reason, d.raw_message) == ("Pending", message)
+    named = f"ClusterQueue {queue}" if queue else "the ClusterQueue behind LocalQueue team-a-local"
+    assert f"{named} (Kueue) has no quota for nvidia.com/gpu" in d.blockers[0].detail
+    assert "ResourceQuota" not in d.action
+    assert "namespace" not in d.explanation
+    assert d.blockers[0].resource == "nvidia.com/gpu"
+
+
+def test_a_resource_quota_refusal_names_the_resource_quota() -> None:
+    d = run(dump("waiting-for-quota"))
+    assert "ResourceQuota gpu-quota: needs 4 requests.nvidia.com/gpu" in d.explanation
+
+
 # -- what kubelets and controllers write that KWOK does not ---------------------------
 
 
@@ -191,6 +224,9 @@ def disruption(reason: str, message: str) -> dict[str, Any]:
 )
 def test_a_disrupted_pod_awaiting_its_replacement_is_queued(reason: str, code: ReasonCode) -> None:
     data = dump("running")
+    # kubetrain's Jobs: a disruption uses no retry (without the policy, the recorded
+    # backoffLimit 0 would fail the Job).
+    the_job(data)["spec"]["podFailurePolicy"] = pod_failure_policy()
     pod = failed_pod(data)
     pod["status"]["conditions"].append(disruption(reason, "disrupted"))
     d = run(data)
@@ -235,12 +271,59 @@ def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> No
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
 
 
-def test_a_failed_attempt_with_a_retry_pending_is_queued_with_its_cause() -> None:
-    data = dump("oom-killed")
+def unfinished(name: str, backoff_limit: int) -> dict[str, Any]:
+    """The recorded failed Job a moment before the Job controller decides: its Pod
+    failed, no Failed (or FailureTarget) condition yet, `backoff_limit` retries."""
+    data = dump(name)
     job = the_job(data)
+    job["spec"]["backoffLimit"] = backoff_limit
     job["status"] = {"active": 0, "failed": 1, "startTime": job["status"]["startTime"]}
-    d = run(data)
+    return data
+
+
+def test_a_failed_attempt_with_a_retry_pending_is_queued_and_says_it_retries() -> None:
+    d = run(unfinished("oom-killed", backoff_limit=1))
     assert (d.state, d.reason) == (S.QUEUED, R.OOM_KILLED)
+    assert d.blockers[0].detail.startswith("retrying: attempt 1: container trainer was OOM-killed")
+
+
+def test_exit_nonzero_with_a_retry_pending_says_retrying_with_the_exit_code() -> None:
+    d = run(unfinished("exit-nonzero", backoff_limit=1))
+    assert (d.state, d.reason) == (S.QUEUED, R.EXIT_NONZERO)
+    assert d.blockers[0].detail.startswith(
+        "retrying: attempt 1: container trainer exited with code 1"
+    )
+
+
+@pytest.mark.parametrize("name", ["exit-nonzero", "oom-killed", "evicted"])
+def test_a_failed_attempt_with_no_retry_left_is_failed_never_queued(name: str) -> None:
+    # backoffLimit 0 and one failed Pod: the Job controller fails the Job next
+    # (failed > backoffLimit); until it writes so, the job is not back in the queue.
+    d = run(unfinished(name, backoff_limit=0))
+    final = run(dump(name))
+    assert (d.state, d.reason, d.waitable) == (S.FAILED, final.reason, None)
+    assert [b.reason for b in d.blockers] == [b.reason for b in final.blockers]
+    assert d.blockers[0].detail == final.blockers[0].detail
+
+
+def test_a_pod_failure_policy_fail_job_match_is_failed_before_the_job_says_so() -> None:
+    data = unfinished("preflight-failed", backoff_limit=3)
+    assert the_job(data)["spec"]["podFailurePolicy"]["rules"][1]["action"] == "FailJob"
+    d = run(data)
+    assert (d.state, d.reason) == (S.FAILED, R.PREFLIGHT_FAILED)
+    assert [b.reason for b in d.blockers] == [R.PREFLIGHT_FAILED]
+
+
+def test_failures_ignored_by_the_policy_do_not_use_up_retries() -> None:
+    data = unfinished("exit-nonzero", backoff_limit=0)
+    job = the_job(data)
+    job["spec"]["podFailurePolicy"] = {
+        "rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]
+    }
+    job["status"]["failed"] = 0
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.EXIT_NONZERO)
+    assert d.blockers[0].detail.startswith("retrying: ")
 
 
 def test_an_out_of_gpu_admission_is_gpu_allocation_failed() -> None:
@@ -378,3 +461,87 @@ def test_a_running_pod_that_reports_preflight_is_in_preflight_not_training() -> 
     assert run(data, reported_phase=(pod, "TRAINING", since)).reason == R.TRAINING
     assert run(data, reported_phase=("kt-old-pod", "PREFLIGHT", since)).reason == R.TRAINING
     assert run(data).reason == R.TRAINING
+
+
+# -- init containers and sidecars (a kubelet's doing; KWOK reports main containers only) --
+
+
+def initializing(name: str, init: dict[str, Any], *, restart_policy: str | None = None) -> Any:
+    """The recorded Pod of `name`, its failing container moved into an init container
+    `setup` (a sidecar when restart_policy is Always), as a real kubelet reports it:
+    the main container waits "PodInitializing" and Initialized is False
+    (pkg/kubelet/kubelet_pods.go convertToAPIContainerStatuses and
+    pkg/kubelet/status/generate.go GeneratePodInitializedCondition, Kubernetes 1.32)."""
+    data = dump(name)
+    pod = items(data, "Pod")[0]
+    spec = {"name": "setup", "image": "registry.example/setup:1", **init}
+    if restart_policy:
+        spec["restartPolicy"] = restart_policy
+    pod["spec"]["initContainers"] = [spec]
+    (status,) = pod["status"]["containerStatuses"]
+    main = copy.deepcopy(status)
+    status["name"], status["image"] = "setup", spec["image"]
+    main.update(lastState={}, restartCount=0, state={"waiting": {"reason": "PodInitializing"}})
+    pod["status"]["initContainerStatuses"] = [status]
+    pod["status"]["containerStatuses"] = [main]
+    for condition in pod["status"]["conditions"]:
+        if condition["type"] == "Initialized":
+            condition.update(
+                status="False",
+                reason="ContainersNotInitialized",
+                message="containers with incomplete status: [setup]",
+            )
+    return data
+
+
+def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() -> None:
+    # A missing ConfigMap in envFrom: the kubelet's configMapManager answers
+    # `configmap "train-config" not found` (watch_based_manager.go, groupResource
+    # "configmap"), set as the waiting message with CreateContainerConfigError.
+    data = initializing("config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]})
+    status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
+    status["state"]["waiting"]["message"] = 'configmap "train-config" not found'
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR, False)
+    assert d.raw_reason == "CreateContainerConfigError"
+    assert 'init container setup: configmap "train-config" not found' in d.blockers[0].detail
+
+
+def test_an_init_container_whose_image_cannot_be_pulled_names_its_image() -> None:
+    d = run(initializing("image-pull-failed", {}))
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.IMAGE_PULL_FAILED, False)
+    assert d.raw_reason == "ImagePullBackOff"
+    assert "init container setup: image registry.example/setup:1" in d.blockers[0].detail
+
+
+def test_a_crash_looping_sidecar_is_a_crash_loop_naming_the_sidecar() -> None:
+    d = run(initializing("crash-loop", {}, restart_policy="Always"))
+    assert (d.state, d.reason) == (S.QUEUED, R.CRASH_LOOP)
+    assert "sidecar setup: last exit code 3" in d.blockers[0].detail
+
+
+def test_a_running_init_container_is_creating_and_says_which() -> None:
+    data = initializing("config-error", {})
+    status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
+    status["state"] = {"running": {"startedAt": "2026-12-02T15:14:50Z"}}
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.CONTAINER_CREATING, True)
+    assert (d.raw_reason, d.raw_message) == (
+        "ContainersNotInitialized",
+        "containers with incomplete status: [setup]",
+    )
+    assert "init container setup has not finished" in d.blockers[0].detail
+
+
+def test_of_several_main_containers_the_failing_one_is_named() -> None:
+    data = dump("config-error")
+    pod = items(data, "Pod")[0]
+    (trainer,) = pod["status"]["containerStatuses"]
+    logger = copy.deepcopy(trainer)
+    logger["name"] = "logger"
+    trainer["state"] = {"waiting": {"reason": "ContainerCreating"}}
+    pod["status"]["containerStatuses"] = [trainer, logger]
+    pod["spec"]["containers"].append({"name": "logger", "image": "registry.example/logger:1"})
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR)
+    assert 'container logger: secret "wandb" not found' in d.blockers[0].detail

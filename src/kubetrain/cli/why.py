@@ -109,8 +109,9 @@ def _from_file(
 
 
 def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
-    """The `kubectl get job,pods,events,nodes,pvc,resourcequota -n NS -o json` view of
-    one Kubernetes Job, plus every Pod bound to a node (node usage counts them all)."""
+    """The `kubectl get job,pods,events,nodes,pvc,pv,storageclass,resourcequota,limitrange,
+    priorityclass -n NS -o json` view of one Kubernetes Job, plus every Pod bound to a
+    node (node usage counts them all)."""
     from kubetrain.cluster.direct import BOUND_PODS, as_list
     from kubetrain.cluster.errors import ClusterError
 
@@ -127,6 +128,13 @@ def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     items += kube.list("persistentvolumeclaims", namespace)
     items += kube.list("resourcequotas", namespace)
     items += kube.list("limitranges", namespace)
+    # Cluster-wide kinds the diagnosis reads (where a claim's volume lives, how a class
+    # binds, what a priority is): without read access to one, say so and go on.
+    for resource in ("persistentvolumes", "storageclasses", "priorityclasses"):
+        try:
+            items += kube.list(resource)
+        except ClusterError as exc:
+            print(f"kubetrain: note: read without {resource}: {exc}", file=sys.stderr)
     seen = {(i.get("metadata") or {}).get("uid") for i in items if i.get("kind") == "Pod"}
     try:
         bound = kube.list("pods", field_selector=BOUND_PODS)

@@ -1,8 +1,10 @@
 """Watch caches of everything the diagnosis reads, and snapshots built from them.
 
 Jobs and Pods are watched by our labels; Events cluster-wide but kept only
-when they are about one of our Jobs or Pods; Nodes, PVCs and ResourceQuotas
-whole (they decide scheduling). A snapshot for one job is the same `List`
+when they are about one of our Jobs or Pods; Nodes, PersistentVolumes and
+their claims, StorageClasses, ResourceQuotas, LimitRanges and PriorityClasses
+whole (they decide scheduling and admission), so that the server reads what a
+dump of the same cluster shows. A snapshot for one job is the same `List`
 shape that `kubectl get … -o json` prints, so the live path and
 `kubetrain why --from-file` feed the diagnosis alike.
 """
@@ -27,13 +29,34 @@ from kubetrain.domain.snapshot import NodeState, Snapshot, bound_requests
 _RESOURCES: tuple[tuple[str, str, str | None], ...] = (
     ("jobs", "/apis/batch/v1/jobs", f"{LABEL_MANAGED_BY}={MANAGED_BY}"),
     ("pods", "/api/v1/pods", LABEL_JOB_ID),
+    # Every Pod that holds resources on a node, ours or not (the scheduler counts them
+    # all; a dump holds them too): only what each requests is kept.
+    ("bound_pods", "/api/v1/pods", None),
     ("events", "/api/v1/events", None),
     ("nodes", "/api/v1/nodes", None),
     ("pvcs", "/api/v1/persistentvolumeclaims", None),
+    ("pvs", "/api/v1/persistentvolumes", None),
+    ("storage_classes", "/apis/storage.k8s.io/v1/storageclasses", None),
     ("quotas", "/api/v1/resourcequotas", None),
+    ("limit_ranges", "/api/v1/limitranges", None),
+    ("priority_classes", "/apis/scheduling.k8s.io/v1/priorityclasses", None),
 )
+_FIELD_SELECTORS = {"bound_pods": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
 # Kinds whose change can alter the verdict of every waiting job.
-CLUSTER_WIDE = frozenset({"nodes", "pvcs", "quotas"})
+CLUSTER_WIDE = frozenset(
+    {
+        "nodes",
+        "bound_pods",
+        "pvcs",
+        "pvs",
+        "storage_classes",
+        "quotas",
+        "limit_ranges",
+        "priority_classes",
+    }
+)
+# Held whole and put in every snapshot as they are (Nodes go through the node state).
+_WHOLE = ("pvcs", "pvs", "storage_classes", "quotas", "limit_ranges", "priority_classes")
 
 _KIND = {
     "jobs": ("batch/v1", "Job"),
@@ -41,7 +64,11 @@ _KIND = {
     "events": ("v1", "Event"),
     "nodes": ("v1", "Node"),
     "pvcs": ("v1", "PersistentVolumeClaim"),
+    "pvs": ("v1", "PersistentVolume"),
+    "storage_classes": ("storage.k8s.io/v1", "StorageClass"),
     "quotas": ("v1", "ResourceQuota"),
+    "limit_ranges": ("v1", "LimitRange"),
+    "priority_classes": ("scheduling.k8s.io/v1", "PriorityClass"),
 }
 
 # Called with (resource name, watch event type, object, job id or None).
@@ -60,6 +87,8 @@ class ClusterCache:
         self.reflectors: dict[str, Reflector] = {}
         # (namespace, involved object name) -> events, for our Jobs and Pods only
         self._events: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
+        # (namespace, claim name) -> the events about that PersistentVolumeClaim
+        self._claim_events: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         self._job_by_name: dict[tuple[str, str], str] = {}  # (ns, k8s Job name) -> job id
         self._pod_job: dict[tuple[str, str], str] = {}  # (ns, pod name) -> job id
         self._deleted_jobs: set[tuple[str, str]] = set()  # (ns, Job name) seen deleted
@@ -81,10 +110,12 @@ class ClusterCache:
                 http,
                 path,
                 label_selector=selector,
+                field_selector=_FIELD_SELECTORS.get(name),
                 on_event=self._handler(name),
                 # Events carry no labels, so every Event of the cluster is listed;
                 # `_events` keeps those about our jobs, the reflector only stubs.
-                slim=name == "events",
+                # Bound Pods: their claims on nodes are kept, the reflector stubs.
+                slim=name in ("events", "bound_pods"),
             )
 
     def _handler(self, resource: str) -> Callable[[str, Obj], None]:
@@ -114,6 +145,9 @@ class ClusterCache:
                 elif job_id:
                     self._pod_job[(ns, meta.get("name", ""))] = job_id
                     self._pods[job_id][uid] = obj
+            elif resource == "bound_pods":
+                # A Pod that stops matching (finished, gone) arrives as DELETED.
+                self._claim(meta.get("uid", ""), None if kind == "DELETED" else bound_requests(obj))
             elif resource == "nodes":
                 uid = meta.get("uid", "")
                 if kind == "DELETED":
@@ -124,7 +158,22 @@ class ClusterCache:
             elif resource == "events":
                 involved = obj.get("involvedObject") or {}
                 key = (involved.get("namespace") or ns, involved.get("name") or "")
-                job_id = self._job_by_name.get(key) or self._pod_job.get(key)
+                if involved.get("kind") == "PersistentVolumeClaim":
+                    # The volume binder's words about a claim (FailedBinding): kept
+                    # while they exist, as a dump holds them, for any job that mounts it.
+                    claim = self._claim_events[key]
+                    if kind == "DELETED":
+                        claim.pop(meta.get("uid", ""), None)
+                        if not claim:
+                            del self._claim_events[key]
+                    else:
+                        claim[meta.get("uid", "")] = obj
+                    return
+                job_id = (
+                    self._job_by_name.get(key)
+                    or self._pod_job.get(key)
+                    or (self._job_of_pod_name(key) if involved.get("kind") == "Pod" else None)
+                )
                 if job_id is None:
                     return  # not about one of ours
                 if kind == "DELETED":
@@ -138,8 +187,34 @@ class ClusterCache:
 
         return handle
 
+    def _job_of_pod_name(self, key: tuple[str, str]) -> str | None:
+        """Our job whose Pod this name is, from the name alone (the Job controller
+        names a Pod `<job>-<random>`, or `<job>-<index>-<random>` when indexed): an
+        event about a Pod this cache never saw (gone before it started) still tells
+        why that attempt ended, as it does in a dump."""
+        ns, name = key
+        for cut in (1, 2):
+            parts = name.rsplit("-", cut)
+            if len(parts) == cut + 1:
+                job_id = self._job_by_name.get((ns, parts[0]))
+                if job_id is not None:
+                    return job_id
+        return None
+
     async def run(self) -> None:
-        await asyncio.gather(*(r.run() for r in self.reflectors.values()))
+        # Events are routed by the Job or Pod they name, so they are listed only once
+        # the Jobs and Pods are: an Event listed first would be dropped as not ours
+        # (and a Job controller's "Created pod" lost for good, though a dump holds it).
+        others = [r for name, r in self.reflectors.items() if name != "events"]
+        running = [asyncio.create_task(r.run()) for r in others]
+        try:
+            await asyncio.gather(*(self.reflectors[n].synced.wait() for n in ("jobs", "pods")))
+            running.append(asyncio.create_task(self.reflectors["events"].run()))
+            await asyncio.gather(*running)
+        finally:
+            for task in running:
+                task.cancel()
+            await asyncio.gather(*running, return_exceptions=True)
 
     async def wait_synced(self, timeout: float = 30.0) -> None:
         await asyncio.wait_for(
@@ -160,18 +235,20 @@ class ClusterCache:
         items: list[Obj] = [_typed("jobs", o) for o in self._jobs.values()]
         items += [_typed("pods", o) for pods in self._pods.values() for o in pods.values()]
         items += [
-            _typed(r, o)
-            for r in ("nodes", "pvcs", "quotas")
-            for o in self.reflectors[r].items.values()
+            _typed(r, o) for r in ("nodes", *_WHOLE) for o in self.reflectors[r].items.values()
         ]
         items += [_typed("events", e) for kept in self._events.values() for e in kept.values()]
+        items += self._claim_event_items()
         return {"apiVersion": "v1", "kind": "List", "items": items}
+
+    def _claim_event_items(self) -> list[Obj]:
+        return [_typed("events", e) for kept in self._claim_events.values() for e in kept.values()]
 
     def snapshot(self, job_ids: Iterable[str]) -> Snapshot:
         """A snapshot to diagnose these jobs: their Jobs, Pods and kept Events, every
-        Node, PVC and quota, and the node usage the cache keeps. For these jobs,
-        `for_job` reads the same as from `listing()`, at the cost of their own objects
-        instead of the cluster's."""
+        Node and every object of the kinds held whole, and the node usage the cache
+        keeps. For these jobs, `for_job` reads the same as from `listing()`, at the
+        cost of their own objects instead of the cluster's."""
         items: list[Obj] = []
         for job_id in job_ids:
             key = self._job_keys.get(job_id)
@@ -181,7 +258,8 @@ class ClusterCache:
             items += (_typed("pods", pod) for pod in self._pods.get(job_id, {}).values())
             for involved in self._event_keys.get(job_id, ()):
                 items += (_typed("events", e) for e in self._events.get(involved, {}).values())
-        for resource in ("pvcs", "quotas"):
+        items += self._claim_event_items()
+        for resource in _WHOLE:
             items += (_typed(resource, o) for o in self.reflectors[resource].items.values())
         snapshot = Snapshot.from_list({"apiVersion": "v1", "kind": "List", "items": items})
         # The diagnosis reads Nodes parsed, from the node state; no need to copy each.

@@ -34,8 +34,11 @@ KINDS = {
     "events": ("v1", "Event"),
     "nodes": ("v1", "Node"),
     "persistentvolumeclaims": ("v1", "PersistentVolumeClaim"),
+    "persistentvolumes": ("v1", "PersistentVolume"),
+    "storageclasses": ("storage.k8s.io/v1", "StorageClass"),
     "resourcequotas": ("v1", "ResourceQuota"),
     "limitranges": ("v1", "LimitRange"),
+    "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
 }
 
 

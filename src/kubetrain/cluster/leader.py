@@ -136,7 +136,9 @@ class LeaderElector:
 
     async def _run(self, work: Callable[[], Coroutine[Any, Any, None]]) -> None:
         while True:
-            if not await self._attempt():
+            began = time.monotonic()
+            # Bounded like a renewal: a write that lands late leaves no time to act.
+            if not await self._attempt_within(self.renew_deadline):
                 await self._stand_by()
                 continue
             log.info("%s is the leader (lease %s/%s)", self.identity, self.namespace, self.name)
@@ -145,7 +147,7 @@ class LeaderElector:
             LEADER.set(1)
             task = asyncio.create_task(work())
             try:
-                await self._keep_renewing(task)
+                await self._keep_renewing(task, began)
             except asyncio.CancelledError:
                 # Shutting down: stop acting first, then hand the Lease over at once
                 # (as client-go's ReleaseOnCancel does) instead of making the next
@@ -202,15 +204,34 @@ class LeaderElector:
         except (ApiError, httpx.HTTPError, OSError, TimeoutError) as exc:
             log.warning("could not release lease %s/%s: %s", self.namespace, self.name, exc)
 
-    async def _keep_renewing(self, task: asyncio.Task[None]) -> None:
-        last_renew = time.monotonic()
+    async def _keep_renewing(self, task: asyncio.Task[None], renewed: float) -> None:
+        """Renew until the work ends or a renewal misses the deadline. As client-go's
+        renew does, every attempt runs within the time left before the renew deadline
+        (counted from when the last successful attempt began, which is no later than
+        its write): an attempt that would outlast it is cut off, so a stalled request
+        (a get and a replace, each allowed the client's timeout) can never keep a
+        leader acting past the moment a standby may take the Lease over."""
         while not task.done():
-            await asyncio.sleep(self.retry_period)
-            if await self._attempt():
-                last_renew = time.monotonic()
-            elif time.monotonic() - last_renew > self.renew_deadline:
-                return
+            # Never sleep past the deadline either: it ends the leadership on time.
+            deadline = renewed + self.renew_deadline
+            await asyncio.sleep(min(self.retry_period, max(0.0, deadline - time.monotonic())))
+            started = time.monotonic()
+            if started >= deadline or not await self._attempt_within(deadline - started):
+                if time.monotonic() >= deadline:
+                    log.warning("%s could not renew within the renew deadline", self.identity)
+                    return
+                continue
+            renewed = started
         task.result()  # surface a crashed loop
+
+    async def _attempt_within(self, seconds: float) -> bool:
+        """An attempt cut off (False) when it takes longer than `seconds`."""
+        if seconds <= 0:
+            return False
+        try:
+            return await asyncio.wait_for(self._attempt(), seconds)
+        except TimeoutError:
+            return False
 
     async def _attempt(self) -> bool:
         try:

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
+import random
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -57,6 +58,9 @@ class Reflector:
     page_size: int = 500
     watch_timeout: int = 290
     backoff: float = 0.5
+    # Injected for tests: how to wait, and a jitter factor in [0, 1).
+    sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
+    jitter: Callable[[], float] = random.random
     # Keep only what a relist compares (uid, names, resourceVersion), for a kind
     # whose handler keeps what it needs itself (Events: the cache keeps ours only).
     slim: bool = False
@@ -117,11 +121,18 @@ class Reflector:
         fresh: dict[str, Obj] = {}
         params = {**self._params(), "limit": str(self.page_size)}
         version = None
+        delay = self.backoff
         while True:
             resp = await self.http.get(self.path, params=params)
             if resp.status_code == 410:
-                params.pop("continue", None)  # the continue token expired: start over
+                # The continue token expired (compaction, or the list was slow): start
+                # over, after a jittered backoff, so that many reflectors (or replicas)
+                # whose tokens expired together do not relist the cluster at once.
+                params.pop("continue", None)
                 fresh.clear()
+                WATCH_RELISTS.labels(self.resource, "gone").inc()
+                await self.sleep(delay * (0.5 + self.jitter()))
+                delay = min(delay * 2, 10.0)
                 continue
             resp.raise_for_status()
             body = resp.json()

@@ -85,7 +85,7 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.WAITING_FOR_QUOTA,
             L.QUOTA,
-            "The namespace's ResourceQuota refuses the job's Pod: it would exceed the quota.",
+            "A quota refuses the job: a ResourceQuota or a Kueue ClusterQueue, named below.",
             "Wait for other jobs in the project to finish, ask for less, or ask the platform "
             "for more quota.",
             U,

@@ -28,7 +28,7 @@ from kubetrain.domain.diagnosis.result import AttemptView
 from kubetrain.domain.fit import resource_reason
 from kubetrain.domain.manifest import CONTAINER_NAME, PREFLIGHT_EXIT_CODE
 from kubetrain.domain.nodes import is_gpu_resource
-from kubetrain.domain.objects import as_list, integer, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, get, integer, meta_name, text, timestamp
 from kubetrain.domain.reasons import rank
 from kubetrain.domain.scheduling import parse_scheduling_message, reason_of
 from kubetrain.domain.states import Link, ReasonCode
@@ -363,3 +363,59 @@ def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
             since=_event_first_time(event),
         )
     ]
+
+
+# -- whether the Job controller will try again ---------------------------------------
+
+# The Job's default when spec.backoffLimit is unset (batch/v1).
+_DEFAULT_BACKOFF_LIMIT = 6
+
+
+def _next_after_failure(reader: _Reader) -> str | None:
+    """What the Job controller does after the failed Pods, by its own rules
+    (pkg/controller/job: podFailurePolicy's first matching rule, then
+    `failed > backoffLimit`): "retry", or the reason it will fail the Job with
+    ("PodFailurePolicy", "BackoffLimitExceeded"); None when kubetrain cannot tell
+    (a limit per index)."""
+    job = reader.k8s_job
+    if job is None or get(job, "spec", "backoffLimitPerIndex") is not None:
+        return None
+    rules = [r for r in as_list(job, "spec", "podFailurePolicy", "rules") if isinstance(r, Mapping)]
+    counted = 0
+    for pod in reader.pods:
+        if text(pod, "status", "phase") != "Failed":
+            continue
+        action = next((text(r, "action") for r in rules if _rule_matches(r, pod)), "Count")
+        if action == "FailJob":
+            return "PodFailurePolicy"
+        if action == "Count":
+            counted += 1
+    failed = max(counted, integer(job, "status", "failed") or 0)
+    limit = integer(job, "spec", "backoffLimit")
+    if failed > (_DEFAULT_BACKOFF_LIMIT if limit is None else limit):
+        return "BackoffLimitExceeded"
+    return "retry"
+
+
+def _rule_matches(rule: Mapping[str, Any], pod: Mapping[str, Any]) -> bool:
+    """A podFailurePolicy rule against a failed Pod, as the Job controller matches it:
+    onExitCodes by any non-zero terminated container, onPodConditions by a condition."""
+    exit_codes = get(rule, "onExitCodes")
+    if isinstance(exit_codes, Mapping):
+        values = {v for v in as_list(exit_codes, "values") if isinstance(v, int)}
+        name = text(exit_codes, "containerName")
+        inside = text(exit_codes, "operator") != "NotIn"
+        for key in ("initContainerStatuses", "containerStatuses"):
+            for status in as_list(pod, "status", key):
+                code = integer(status, "state", "terminated", "exitCode")
+                if code in (None, 0) or (name and text(status, "name") != name):
+                    continue
+                if (code in values) == inside:
+                    return True
+        return False
+    conditions = _conditions(pod)
+    wanted = [c for c in as_list(rule, "onPodConditions") if isinstance(c, Mapping)]
+    return any(
+        text(conditions.get(text(c, "type") or ""), "status") == (text(c, "status") or "True")
+        for c in wanted
+    )

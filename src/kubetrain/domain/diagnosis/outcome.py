@@ -15,6 +15,7 @@ from kubetrain.domain.diagnosis.attempts import (
     _gone_cause,
     _left_by_gone_pods,
     _lost_node,
+    _next_after_failure,
     _reached,
 )
 from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active
@@ -100,7 +101,14 @@ def _active(reader: _Reader) -> _Outcome:
             number = next(
                 (a.number for a in reader.attempts if a.pod_name == meta_name(previous[-1])), None
             )
+            following = None if live else _next_after_failure(reader)
+            if following not in (None, "retry"):
+                # No retry will follow: the Job controller is about to fail the Job.
+                # Failed already, never back to the queue for that moment.
+                return _failing(reader, cause, following or "")
             cause.detail = f"attempt {number}: {cause.detail}" if number else cause.detail
+            if following == "retry":
+                cause.detail = f"retrying: {cause.detail}"
             if cause.reason not in (R.NODE_LOST, R.PREEMPTED):
                 cause.waitable = None  # the next attempt may fail the same way
             cause.current = False
@@ -143,6 +151,20 @@ def _ordered(current: list[_Finding], earlier: list[_Finding]) -> list[_Finding]
     if current and earlier and rank(earlier[0].reason) < rank(current[0].reason):
         return [*earlier, *current]
     return [*current, *earlier]
+
+
+def _failing(reader: _Reader, cause: _Finding, job_reason: str) -> _Outcome:
+    """The last attempt failed and the Job controller will not retry: what _failed
+    will say once the Job's condition is written, without the condition's words."""
+    findings = [cause]
+    if job_reason == "BackoffLimitExceeded":
+        findings.append(
+            _Finding(R.BACKOFF_LIMIT_EXCEEDED, "the Job has no retries left", raw_reason=None)
+        )
+    stage = CATALOG[cause.reason].stage
+    if cause.reason in (R.EVICTED, R.NODE_LOST, R.PREEMPTED):
+        stage = _reached(reader)
+    return _Outcome(S.FAILED, findings, stage)
 
 
 _JOB_REASONS = {

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
@@ -21,7 +22,8 @@ from kubetrain.domain.diagnosis.reading import (
     _without_preflight_lines,
 )
 from kubetrain.domain.diagnosis.unschedulable import _unschedulable
-from kubetrain.domain.objects import as_list, as_map, integer, text, timestamp
+from kubetrain.domain.manifest import CONTAINER_NAME
+from kubetrain.domain.objects import as_list, as_map, get, integer, text, timestamp
 from kubetrain.domain.states import Link, ReasonCode
 
 R = ReasonCode
@@ -55,6 +57,77 @@ def _since(*moments: datetime | None) -> datetime | None:
     return next((m for m in moments if m is not None), None)
 
 
+# Waiting reasons that say a container cannot start as things are (see _waiting).
+_FAILING = _IMAGE_PULL | _CONFIG | {"CrashLoopBackOff"}
+
+
+@dataclass(frozen=True)
+class _Container:
+    """The container that holds a Pod: its status, its spec, and what it is."""
+
+    name: str
+    role: str  # "init container", "sidecar" (an init container that keeps running), "container"
+    status: Mapping[str, Any] | None
+    spec: Mapping[str, Any] | None
+    named: bool  # the Pod has several containers: say which
+
+
+def _blocking_container(pod: Mapping[str, Any]) -> _Container:
+    """The container a Pod that has not started waits on, as the kubelet starts them:
+    the init containers in order (a sidecar, restartPolicy Always, keeps running and
+    need only start), then the main containers, the trainer first.
+
+    A container whose waiting reason is a failure (image, configuration, crash loop)
+    holds the Pod wherever it stands; otherwise the first init container that has not
+    finished (a sidecar not yet started); otherwise the trainer. While an init
+    container runs the kubelet reports every main container as waiting
+    "PodInitializing", which says nothing about them (kubelet_pods.go,
+    convertToAPIContainerStatuses, Kubernetes 1.32).
+    """
+    specs = [
+        (c, "sidecar" if text(c, "restartPolicy") == "Always" else "init container")
+        for c in as_list(pod, "spec", "initContainers")
+        if isinstance(c, Mapping)
+    ]
+    mains = [c for c in as_list(pod, "spec", "containers") if isinstance(c, Mapping)]
+    mains.sort(key=lambda c: text(c, "name") != CONTAINER_NAME)
+    specs += [(c, "container") for c in mains]
+    statuses = {
+        text(s, "name"): s
+        for key in ("initContainerStatuses", "containerStatuses")
+        for s in as_list(pod, "status", key)
+        if isinstance(s, Mapping)
+    }
+    named = len(specs) > 1
+    ordered = [
+        _Container(text(c, "name") or "?", role, statuses.get(text(c, "name")), c, named)
+        for c, role in specs
+    ]
+    for container in ordered:
+        state, detail = _state(container.status)
+        if state == "waiting" and text(detail, "reason") in _FAILING:
+            return container
+    for container in ordered:
+        if container.role == "container":
+            break
+        state, detail = _state(container.status)
+        if container.role == "sidecar":
+            if not get(container.status, "started"):
+                return container
+        elif not (state == "terminated" and integer(detail, "exitCode") == 0):
+            return container
+    main = _main_status(pod)
+    name = text(main, "name")
+    spec = next((c for c in mains if text(c, "name") == name), mains[0] if mains else None)
+    return _Container(name or CONTAINER_NAME, "container", main, spec, named)
+
+
+def _about(event: object, container: str) -> bool:
+    """Whether a Pod's event is about `container` (or about no container in particular)."""
+    path = text(event, "involvedObject", "fieldPath")
+    return not path or path.endswith(f"{{{container}}}")
+
+
 def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
     """A Pod bound to a node whose container has not started."""
     findings: list[_Finding] = []
@@ -69,39 +142,26 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
                 raw_message=f"node {node_name} Ready={node.ready}",
             )
         )
-    status = _main_status(pod)
+    container = _blocking_container(pod)
+    status = container.status
     state, detail = _state(status)
     reason, message = text(detail, "reason"), text(detail, "message")
-    if state is None:
-        for status in as_list(pod, "status", "initContainerStatuses"):
-            init_state, init_detail = _state(status)
-            if init_state == "waiting" and text(init_detail, "reason") not in (
-                None,
-                "PodInitializing",
-            ):
-                state, detail = init_state, init_detail
-                reason, message = text(detail, "reason"), text(detail, "message")
-                break
+    # "init container setup: ..." when the Pod has more than one container to blame.
+    who = f"{container.role} {container.name}: " if container.named else ""
     ready_since = timestamp(_conditions(pod).get("Ready"), "lastTransitionTime") or timestamp(
         pod, "status", "startTime"
     )
     if state == "waiting" and reason in _IMAGE_PULL:
-        failed = reader.pod_events(pod, "Failed")
+        # The kubelet's events name the container (fieldPath spec.initContainers{setup}).
+        failed = [e for e in reader.pod_events(pod, "Failed") if _about(e, container.name)]
         # A real kubelet follows each "Failed to pull image …: <the runtime's words>"
         # with "Error: ErrImagePull" / "Error: ImagePullBackOff", which only repeat
         # the waiting reason: the last event that says more is the cause.
         telling = [e for e in failed if not _REASON_ECHO.fullmatch(text(e, "message") or "")]
         said = text((telling or failed)[-1], "message") if failed else None
         since = _since(_event_first_time(failed[0]) if failed else None, ready_since)
-        image = next(
-            (
-                text(c, "image")
-                for c in as_list(pod, "spec", "containers")
-                if text(c, "name") == text(status, "name")
-            ),
-            None,
-        )
-        detail_text = f"image {image}" if image else "the image"
+        image = text(container.spec, "image")
+        detail_text = who + (f"image {image}" if image else "the image")
         detail_text += f": {said}" if said else ""
         findings.insert(
             0,
@@ -119,7 +179,7 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
             0,
             _Finding(
                 R.CONTAINER_CONFIG_ERROR,
-                message or reason or "",
+                who + (message or reason or ""),
                 raw_reason=reason,
                 raw_message=message,
                 since=ready_since,
@@ -134,7 +194,7 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
             0,
             _Finding(
                 R.CRASH_LOOP,
-                f"last exit code {exit_code}" + (f": {last_words}" if last_words else ""),
+                f"{who}last exit code {exit_code}" + (f": {last_words}" if last_words else ""),
                 raw_reason=reason,
                 raw_message=message,
                 since=ready_since,
@@ -155,12 +215,28 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
             ),
         )
         return findings
+    where = f"on node {node_name}" if node_name else ""
+    raw_reason: str | None = reason or "ContainerCreating"
+    raw_message = message
+    if container.role != "container":
+        # The kubelet's own words: Initialized False, ContainersNotInitialized,
+        # "containers with incomplete status: [setup]".
+        initialized = _conditions(pod).get("Initialized")
+        if text(initialized, "status") == "False":
+            raw_reason, raw_message = text(initialized, "reason"), text(initialized, "message")
+        # An init container or sidecar still starting (or running, for an init
+        # container): nothing has failed, and the main container waits for it.
+        where = f"{container.role} {container.name} has not finished" + (
+            f" {where}" if where else ""
+        )
+        if container.role == "sidecar":
+            where = where.replace("has not finished", "has not started")
     findings.append(
         _Finding(
             R.CONTAINER_CREATING,
-            f"on node {node_name}" if node_name else "",
-            raw_reason=reason or "ContainerCreating",
-            raw_message=message,
+            where,
+            raw_reason=raw_reason,
+            raw_message=raw_message,
             since=ready_since,
         )
     )

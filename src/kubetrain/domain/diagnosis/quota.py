@@ -4,7 +4,10 @@ LimitRange) of the job's Pod, and a Job suspended until a queue (Kueue) admits i
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from decimal import Decimal
+from typing import Any
 
 from kubetrain.domain.admission import (
     AdmissionRefusal,
@@ -23,6 +26,11 @@ from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.states import ReasonCode
 
 R = ReasonCode
+
+# Kueue's flavor assigner when no resource group of the ClusterQueue covers a resource
+# the Pods request (pkg/scheduler/flavorassigner/flavorassigner.go,
+# findFlavorForPodSetResource, Kueue v0.9-v0.17): the queue has no quota for it at all.
+_KUEUE_UNCOVERED = re.compile(r"resource (?P<resource>\S+) unavailable in ClusterQueue")
 
 
 def _quota(reader: _Reader) -> list[_Finding]:
@@ -65,15 +73,15 @@ def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
                 f"{format_quantity(res.limit)}{used}"
             )
     where = {
-        "quota": f"quota {refusal.name}",
-        "kueue": f"the queue's flavor {refusal.name}",
+        "quota": f"ResourceQuota {refusal.name}",
+        "kueue": f"the ClusterQueue's flavor {refusal.name} (Kueue)",
         "limit-range": "the namespace's LimitRange",
-    }.get(refusal.kind, f"quota {refusal.name}")
+    }.get(refusal.kind, f"ResourceQuota {refusal.name}")
     if refusal.kind == "quota-unspecified":
         missing = ", ".join(r.resource for r in refusal.resources)
         return _Finding(
             R.WAITING_FOR_QUOTA,
-            f"quota {refusal.name} requires the Pod to declare {missing}",
+            f"ResourceQuota {refusal.name} requires the Pod to declare {missing}",
             waitable=False,
             action="Declare the requests and limits the quota tracks (kubetrain sets cpu, "
             "memory and GPUs).",
@@ -119,9 +127,13 @@ def _suspended(reader: _Reader) -> list[_Finding]:
         if reserved is not None and text(reserved, "status") == "False":
             message = text(reserved, "message") or ""
             refusal = parse_kueue_message(message)
-            finding = (
-                _refusal_finding(refusal) if refusal else _Finding(R.WAITING_FOR_QUOTA, message)
-            )
+            uncovered = _KUEUE_UNCOVERED.search(message)
+            if uncovered:
+                finding = _uncovered(workload, uncovered["resource"])
+            elif refusal:
+                finding = _refusal_finding(refusal)
+            else:
+                finding = _Finding(R.WAITING_FOR_QUOTA, message)
             inadmissible = text(reserved, "reason") == "Inadmissible"
             if inadmissible:
                 finding.waitable = False
@@ -150,3 +162,24 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             since=since,
         )
     ]
+
+
+def _uncovered(workload: Mapping[str, Any], resource: str) -> _Finding:
+    """The job's ClusterQueue has no quota at all for `resource`: waiting cannot help."""
+    queue = text(workload, "status", "admission", "clusterQueue")
+    local = text(workload, "spec", "queueName")
+    where = (
+        f"ClusterQueue {queue}"
+        if queue
+        else f"the ClusterQueue behind LocalQueue {local}"
+        if local
+        else "the job's ClusterQueue"
+    )
+    return _Finding(
+        R.WAITING_FOR_QUOTA,
+        f"{where} (Kueue) has no quota for {resource} at all",
+        waitable=False,
+        action=f"Ask the platform to give {where} quota for {resource}, or ask for no "
+        f"{resource}; waiting will not help.",
+        numbers={"resource": resource},
+    )

@@ -1,0 +1,108 @@
+"""One truth: for every recorded scenario, reproduced live, the diagnosis the server
+makes of the job (the syncer's input: the watch caches' snapshot) equals what
+`kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster taken at
+the same moment.
+
+"The same moment": the dump is taken between two readings of the caches that agree,
+so the cluster did not change (as the server saw it) while the dump was taken.
+Fields that legitimately differ: none so far; were one to, it would be named in
+`DIFFERING` with the reason.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+from lightkube import Client, operators
+from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.core_v1 import Pod
+
+from kubetrain.cluster.cache import ClusterCache
+from kubetrain.cluster.client import http_client, load_config
+from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.snapshot import Snapshot
+from kubetrain.testbed.cluster import Testbed
+from tests.fixtures.record import SCENARIOS, Scenario, clean_up, reproduce, snapshot
+
+pytestmark = pytest.mark.testbed
+
+# Fields of the diagnosis JSON allowed to differ between the two, with the reason.
+DIFFERING: dict[str, str] = {}
+NOW = datetime(2030, 1, 1, tzinfo=UTC)  # one clock for both sides
+
+
+@pytest.fixture(scope="module")
+def no_gpu_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    bed = Testbed.up(Path(tmp_path_factory.mktemp("no-gpu")) / "bed", "no-gpu")
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+def dump(kube: Client, ns: str) -> dict[str, Any]:
+    """What `why --kubeconfig` reads: the namespace's dump and every bound Pod."""
+    listing = snapshot(kube, ns)
+    seen = {i["metadata"]["uid"] for i in listing["items"] if i["kind"] == "Pod"}
+    for pod in kube.list(Pod, namespace="*", fields={"spec.nodeName": operators.not_equal("")}):
+        data: dict[str, Any] = pod.to_dict()
+        if data["metadata"]["uid"] in seen or data["status"].get("phase") in (
+            "Succeeded",
+            "Failed",
+        ):
+            continue
+        listing["items"].append({"apiVersion": "v1", "kind": "Pod", **data})
+    return listing
+
+
+def answer(facts: JobFacts, snap: Snapshot) -> dict[str, Any]:
+    d = diagnose(facts, snap.for_job(facts.k8s_name, facts.namespace), NOW).to_json(facts.name)
+    return {k: v for k, v in d.items() if k not in DIFFERING}
+
+
+@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
+    scenario: Scenario, request: pytest.FixtureRequest
+) -> None:
+    bed: Testbed = request.getfixturevalue(
+        {"default": "testbed", "no-gpu": "no_gpu_bed"}[scenario.pool]
+    )
+    kube = Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="one-truth")
+    name = f"kt-{scenario.name}"
+    job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
+    made: list[str] = []
+
+    async def compare() -> tuple[dict[str, Any], dict[str, Any]]:
+        # The server watches while the scenario happens, as it would in a cluster.
+        http = http_client(load_config(bed.kubeconfig))
+        cache = ClusterCache(http)
+        running = asyncio.create_task(cache.run())
+        try:
+            await cache.wait_synced(60)
+            ns, _ = await asyncio.to_thread(reproduce, kube, scenario)
+            made.append(ns)
+            facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
+            for _ in range(20):
+                before = answer(facts, cache.snapshot(job_ids))
+                listing = await asyncio.to_thread(dump, kube, ns)
+                await asyncio.sleep(0.5)  # what the dump saw has reached the watches
+                after = answer(facts, cache.snapshot(job_ids))
+                if before == after:
+                    return after, answer(facts, Snapshot.from_list(listing))
+            raise AssertionError("the cluster never held still for one dump")
+        finally:
+            running.cancel()
+            await asyncio.gather(running, return_exceptions=True)
+            await http.aclose()
+
+    try:
+        server, from_dump = asyncio.run(compare())
+    finally:
+        for ns in made:
+            clean_up(kube, ns, scenario)
+    assert server == from_dump
