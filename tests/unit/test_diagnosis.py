@@ -37,6 +37,12 @@ class Expected:
 SCHEDULER_BLOCKING = {Link.QUOTA: ChainState.PASSED, Link.SCHEDULER: ChainState.BLOCKING}
 TAINT = "taint nvidia.com/gpu=present:NoSchedule not tolerated"
 
+
+def passed_but(**others: ChainState) -> dict[Link, ChainState]:
+    """Every link passed but the named ones (by Link member name)."""
+    return {link: others.get(link.name, ChainState.PASSED) for link in Link}
+
+
 CASES: dict[str, Expected] = {
     "succeeded": Expected(
         S.SUCCEEDED,
@@ -45,7 +51,7 @@ CASES: dict[str, Expected] = {
         (),
         "CompletionsReached",
         "succeeded pods",
-        chain={link: ChainState.PASSED for link in Link},
+        chain=passed_but(PREFLIGHT=ChainState.NOT_OBSERVED, VOLUME=ChainState.NOT_NEEDED),
     ),
     "exit-nonzero": Expected(
         S.FAILED,
@@ -55,7 +61,7 @@ CASES: dict[str, Expected] = {
         "Error",
         "loss is NaN at step 120",
         chain={
-            Link.PREFLIGHT: ChainState.PASSED,
+            Link.PREFLIGHT: ChainState.NOT_OBSERVED,  # no runtime in a KWOK Pod
             Link.TRAINING: ChainState.FAILED,
             Link.JOB: ChainState.FAILED,
         },
@@ -71,7 +77,7 @@ CASES: dict[str, Expected] = {
         "Error",
         "preflight failed: gpu-visible: expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES",
         chain={
-            Link.VOLUME: ChainState.PASSED,
+            Link.VOLUME: ChainState.NOT_NEEDED,  # no volumes
             Link.PREFLIGHT: ChainState.FAILED,
             Link.TRAINING: ChainState.NOT_REACHED,
         },
@@ -138,7 +144,7 @@ CASES: dict[str, Expected] = {
         (),
         None,
         chain={
-            Link.PREFLIGHT: ChainState.PASSED,
+            Link.PREFLIGHT: ChainState.NOT_OBSERVED,  # nothing reported
             Link.TRAINING: ChainState.ACTIVE,
             Link.JOB: ChainState.NOT_REACHED,
         },
@@ -451,7 +457,7 @@ CASES: dict[str, Expected] = {
         None,
         (),
         "CompletionsReached",
-        chain={link: ChainState.PASSED for link in Link},
+        chain=passed_but(PREFLIGHT=ChainState.NOT_OBSERVED, VOLUME=ChainState.NOT_NEEDED),
         attempts=2,
     ),
     "gang-running": Expected(
@@ -460,7 +466,7 @@ CASES: dict[str, Expected] = {
         None,
         (),
         None,
-        chain={Link.PREFLIGHT: ChainState.PASSED, Link.TRAINING: ChainState.ACTIVE},
+        chain={Link.PREFLIGHT: ChainState.NOT_OBSERVED, Link.TRAINING: ChainState.ACTIVE},
         attempts=2,
         explanation="All 2 workers run (ranks 0, 1 on gpu-h100-1, gpu-h100-0)",
     ),
@@ -499,7 +505,11 @@ CASES: dict[str, Expected] = {
         (),
         "CompletionsReached",
         "succeeded pods",
-        chain={link: ChainState.PASSED for link in Link},
+        chain=passed_but(
+            DEVICE_PLUGIN=ChainState.NOT_NEEDED,
+            PREFLIGHT=ChainState.NOT_OBSERVED,
+            VOLUME=ChainState.NOT_NEEDED,
+        ),
     ),
     # The termination message is the log's tail (FallbackToLogsOnError), which begins
     # with `kubetrain run`'s preflight lines: the training's own last words explain it.
@@ -534,7 +544,7 @@ CASES: dict[str, Expected] = {
         "Error",
         "preflight failed: gpu-visible: expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES",
         chain={
-            Link.VOLUME: ChainState.PASSED,
+            Link.VOLUME: ChainState.NOT_NEEDED,  # no volumes
             Link.PREFLIGHT: ChainState.FAILED,
             Link.TRAINING: ChainState.NOT_REACHED,
         },

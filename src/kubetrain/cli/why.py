@@ -46,6 +46,8 @@ _MARKS = {
     ChainState.BLOCKING: "[!!]",
     ChainState.FAILED: "[xx]",
     ChainState.NOT_REACHED: "[  ]",
+    ChainState.NOT_OBSERVED: "[ ?]",
+    ChainState.NOT_NEEDED: "[--]",
 }
 
 

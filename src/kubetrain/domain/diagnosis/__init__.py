@@ -49,6 +49,8 @@ on the chain it holds the job are the reason catalog's, domain/reasons.py):
 |                    | furthest link the last one reached                               |
 | `outcome.py`       | the job's state and stage (finished, cancelled, deleted,         |
 |                    | suspended, running, queued) and the mark per link of the chain   |
+| `evidence.py`      | which passed links something showed passed; not observed, not    |
+|                    | needed                                                           |
 | `__init__.py`      | `diagnose()`: the primary reason's words, waiting, the node table|
 """
 
@@ -57,6 +59,7 @@ from __future__ import annotations
 from datetime import datetime
 
 from kubetrain.domain.diagnosis.attempts import _attempts
+from kubetrain.domain.diagnosis.evidence import evidenced
 from kubetrain.domain.diagnosis.outcome import _chain, _outcome
 from kubetrain.domain.diagnosis.reading import _Reader
 from kubetrain.domain.diagnosis.result import (
@@ -125,7 +128,7 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         raw_reason=primary.raw_reason,
         raw_message=primary.raw_message,
         blockers=blockers if outcome.state not in (S.RUNNING, S.SUCCEEDED) else (),
-        chain=_chain(outcome),
+        chain=evidenced(_chain(outcome), reader),
         nodes=fit.nodes if show_nodes and fit is not None else (),
         attempts=reader.attempts,
         constraints=fit.constraints if show_nodes and fit is not None else (),

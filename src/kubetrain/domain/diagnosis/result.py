@@ -71,6 +71,10 @@ class ChainState(StrEnum):
     BLOCKING = "blocking"
     FAILED = "failed"  # where a finished job failed
     NOT_REACHED = "not-reached"
+    # Before the job's stage, but nothing seen says the link was passed (an image
+    # without kubetrain's runtime never reports its preflight).
+    NOT_OBSERVED = "not-observed"
+    NOT_NEEDED = "not-needed"  # the job does not use it (no GPUs, no volumes)
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,223 @@
+"""Which links of the chain the objects show were passed, and which nobody saw.
+
+The stage logic (outcome.py) marks every link before the job's stage as
+passed; this module keeps a `passed` only where something says so, and
+otherwise marks the link `not-observed` (it may have passed; nothing told us)
+or `not-needed` (the job does not use it). The evidence each link needs:
+
+| link          | passed when                                                        |
+|---------------|--------------------------------------------------------------------|
+| control-plane | the Job exists (or existed: a Pod of it does)                      |
+| quota         | a Pod of the job was admitted (exists), or the Job counts Pods     |
+| scheduler     | a Pod was bound to a node                                          |
+| gpu-node      | the node's kubelet admitted the Pod (it reports its containers)    |
+| device-plugin | not needed without GPUs; passed when the kubelet admitted the Pod  |
+|               | (the device manager allocates at admission)                        |
+| runtime       | a container started                                                |
+| volume        | not needed without volumes from storage; passed once the kubelet   |
+|               | went past mounting: a container started, or its image or config    |
+|               | failed (the kubelet mounts volumes before it pulls and creates)    |
+| preflight     | the runtime reported its phase, or a container's last words (the   |
+|               | log's tail) hold the preflight's lines and it did not exit with    |
+|               | the preflight's code                                               |
+| training      | the runtime reported TRAINING, or the Job completed                |
+| job           | the Job completed                                                  |
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from kubetrain.domain.diagnosis.reading import _PREFLIGHT_LINE, _Reader
+from kubetrain.domain.diagnosis.result import ChainMark, ChainState
+from kubetrain.domain.manifest import PREFLIGHT_EXIT_CODE
+from kubetrain.domain.objects import as_list, as_map, get, text
+from kubetrain.domain.states import Link
+
+# Waiting reasons the kubelet gives only after the Pod's volumes are mounted.
+_AFTER_MOUNT = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+    }
+)
+# Volume sources that come from storage a link of the chain can fail on; a Secret,
+# ConfigMap, emptyDir, downward API or projected token is the kubelet's own work.
+_LOCAL_VOLUMES = frozenset({"secret", "configMap", "emptyDir", "downwardAPI", "projected"})
+
+
+def evidenced(marks: tuple[ChainMark, ...], reader: _Reader) -> tuple[ChainMark, ...]:
+    """`marks` with each `passed` that no object shows made `not-observed`, and the
+    links the job does not use made `not-needed` (where they were passed or not reached)."""
+    seen = _Seen.of(reader)
+    out = []
+    for mark in marks:
+        state = mark.state
+        if state in (ChainState.PASSED, ChainState.NOT_REACHED):
+            if not seen.needed(mark.link):
+                state = ChainState.NOT_NEEDED
+            elif state is ChainState.PASSED and not seen.passed(mark.link):
+                state = ChainState.NOT_OBSERVED
+        out.append(ChainMark(mark.link, state))
+    return tuple(out)
+
+
+class _Seen:
+    def __init__(
+        self,
+        *,
+        job: bool,
+        admitted: bool,
+        bound: bool,
+        admitted_on_node: bool,
+        mounted: bool,
+        started: bool,
+        gpus: bool,
+        volumes: bool,
+        reported: str | None,
+        preflight_ran: bool,
+        completed: bool,
+    ) -> None:
+        self.preflight_ran = preflight_ran
+        self.job, self.admitted, self.bound, self.started = job, admitted, bound, started
+        self.admitted_on_node, self.mounted = admitted_on_node, mounted
+        self.gpus, self.volumes, self.reported, self.completed = gpus, volumes, reported, completed
+
+    @classmethod
+    def of(cls, reader: _Reader) -> _Seen:
+        job = reader.k8s_job
+        pods = reader.pods
+        status = as_map(job, "status") if job is not None else {}
+        counted = any(_count(status, key) for key in ("active", "succeeded", "failed"))
+        counted_done = _count(status, "succeeded") > 0
+        template = as_map(job, "spec", "template", "spec") if job is not None else {}
+        specs = [as_map(p, "spec") for p in pods] or [template]
+        phase = reader.job.reported_phase
+        return cls(
+            job=job is not None or bool(pods),
+            admitted=bool(pods) or counted,
+            bound=any(text(p, "spec", "nodeName") for p in pods) or counted,
+            admitted_on_node=any(_kubelet_answered(p) for p in pods) or counted_done,
+            mounted=any(_past_mounting(p) for p in pods) or counted_done,
+            started=any(_started(p) for p in pods) or counted_done,
+            gpus=any(_requests_gpu(s) for s in specs) or bool(reader.job.gpus),
+            volumes=any(_storage_volume(v) for s in specs for v in as_list(s, "volumes")),
+            reported=phase[1] if phase is not None else None,
+            preflight_ran=any(_preflight_passed(s) for p in pods for s in _statuses(p)),
+            completed=_completed(status),
+        )
+
+    def needed(self, link: Link) -> bool:
+        if link is Link.DEVICE_PLUGIN:
+            return self.gpus
+        if link is Link.VOLUME:
+            return self.volumes
+        return True
+
+    def passed(self, link: Link) -> bool:
+        match link:
+            case Link.CONTROL_PLANE:
+                return self.job
+            case Link.QUOTA:
+                return self.admitted
+            case Link.SCHEDULER:
+                return self.bound
+            case Link.GPU_NODE | Link.DEVICE_PLUGIN:
+                return self.admitted_on_node
+            case Link.VOLUME:
+                return self.mounted
+            case Link.RUNTIME:
+                return self.started
+            case Link.PREFLIGHT:
+                return self.reported is not None or self.preflight_ran
+            case Link.TRAINING:
+                return self.reported == "TRAINING" or self.completed
+            case Link.JOB:
+                return self.completed
+        return False
+
+
+def _count(status: Mapping[str, Any], key: str) -> int:
+    value = get(status, key)
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
+def _completed(status: Mapping[str, Any]) -> bool:
+    return any(
+        text(c, "type") == "Complete" and text(c, "status") == "True"
+        for c in as_list(status, "conditions")
+    )
+
+
+def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    return [
+        s
+        for key in ("initContainerStatuses", "containerStatuses")
+        for s in as_list(pod, "status", key)
+        if isinstance(s, Mapping)
+    ]
+
+
+def _kubelet_answered(pod: Mapping[str, Any]) -> bool:
+    """The node's kubelet took the Pod up: it reports containers, or it failed the Pod
+    itself (an admission error names the device plugin, not the node)."""
+    return bool(_statuses(pod)) or (
+        bool(text(pod, "spec", "nodeName")) and text(pod, "status", "phase") == "Failed"
+    )
+
+
+def _preflight_passed(status: Mapping[str, Any]) -> bool:
+    for state in (as_map(status, "state"), as_map(status, "lastState")):
+        code = get(state, "terminated", "exitCode")
+        message = text(state, "terminated", "message") or ""
+        if (
+            isinstance(code, int)
+            and code != PREFLIGHT_EXIT_CODE
+            and any(line.startswith(_PREFLIGHT_LINE) for line in message.splitlines())
+        ):
+            return True
+    return False
+
+
+def _past_mounting(pod: Mapping[str, Any]) -> bool:
+    return _started(pod) or any(
+        text(s, "state", "waiting", "reason") in _AFTER_MOUNT for s in _statuses(pod)
+    )
+
+
+def _started(pod: Mapping[str, Any]) -> bool:
+    """Some container of the Pod ran: running, or terminated after it started."""
+    for key in ("containerStatuses", "initContainerStatuses"):
+        for status in as_list(pod, "status", key):
+            state = as_map(status, "state")
+            last = as_map(status, "lastState")
+            if "running" in state or any(
+                text(s, "terminated", "startedAt")
+                or isinstance(get(s, "terminated", "exitCode"), int)
+                for s in (state, last)
+                if "terminated" in s
+            ):
+                return True
+    return False
+
+
+def _requests_gpu(spec: Mapping[str, Any]) -> bool:
+    for container in as_list(spec, "containers"):
+        for section in ("requests", "limits"):
+            for name in as_map(container, "resources", section):
+                if isinstance(name, str) and name.endswith("/gpu"):
+                    return True
+    return False
+
+
+def _storage_volume(volume: object) -> bool:
+    if not isinstance(volume, Mapping):
+        return False
+    return any(key not in _LOCAL_VOLUMES for key in volume if key != "name")
