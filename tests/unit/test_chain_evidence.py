@@ -3,6 +3,8 @@ over recorded dumps changed only in the one fact under test."""
 
 from __future__ import annotations
 
+from typing import Any
+
 import pytest
 
 from kubetrain.domain.diagnosis import ChainState
@@ -12,7 +14,7 @@ from tests.unit.diagnosis_helpers import NOW, dump, items, run
 pytestmark = pytest.mark.unit
 
 
-def marks(data: dict, **facts: object) -> dict[Link, ChainState]:
+def marks(data: dict[str, Any], **facts: Any) -> dict[Link, ChainState]:
     return {m.link: m.state for m in run(data, **facts).chain}
 
 
