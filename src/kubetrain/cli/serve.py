@@ -65,6 +65,7 @@ def _serve(args: argparse.Namespace) -> int:
             leader_elect=not args.no_leader_elect,
             lease_namespace=args.lease_namespace,
             resync_interval=args.resync,
+            stall_after=settings.stall_after_seconds or None,
         )
     try:
         asyncio.run(_run(settings, db, control, api=not args.no_api))

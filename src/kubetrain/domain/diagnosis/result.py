@@ -27,6 +27,10 @@ class JobFacts:
     # A running container is only known to train once it says so; before any report
     # it counts as training, since images without kubetrain's runtime never report.
     reported_phase: tuple[str, str, datetime | None] | None = None
+    # The job's last reported step and when (any attempt's; a resume counts), and how
+    # many seconds without one make a training job NO_PROGRESS (None: never).
+    last_step: tuple[int, datetime] | None = None
+    stall_after: int | None = None
 
 
 @dataclass(frozen=True)
