@@ -607,3 +607,12 @@ def test_silence_means_nothing_without_a_threshold_or_a_training_report() -> Non
     # Preflight has its own code; a report from an earlier Pod says nothing of this one.
     assert stalling(reported_phase=("x", "PREFLIGHT", old)).reason == R.TRAINING
     assert stalling(reported_phase=("kt-old-pod", "TRAINING", old)).reason == R.TRAINING
+
+
+def test_an_attempt_is_bound_when_its_pod_scheduled_condition_turned_true() -> None:
+    # GPU-seconds count from here (domain/usage.py).
+    (attempt,) = run(dump("running")).attempts
+    assert attempt.bound_at == datetime(2026, 12, 2, 15, 14, 40, tzinfo=UTC)
+    assert attempt.to_json()["bound_at"] == "2026-12-02T15:14:40Z"
+    # Never bound (the scheduler refused it): nothing held.
+    assert all(a.bound_at is None for a in run(dump("insufficient-gpu")).attempts)

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain import __version__
-from kubetrain.api import datasets, jobs, reports, web, webhooks
+from kubetrain.api import datasets, jobs, reports, usage, web, webhooks
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.headers import SecurityHeaders
@@ -93,6 +93,7 @@ def create_app(
     app.include_router(datasets.router)
     app.include_router(reports.router)
     app.include_router(webhooks.router)
+    app.include_router(usage.router)
     web.install(app)
     app.add_middleware(PlainParameters)
     # Added last, so outermost: it also answers errors raised by the body limit.

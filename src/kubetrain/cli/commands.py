@@ -26,7 +26,7 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for add in (_testbed, _serve, _jobs, _why, _nodes, _tokens, _datasets, _webhooks):
+    for add in (_testbed, _serve, _jobs, _why, _nodes, _tokens, _datasets, _webhooks, _usage):
         add(subparsers)
     runtime_cli.add_run_arguments(subparsers.add_parser("run", help=runtime_cli.RUN_HELP))
 
@@ -310,6 +310,23 @@ def _webhooks(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     delete.add_argument("id")
     add_client_options(delete)
     delete.set_defaults(func=_lazy("webhooks", "_delete"))
+
+
+def _usage(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "usage", help="GPU-hours per project and GPU type, before training and training"
+    )
+    parser.add_argument(
+        "-p",
+        "--project",
+        help="one project (default: every project the token covers, which takes an admin)",
+    )
+    parser.add_argument(
+        "--since", help="only GPU time after this: a duration back (24h, 90m, 7d) or a time"
+    )
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(parser, project=False)
+    parser.set_defaults(func=_lazy("usage", "_usage"))
 
 
 def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:

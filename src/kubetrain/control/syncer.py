@@ -338,6 +338,7 @@ def _observation(attempt: Any) -> PodObservation:
         termination_message=attempt.termination_message,
         started_at=attempt.started_at,
         finished_at=attempt.finished_at,
+        bound_at=attempt.bound_at,
     )
 
 
