@@ -158,3 +158,30 @@ def test_metrics_count_gpu_seconds_by_project_type_and_phase(
         labels = {"project": PROJECT, "gpu_type": "nvidia-h100", "phase": phase}
         assert value(found, name, **labels) == seconds
     assert value(found, name, project=OTHER, gpu_type="any", phase="training") == 600.0
+
+
+def test_the_counter_never_steps_back_when_an_end_is_recorded_late(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    job_id = submitted(client, tokens, "late", resources=gpus(1, "nvidia-l4"))
+    now = datetime.now(UTC)
+    running = PodObservation(
+        pod_name="late-a",
+        pod_uid="uid-late-a",
+        pod_phase="Running",
+        bound_at=now - timedelta(hours=1),
+    )
+    record(db, job_id, running)
+    name, labels = "kubetrain_gpu_seconds_total", {"project": PROJECT, "gpu_type": "nvidia-l4"}
+    first = value(samples(client), name, phase="before_training", **labels)
+    assert first >= 3600
+    # The syncer now records that it ended ten minutes ago: the sum drops, the counter holds.
+    ended = PodObservation(
+        pod_name="late-a",
+        pod_uid="uid-late-a",
+        pod_phase="Failed",
+        bound_at=running.bound_at,
+        finished_at=now - timedelta(minutes=10),
+    )
+    record(db, job_id, ended)
+    assert value(samples(client), name, phase="before_training", **labels) == first
