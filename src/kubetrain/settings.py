@@ -29,6 +29,10 @@ the environment, the config file, the default.
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
+    KUBETRAIN_STALL_AFTER_SECONDS
+                             server  a training job with no step for this long is
+                                     NO_PROGRESS, unless its spec.stallAfter says
+                                     otherwise (1800; 0: never)
     KUBETRAIN_LOG_FORMAT     server  auto (text on a terminal, else JSON), json, text
     KUBETRAIN_LOG_LEVEL      server  debug, info (default), warning, error
     KUBETRAIN_URL            client  http://127.0.0.1:8080
@@ -190,6 +194,9 @@ class ServerSettings(_Settings):
     accelerator_label: str = RenderOptions.accelerator_label
     gpu_resource: str = RenderOptions.gpu_resource
     session_secret: SecretStr | None = Field(default=None, min_length=32)
+    # Half an hour without a step is rare in healthy training (even a long checkpoint
+    # save or evaluation); a job that needs longer says so in spec.stallAfter.
+    stall_after_seconds: int = Field(default=1800, ge=0)
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 

@@ -3,12 +3,15 @@
 from __future__ import annotations
 
 import copy
+from collections.abc import AsyncGenerator
 from dataclasses import dataclass
 from typing import Any
 
 import httpx2 as httpx
 from fastapi.testclient import TestClient
 
+from kubetrain.cluster.errors import ClusterRefused
+from kubetrain.cluster.logs import LogRequest
 from kubetrain.store import ALL_PROJECTS, Database, Role, create_token
 
 PROJECT = "ai-training"
@@ -86,3 +89,23 @@ def submitted(client: TestClient, tokens: Tokens, name: str = "train-policy", **
     response = submit(client, tokens, training_job(name, **spec))
     assert response.status_code == 201, response.text
     return str(response.json()["id"])
+
+
+class FakeLogs:
+    """PodLogs' two calls: what they were asked, and answers set per Pod and node."""
+
+    def __init__(self) -> None:
+        self.asked: list[LogRequest] = []
+        self.output: dict[str, list[str]] = {}
+        self.fake_nodes: set[str] = set()
+
+    async def is_fake_node(self, name: str) -> bool:
+        return name in self.fake_nodes
+
+    async def lines(self, request: LogRequest) -> AsyncGenerator[str]:
+        self.asked.append(request)
+        if request.pod not in self.output:
+            # A Pod that is gone: the API server's 404 (only the code is read).
+            raise ClusterRefused(404, "NotFound", "")
+        for line in self.output[request.pod]:
+            yield line

@@ -8,14 +8,19 @@ import os
 import socket
 import subprocess
 import sys
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
 import yaml
 from sqlalchemy import func, select
 
+from kubetrain.api import create_app
 from kubetrain.cli.main import main
-from kubetrain.store import Job, find_token, list_tokens
+from kubetrain.domain.states import BusinessState, ReasonCode
+from kubetrain.store import Job, PodObservation, find_token, list_tokens
+from kubetrain.store.sync import SyncedJob, record_synced
+from tests.api.builders import FakeLogs
 from tests.cli.conftest import PROJECT, Server
 
 pytestmark = pytest.mark.db
@@ -343,3 +348,108 @@ def test_webhook_create_prints_the_secret_alone_then_list_and_delete(
     code, _, err = run(capsys, "webhook", "list")
     assert code == 1
     assert "403" in err or "may not" in err
+
+
+def test_usage_prints_gpu_hours_per_project_and_type(
+    server: Server, use, capsys: pytest.CaptureFixture[str], tmp_path: Path
+) -> None:
+    code, out, err = run(capsys, "submit", "-f", job_file(tmp_path), "-o", "json")
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    start = datetime.now(UTC) - timedelta(hours=3)
+    pod = PodObservation(
+        pod_name="kt-a",
+        pod_uid="uid-a",
+        pod_phase="Succeeded",
+        bound_at=start,
+        started_at=start + timedelta(minutes=30),
+        finished_at=start + timedelta(hours=2, minutes=30),
+    )
+    synced = SyncedJob(
+        job_id, [pod], BusinessState.RUNNING, ReasonCode.TRAINING, None, None, None, 1, None, {}
+    )
+    with server.db.transaction() as session:
+        record_synced(session, [synced], now=start)
+    use("admin@*", project=None)
+    code, out, err = run(capsys, "usage")
+    assert code == 0, err
+    lines = out.splitlines()
+    assert lines[0].startswith("GPU-hours since the start, until ")
+    assert lines[1].split() == [
+        "PROJECT",
+        "GPU",
+        "TYPE",
+        "JOBS",
+        "BEFORE",
+        "TRAINING",
+        "TRAINING",
+        "GPU-HOURS",
+    ]
+    assert lines[2].split() == [PROJECT, "any", "1", "0.50", "2.00", "2.50"]
+    code, out, err = run(capsys, "usage", "-p", PROJECT, "--since", "1h", "-o", "json")
+    assert code == 0, err
+    (item,) = json.loads(out)["items"]
+    assert item["before_training"] == 0
+    assert item["training"] == pytest.approx(1800, abs=5)  # the last half hour of its training
+    code, _, err = run(capsys, "usage", "--since", "yesterday")
+    assert code == 1
+    assert "--since 'yesterday': give a duration" in err
+    use(f"viewer@{PROJECT}", project=PROJECT)
+    code, _, err = run(capsys, "usage")  # every project at once is for admins
+    assert code == 1
+    assert "403" in err or "may not" in err
+
+
+@pytest.fixture
+def fake_logs() -> FakeLogs:
+    logs = FakeLogs()
+    logs.output["kt-b"] = ["step 1 loss 2.3\n", "step 2 loss 2.1\n"]
+    return logs
+
+
+@pytest.fixture
+def with_logs(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, fake_logs: FakeLogs
+) -> Server:
+    """The server, with FakeLogs (tests/api/builders.py) as its cluster side."""
+    monkeypatch.setattr(
+        "tests.cli.conftest.create_app",
+        lambda settings, db: create_app(settings, db, pod_logs=fake_logs),
+    )
+    server: Server = request.getfixturevalue("server")
+    return server
+
+
+def test_logs_prints_the_newest_attempts_output_and_says_when_a_pod_is_gone(
+    with_logs: Server,
+    fake_logs: FakeLogs,
+    use,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    code, out, err = run(capsys, "submit", "-f", job_file(tmp_path), "-o", "json")
+    assert code == 0, err
+    job_id = json.loads(out)["id"]
+    pods = [
+        PodObservation("kt-a", "uid-a", node="n1", pod_phase="Failed", termination_message="NaN"),
+        PodObservation("kt-b", "uid-b", node="n1", pod_phase="Running"),
+    ]
+    synced = SyncedJob(
+        job_id, pods, BusinessState.RUNNING, ReasonCode.TRAINING, None, None, None, 2, None, {}
+    )
+    with with_logs.db.transaction() as session:
+        record_synced(session, [synced], now=datetime.now(UTC))
+    use(f"viewer@{PROJECT}")
+    code, out, err = run(
+        capsys, "logs", "train-policy-v12", "--tail", "5", "--since", "10m", "-f", "--timestamps"
+    )
+    assert (code, out, err) == (0, "step 1 loss 2.3\nstep 2 loss 2.1\n", "")
+    (asked,) = fake_logs.asked
+    assert (asked.tail, asked.since_seconds, asked.follow, asked.timestamps) == (5, 600, True, True)
+    code, out, err = run(capsys, "logs", job_id, "--attempt", "1")
+    assert code == 1
+    assert "Pod kt-a (attempt 1) is gone" in err
+    assert "NaN" in err
+    code, _, err = run(capsys, "logs", job_id, "--since", "2d")
+    assert code == 1
+    assert "--since: '2d' is not a duration" in err

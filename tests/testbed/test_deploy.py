@@ -179,6 +179,10 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
             assert http.post(f"{jobs}/{waiting_id}/cancel").status_code == 200
             job = wait_for(http, project, done.json()["id"], "SUCCEEDED")
             assert job["exit_code"] == 0
+            # the logs read the Pod's node (`get` nodes): a KWOK node is said to have none
+            logs = http.get(f"{jobs}/{job['id']}/logs")
+            assert logs.status_code == 409, logs.text
+            assert "fake nodes run no containers" in logs.json()["detail"]
             # the cancelled job's Job is deleted, which takes the `delete` verb
             eventually(
                 lambda: get(kube, Job, job_name(waiting_id), project) is None,

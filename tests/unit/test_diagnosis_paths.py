@@ -545,3 +545,74 @@ def test_of_several_main_containers_the_failing_one_is_named() -> None:
     d = run(data)
     assert (d.state, d.reason) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR)
     assert 'container logger: secret "wandb" not found' in d.blockers[0].detail
+
+
+# -- a training job whose steps stopped -----------------------------------------------
+# NOW is 16:00: the Pod of running.json reported TRAINING at 15:15.
+
+TRAINING_AT = datetime(2026, 12, 2, 15, 15, tzinfo=UTC)
+
+
+def stalling(**overrides: Any) -> Any:
+    data = dump("running")
+    pod = items(data, "Pod")[-1]["metadata"]["name"]
+    values: dict[str, Any] = {"reported_phase": (pod, "TRAINING", TRAINING_AT), "stall_after": 600}
+    return run(data, **(values | overrides))
+
+
+def test_a_training_job_with_no_step_for_longer_than_its_threshold_is_no_progress() -> None:
+    last = datetime(2026, 12, 2, 15, 48, 30, tzinfo=UTC)  # 11.5 minutes before NOW
+    d = stalling(last_step=(800, last))
+    assert (d.state, d.reason, d.link, d.since) == (S.RUNNING, R.NO_PROGRESS, Link.TRAINING, last)
+    assert d.waitable is None  # running: it is not waiting for anything
+    assert "No step for over 10m: the last, step 800, came at 2026-12-02 15:48:30Z." in (
+        d.explanation
+    )
+    assert {m.link: m.state for m in d.chain}[Link.TRAINING] == ChainState.BLOCKING
+    assert not d.blockers  # a running job lists none; the webhooks tell NO_PROGRESS apart
+
+
+def test_steps_within_the_threshold_or_reported_again_are_training() -> None:
+    assert stalling(last_step=(800, datetime(2026, 12, 2, 15, 51, tzinfo=UTC))).reason == (
+        R.TRAINING
+    )
+    # The same stalled facts with a new step: back to training.
+    assert stalling(last_step=(801, datetime(2026, 12, 2, 15, 59, tzinfo=UTC))).reason == (
+        R.TRAINING
+    )
+
+
+def test_a_new_attempt_gets_its_own_threshold_from_its_training_report() -> None:
+    # The last step came from attempt 1 an hour ago; this Pod began training at 15:55.
+    old = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+    began = datetime(2026, 12, 2, 15, 55, tzinfo=UTC)
+    assert stalling(last_step=(800, old), reported_phase=None).reason == R.TRAINING
+    data = dump("running")
+    pod = items(data, "Pod")[-1]["metadata"]["name"]
+    fresh = run(
+        data, reported_phase=(pod, "TRAINING", began), stall_after=600, last_step=(800, old)
+    )
+    assert fresh.reason == R.TRAINING
+    # No step at all since training began 45 minutes ago.
+    d = stalling()
+    assert d.reason == R.NO_PROGRESS
+    assert f"since Pod {pod} began training at 2026-12-02 15:15:00Z" in d.explanation
+
+
+def test_silence_means_nothing_without_a_threshold_or_a_training_report() -> None:
+    old = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+    assert stalling(last_step=(800, old), stall_after=None).reason == R.TRAINING
+    # An image without kubetrain's runtime never reports: it trains, as far as we know.
+    assert stalling(last_step=None, reported_phase=None).reason == R.TRAINING
+    # Preflight has its own code; a report from an earlier Pod says nothing of this one.
+    assert stalling(reported_phase=("x", "PREFLIGHT", old)).reason == R.TRAINING
+    assert stalling(reported_phase=("kt-old-pod", "TRAINING", old)).reason == R.TRAINING
+
+
+def test_an_attempt_is_bound_when_its_pod_scheduled_condition_turned_true() -> None:
+    # GPU-seconds count from here (domain/usage.py).
+    (attempt,) = run(dump("running")).attempts
+    assert attempt.bound_at == datetime(2026, 12, 2, 15, 14, 40, tzinfo=UTC)
+    assert attempt.to_json()["bound_at"] == "2026-12-02T15:14:40Z"
+    # Never bound (the scheduler refused it): nothing held.
+    assert all(a.bound_at is None for a in run(dump("insufficient-gpu")).attempts)

@@ -36,6 +36,8 @@ VERBS = {
     "delete": "delete",
     "deletecollection": "deletecollection",
 }
+# Subresources read through a method of their own: client.log(pod) is GET pods/log.
+SUBRESOURCE_CALLS = {"log": ("", "pods/log", "get")}
 # Namespaced in kubetrain's own namespace (a Role); everything else is cluster-wide.
 OWN_NAMESPACE = {("coordination.k8s.io", "leases")}
 
@@ -100,6 +102,14 @@ def typed_calls() -> set[Triple]:
                 if not isinstance(function, ast.FunctionDef | ast.AsyncFunctionDef):
                     continue
                 for call in ast.walk(function):
+                    if (
+                        isinstance(call, ast.Call)
+                        and isinstance(call.func, ast.Attribute)
+                        and call.func.attr in SUBRESOURCE_CALLS
+                        and _is_client(call.func.value)
+                    ):
+                        needed.add(SUBRESOURCE_CALLS[call.func.attr])
+                        continue
                     if not (
                         isinstance(call, ast.Call)
                         and isinstance(call.func, ast.Attribute)
@@ -162,6 +172,8 @@ def test_the_code_calls_what_this_reading_expects():
     assert ("", "pods", "watch") in calls
     assert ("", "namespaces", "create") in calls
     assert ("", "services", "create") in calls
+    assert ("", "pods/log", "get") in calls
+    assert ("", "nodes", "get") in calls
 
 
 def test_the_cluster_role_grants_exactly_the_cluster_wide_calls():

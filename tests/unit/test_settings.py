@@ -115,3 +115,14 @@ def test_the_config_file_location(monkeypatch: pytest.MonkeyPatch, tmp_path: Pat
     assert config_path() == tmp_path / "xdg" / "kubetrain" / "config.toml"
     monkeypatch.setenv("KUBETRAIN_CONFIG", "~/kt.toml")
     assert config_path() == Path.home() / "kt.toml"
+
+
+def test_the_stall_threshold_defaults_to_half_an_hour_and_zero_turns_it_off(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert ServerSettings().stall_after_seconds == 1800
+    monkeypatch.setenv("KUBETRAIN_STALL_AFTER_SECONDS", "0")
+    assert ServerSettings().stall_after_seconds == 0
+    monkeypatch.setenv("KUBETRAIN_STALL_AFTER_SECONDS", "-1")
+    with pytest.raises(ValidationError, match="stall_after_seconds"):
+        ServerSettings()

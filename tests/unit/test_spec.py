@@ -23,6 +23,7 @@ from kubetrain.domain.spec import (
     parse_training_job_yaml,
     spec_digest,
 )
+from kubetrain.domain.spec.identity import _normalized
 
 pytestmark = pytest.mark.unit
 
@@ -993,6 +994,7 @@ def test_the_digest_is_a_stable_sha256():
         ("spec.resources.requests.cpu", 4, "4"),
         ("spec.resources.requests.memory", "1Gi", 2**30),
         ("spec.maxRuntime", "90m", "1h30m"),
+        ("spec.stallAfter", "90m", "1h30m"),
         ("spec.cache", {"size": "1Gi"}, {"size": "1024Mi"}),
         ("spec.args", [], DELETE),
         ("metadata.labels", {"a": "1", "b": "2"}, {"b": "2", "a": "1"}),
@@ -1010,11 +1012,25 @@ def test_the_digest_ignores_spelling(path, first, second):
         ("spec.resources.gpus", 2),
         ("spec.retries", 0),
         ("spec.workers", 2),
+        ("spec.stallAfter", "1h"),
         ("spec.env", [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
     ],
 )
 def test_the_digest_sees_every_change(path, value):
     assert digest(put(full(), path, value)) != digest(full())
+
+
+def test_a_job_without_stall_after_keeps_the_digest_it_had_before_the_field():
+    # The field is left out of the normalised job, not written as null.
+    assert "stallAfter" not in _normalized(parse_training_job(full()))["spec"]
+    job = parse_training_job(put(minimal(), "spec.stallAfter", "90m"))
+    assert job.spec.stall_after == "90m"
+    assert _normalized(job)["spec"]["stallAfter"] == "5400s"
+
+
+@pytest.mark.parametrize(("text", "says"), [("2d", "no days"), ("0s", "from 1s"), (60, "string")])
+def test_bad_stall_afters_are_refused(text, says):
+    assert says in refused("spec.stallAfter", text)
 
 
 def test_one_worker_keeps_the_digest_of_a_job_that_names_none():

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain import __version__
-from kubetrain.api import datasets, jobs, reports, web, webhooks
+from kubetrain.api import datasets, jobs, logs, reports, usage, web, webhooks
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.headers import SecurityHeaders
@@ -45,6 +45,7 @@ from kubetrain.api.problems import (
 from kubetrain.api.schemas import Health
 from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
+from kubetrain.cluster.logs import PodLogs
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.spec import FieldProblem, TrainingJob
 from kubetrain.settings import ServerSettings
@@ -73,12 +74,14 @@ def create_app(
     on_report: Callable[[str], None] | None = None,
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
+    pod_logs: PodLogs | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
-    `watch_problems` (ControlLoops') lets the probes report the watches' health."""
+    `watch_problems` (ControlLoops') lets the probes report the watches' health;
+    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig."""
     app = _base_app(
         settings,
         db,
@@ -88,11 +91,14 @@ def create_app(
         on_report=on_report,
         cluster=cluster,
         watch_problems=watch_problems,
+        pod_logs=pod_logs,
     )
     app.include_router(jobs.router)
+    app.include_router(logs.router)
     app.include_router(datasets.router)
     app.include_router(reports.router)
     app.include_router(webhooks.router)
+    app.include_router(usage.router)
     web.install(app)
     app.add_middleware(PlainParameters)
     # Added last, so outermost: it also answers errors raised by the body limit.
@@ -129,6 +135,7 @@ def _base_app(
     on_report: Callable[[str], None] | None = None,
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
+    pod_logs: PodLogs | None = None,
 ) -> FastAPI:
     """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
@@ -147,6 +154,7 @@ def _base_app(
         on_report=on_report,
         cluster=cluster,
         watch_problems=watch_problems,
+        pod_logs=pod_logs,
         tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)

@@ -12,6 +12,7 @@ from fastapi import Request
 
 from kubetrain.api.principal import Principal
 from kubetrain.api.token_cache import VerifiedTokens
+from kubetrain.cluster.logs import PodLogs
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
@@ -31,6 +32,8 @@ class ApiContext:
 
     # ControlLoops.watch_problems when this process runs the control loops
     watch_problems: Callable[..., list[str]] | None = None
+    # Pods' logs, through the control loops' kubeconfig; None: no cluster connection
+    pod_logs: PodLogs | None = None
 
     # Tokens verified in the last seconds (token_cache.py), by hash.
     tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)

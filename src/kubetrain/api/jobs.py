@@ -15,6 +15,7 @@ state, since the caller's picture of it is out of date and nothing was done.
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from typing import Annotated, Any
 from urllib.parse import quote
 
@@ -44,6 +45,7 @@ from kubetrain.api.schemas import (
     History,
     HistoryEntry,
     JobDetail,
+    JobGpuSeconds,
     JobPage,
     JobStatus,
     ProgressSeries,
@@ -56,6 +58,7 @@ from kubetrain.domain.manifest import render_job
 from kubetrain.domain.spec import FieldProblem, SpecError, TrainingJob, parse_training_job
 from kubetrain.domain.spec import spec_digest as training_job_digest
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
+from kubetrain.domain.usage import ANY_GPU_TYPE
 from kubetrain.store import (
     MAX_PAGE_SIZE,
     MAX_STEP_REPORTS,
@@ -77,6 +80,7 @@ from kubetrain.store import (
     step_series,
     submit_job,
 )
+from kubetrain.store.usage import attempt_usage
 
 DEFAULT_PAGE_SIZE = 50
 IDEMPOTENCY_KEY_LENGTH = 255  # the column's size
@@ -292,7 +296,17 @@ def get_one_job(
     with context.db.read_only() as session:
         job = _job(session, project, job_id)
         attempt = get_attempt(session, job.id, job.current_attempt) if job.current_attempt else None
-        return JobDetail.of(job, attempt, progress_view(session, job.id))
+        return JobDetail.of(
+            job, attempt, progress_view(session, job.id), job_gpu_seconds(session, job)
+        )
+
+
+def job_gpu_seconds(session: Any, job: Job) -> JobGpuSeconds | None:
+    resources = (job.spec.get("spec") or {}).get("resources") or {}
+    if not resources.get("gpus"):
+        return None
+    attempts = attempt_usage(session, now=datetime.now(UTC), job_ids=[job.id])
+    return JobGpuSeconds.of_attempts(attempts, resources.get("gpuType") or ANY_GPU_TYPE)
 
 
 def progress_view(session: Any, job_id: str) -> ProgressView | None:

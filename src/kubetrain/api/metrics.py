@@ -13,6 +13,7 @@ from starlette.responses import Response
 
 from kubetrain.store import Database
 from kubetrain.store.metrics import JobCounts
+from kubetrain.store.usage import GpuSecondsTotal
 
 
 class _ProcessWide(Collector):
@@ -23,10 +24,12 @@ class _ProcessWide(Collector):
 
 
 def app_registry(db: Database) -> CollectorRegistry:
-    """What one app's /metrics shows: the process' metrics and `db`'s job counts."""
+    """What one app's /metrics shows: the process' metrics, `db`'s job counts and
+    GPU-seconds."""
     registry = CollectorRegistry(auto_describe=False)
     registry.register(_ProcessWide())
     registry.register(JobCounts(db))
+    registry.register(GpuSecondsTotal(db))
     return registry
 
 

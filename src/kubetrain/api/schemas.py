@@ -16,6 +16,7 @@ from pydantic import BaseModel, Field
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.reasons import CATALOG, Actor
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
+from kubetrain.domain.usage import GpuSeconds
 from kubetrain.store import (
     Attempt,
     Dataset,
@@ -27,6 +28,7 @@ from kubetrain.store import (
     TransitionKind,
     dataset_version,
 )
+from kubetrain.store.usage import AttemptUsage
 
 
 class ReasonDetail(BaseModel):
@@ -187,6 +189,59 @@ class ProgressView(BaseModel):
         )
 
 
+class GpuSecondsView(BaseModel):
+    """GPU-seconds held: from a Pod's binding to a node until it ends (a running Pod up to
+    the answer), split at its TRAINING report (docs/api.md)."""
+
+    before_training: float = Field(description="image pull, container creation, preflight")
+    training: float
+    total: float
+
+    @classmethod
+    def of(cls, seconds: GpuSeconds) -> GpuSecondsView:
+        return cls(
+            before_training=round(seconds.before_training, 3),
+            training=round(seconds.training, 3),
+            total=round(seconds.total, 3),
+        )
+
+
+class AttemptGpuSeconds(GpuSecondsView):
+    number: int = Field(description="the attempt (Pod) number, as in /attempts")
+    pod: str
+    gpus: int
+    bound_at: datetime
+    training_at: datetime | None
+    ended_at: datetime | None = Field(description="null: it still holds its GPUs")
+
+
+class JobGpuSeconds(GpuSecondsView):
+    """A job's GPU-seconds: every attempt's Pod (every worker of a gang) added up."""
+
+    gpu_type: str = Field(description="the spec's gpuType; `any` when it named none")
+    attempts: list[AttemptGpuSeconds]
+
+    @classmethod
+    def of_attempts(cls, attempts: Sequence[AttemptUsage], gpu_type: str) -> JobGpuSeconds:
+        total = sum((a.seconds for a in attempts), GpuSeconds())
+        return cls(
+            **GpuSecondsView.of(total).model_dump(),
+            gpu_type=gpu_type,
+            attempts=[
+                AttemptGpuSeconds(
+                    **GpuSecondsView.of(a.seconds).model_dump(),
+                    number=a.number,
+                    pod=a.pod,
+                    gpus=a.pod_time.gpus,
+                    bound_at=a.pod_time.bound_at,
+                    training_at=a.pod_time.training_at,
+                    ended_at=a.pod_time.ended_at,
+                )
+                for a in attempts
+            ],
+        )
+
+
 class JobDetail(JobStatus):
     """One job in full: its status, the TrainingJob as stored, the latest diagnosis and
     what its runtime reported."""
@@ -198,16 +253,24 @@ class JobDetail(JobStatus):
     progress: ProgressView | None = Field(
         description="null until a Pod of the job reports (without kubetrain's runtime, never)"
     )
+    gpu_seconds: JobGpuSeconds | None = Field(
+        default=None, description="the GPU-seconds its Pods held; null for a CPU-only job"
+    )
 
     @classmethod
     def of(
-        cls, job: Job, attempt: Attempt | None, progress: ProgressView | None = None
+        cls,
+        job: Job,
+        attempt: Attempt | None,
+        progress: ProgressView | None = None,
+        gpu_seconds: JobGpuSeconds | None = None,
     ) -> JobDetail:
         return cls(
             **cls.fields_of(job, attempt),
             spec=job.spec,
             diagnosis=job.diagnosis,
             progress=progress,
+            gpu_seconds=gpu_seconds,
         )
 
 

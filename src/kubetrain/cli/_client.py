@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 from urllib.parse import quote
@@ -153,6 +154,32 @@ class ApiClient:
             raise CommandError(
                 f"the server at {self.url} answered with something not JSON"
             ) from None
+
+    def stream_text(
+        self, path: str, *, params: dict[str, Any] | None = None, follow: bool = False
+    ) -> Iterator[str]:
+        """A text answer as it arrives, chunk by chunk; with `follow`, no read timeout
+        (a quiet log is no failure)."""
+        timeout = httpx.Timeout(self.timeout, read=None) if follow else self.timeout
+        try:
+            with self._http.stream(
+                "GET", path, params=params, headers={"Accept": "text/plain"}, timeout=timeout
+            ) as response:
+                if not response.is_success:
+                    response.read()
+                    raise ApiError.of(response)
+                yield from response.iter_text()
+        except httpx.ConnectError as exc:
+            raise CommandError(
+                f"cannot reach the kubetrain server at {self.url} ({_reason(exc)}); "
+                "is it running, and is KUBETRAIN_URL right?"
+            ) from None
+        except httpx.TimeoutException:
+            raise CommandError(
+                f"the kubetrain server at {self.url} did not answer within {self.timeout:g} s"
+            ) from None
+        except httpx.HTTPError as exc:
+            raise CommandError(f"the stream from {self.url} failed: {_reason(exc)}") from None
 
     # -- jobs -------------------------------------------------------------------
 

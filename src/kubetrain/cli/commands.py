@@ -26,7 +26,18 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    for add in (_testbed, _serve, _jobs, _why, _nodes, _tokens, _datasets, _webhooks):
+    for add in (
+        _testbed,
+        _serve,
+        _jobs,
+        _why,
+        _nodes,
+        _tokens,
+        _datasets,
+        _webhooks,
+        _usage,
+        _logs,
+    ):
         add(subparsers)
     runtime_cli.add_run_arguments(subparsers.add_parser("run", help=runtime_cli.RUN_HELP))
 
@@ -310,6 +321,38 @@ def _webhooks(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -
     delete.add_argument("id")
     add_client_options(delete)
     delete.set_defaults(func=_lazy("webhooks", "_delete"))
+
+
+def _logs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "logs", help="a job's output: the newest attempt's, or the one asked for"
+    )
+    parser.add_argument("name", metavar="NAME|ID", help="the job (the newest of that name)")
+    parser.add_argument("--attempt", type=int, metavar="N", help="attempt N (see `history`)")
+    parser.add_argument("--worker", type=int, metavar="R", help="a gang's worker of rank R")
+    parser.add_argument("-f", "--follow", action="store_true", help="stream until it ends")
+    parser.add_argument("--tail", type=int, metavar="N", help="the last N lines only")
+    parser.add_argument("--since", metavar="DURATION", help="only lines newer than 10m, 1h…")
+    parser.add_argument("--timestamps", action="store_true", help="each line's time first")
+    add_client_options(parser)
+    parser.set_defaults(func=_lazy("logs", "_logs"))
+
+
+def _usage(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "usage", help="GPU-hours per project and GPU type, before training and training"
+    )
+    parser.add_argument(
+        "-p",
+        "--project",
+        help="one project (default: every project the token covers, which takes an admin)",
+    )
+    parser.add_argument(
+        "--since", help="only GPU time after this: a duration back (24h, 90m, 7d) or a time"
+    )
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(parser, project=False)
+    parser.set_defaults(func=_lazy("usage", "_usage"))
 
 
 def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:

@@ -17,6 +17,7 @@ from sqlalchemy import exc as sa_exc
 
 from kubetrain.cluster.client import load_config
 from kubetrain.cluster.errors import ClusterConfigError
+from kubetrain.cluster.logs import PodLogs
 from kubetrain.control.runner import ControlLoops
 from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings
@@ -65,6 +66,7 @@ def _serve(args: argparse.Namespace) -> int:
             leader_elect=not args.no_leader_elect,
             lease_namespace=args.lease_namespace,
             resync_interval=args.resync,
+            stall_after=settings.stall_after_seconds or None,
         )
     try:
         asyncio.run(_run(settings, db, control, api=not args.no_api))
@@ -98,6 +100,7 @@ async def _run(
                 on_report=control.reported if control else None,
                 cluster=control.cluster_listing if control else None,
                 watch_problems=control.watch_problems if control else None,
+                pod_logs=PodLogs(control.config) if control else None,
             )
         else:  # the control loops only: their probes and metrics, on the same address
             assert control is not None  # --no-api and --no-control exclude each other

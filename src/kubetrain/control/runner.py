@@ -46,6 +46,7 @@ class ControlLoops:
     lease_name: str = "kubetrain-controller"
     identity: str = field(default_factory=default_identity)
     resync_interval: float = 30.0
+    stall_after: int | None = 1800  # seconds; a job's spec.stallAfter wins (None: never)
     dispatcher: Dispatcher | None = None
     syncer: Syncer | None = None
     elector: LeaderElector | None = None
@@ -114,7 +115,9 @@ class ControlLoops:
     async def _work(self, http: HttpClient, client: TypedClient) -> None:
         # Fresh caches for every term as leader: a standby's view may be stale.
         cache = self.cache = ClusterCache(http)
-        self.syncer = Syncer(self.db, cache, resync_interval=self.resync_interval)
+        self.syncer = Syncer(
+            self.db, cache, resync_interval=self.resync_interval, stall_after=self.stall_after
+        )
         self.dispatcher = Dispatcher(
             self.db,
             client,

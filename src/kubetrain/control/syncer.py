@@ -4,7 +4,8 @@ Level-triggered: every watch event only marks a job dirty; a worker then
 rebuilds that job's snapshot from the caches, runs the one pure diagnosis, and
 writes what changed (attempts, business state, the diagnosis itself). Replays
 write nothing, a relist converges, and a periodic resync repairs anything a
-lost event left behind.
+lost event left behind and notices what no event announces: a training job
+whose steps stopped (NO_PROGRESS) is seen within a resync interval.
 """
 
 from __future__ import annotations
@@ -61,6 +62,7 @@ class Syncer:
         cache: ClusterCache,
         *,
         resync_interval: float = 30.0,
+        stall_after: int | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -69,6 +71,7 @@ class Syncer:
         self.db = db
         self.cache = cache
         self.resync_interval = resync_interval
+        self.stall_after = stall_after  # the platform's default; a job's spec.stallAfter wins
         self.clock = clock
         self.monotonic = monotonic
         # job id -> monotonic time first marked. Jobs a watch event of their own
@@ -213,6 +216,10 @@ class Syncer:
                     cancel_requested=job.cancel_requested,
                     dispatch_error=job.last_dispatch_error,
                     reported_phase=_reported_phase(progress.get(job.id)),
+                    last_step=_last_step(progress.get(job.id)),
+                    stall_after=job.stall_after
+                    if job.stall_after is not None
+                    else self.stall_after,
                 )
             )
         return out
@@ -312,6 +319,12 @@ def _reported_phase(progress: Progress | None) -> tuple[str, str, datetime | Non
     return (progress.pod, progress.phase, progress.phase_since)
 
 
+def _last_step(progress: Progress | None) -> tuple[int, datetime] | None:
+    if progress is None or progress.step is None or progress.step_at is None:
+        return None
+    return (progress.step, progress.step_at)
+
+
 def _observation(attempt: Any) -> PodObservation:
     return PodObservation(
         pod_name=attempt.pod_name,
@@ -325,6 +338,7 @@ def _observation(attempt: Any) -> PodObservation:
         termination_message=attempt.termination_message,
         started_at=attempt.started_at,
         finished_at=attempt.finished_at,
+        bound_at=attempt.bound_at,
     )
 
 

@@ -283,6 +283,16 @@ CATALOG: dict[ReasonCode, Reason] = {
         ),
         _r(R.TRAINING, L.TRAINING, "The job is training.", "Nothing to do.", N),
         _r(
+            R.NO_PROGRESS,
+            L.TRAINING,
+            "The job runs but has reported no training step for longer than its stall "
+            "threshold (spec.stallAfter, else the platform's default): it may hang (a stuck "
+            "collective, a dead data loader, a deadlock). kubetrain does not stop it.",
+            "Read its logs (kubetrain logs); cancel it if it is stuck, or raise spec.stallAfter "
+            "if its steps are this slow.",
+            U,
+        ),
+        _r(
             R.PREFLIGHT_FAILED,
             L.PREFLIGHT,
             "kubetrain's preflight found the container unfit to train (GPU, dataset, output "
@@ -406,6 +416,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.GANG_PARTIAL,
     R.PREFLIGHT,
     R.RENDEZVOUS,
+    R.NO_PROGRESS,
     R.TRAINING,
     R.COMPLETED,
 )

@@ -213,6 +213,7 @@ class Attempt(Base):
     termination_message: Mapped[str | None] = mapped_column(Text)
     started_at: Mapped[datetime | None]
     finished_at: Mapped[datetime | None]
+    bound_at: Mapped[datetime | None]  # the scheduler bound the Pod: its GPUs are held from then
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]
 

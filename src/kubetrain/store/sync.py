@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from kubetrain.domain.spec import duration_seconds
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import transitions
 from kubetrain.store.errors import IllegalTransition
@@ -260,15 +261,21 @@ class SyncFacts:
     business_state: BusinessState
     cancel_requested: bool
     last_dispatch_error: str | None
+    stall_after: int | None = None  # seconds, from spec.stallAfter
 
 
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per 500 (not one per job)."""
-    columns = [getattr(Job, f.name) for f in fields(SyncFacts)]
+    names = [f.name for f in fields(SyncFacts) if f.name != "stall_after"]
+    # One field of the spec, read in the database rather than loading every spec.
+    stall = Job.spec["spec"]["stallAfter"].as_string().label("stall")
     out: dict[str, SyncFacts] = {}
     for chunk in in_chunks(ids):
-        for row in session.execute(select(*columns).where(Job.id.in_(chunk))):
-            out[row[0]] = SyncFacts(*row)
+        query = select(*(getattr(Job, n) for n in names), stall).where(Job.id.in_(chunk))
+        for row in session.execute(query).mappings():
+            values = {name: row[name] for name in names}
+            seconds = duration_seconds(row["stall"]) if row["stall"] else None
+            out[row["id"]] = SyncFacts(**values, stall_after=seconds)
     return out
 
 

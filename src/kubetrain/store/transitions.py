@@ -45,6 +45,7 @@ class PodObservation:
     termination_message: str | None = None
     started_at: datetime | None = None
     finished_at: datetime | None = None
+    bound_at: datetime | None = None  # bound to its node: GPUs held from then
 
 
 # The attempt columns an observation sets.

@@ -42,6 +42,7 @@ REASON_WORDS: dict[ReasonCode, str] = {
     R.GANG_PARTIAL: "gang partly placed",
     R.RENDEZVOUS: "ranks meeting",
     R.PREFLIGHT: "in preflight",
+    R.NO_PROGRESS: "no progress",
     R.TRAINING: "training",
     R.PREFLIGHT_FAILED: "preflight failed",
     R.CRASH_LOOP: "crash looping",

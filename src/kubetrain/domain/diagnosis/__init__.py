@@ -21,7 +21,9 @@ The decision, in order (docs/diagnosis.md has the whole table):
 2. A cancel requested: CANCELLED. No Job: CREATED/JOB_NOT_CREATED before the
    first dispatch, FAILED/JOB_DELETED after it.
 3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA, never failed.
-4. An active Job: a running container is RUNNING/TRAINING; otherwise QUEUED
+4. An active Job: a running container is RUNNING/TRAINING (NO_PROGRESS once
+   a Pod that reported TRAINING has reported no step for longer than the
+   job's stall threshold); otherwise QUEUED
    with what blocks the newest Pod (or, with no Pod, the quota refusal), and
    the previous attempt's failure beside it while a retry is pending.
 
@@ -51,6 +53,8 @@ on the chain it holds the job are the reason catalog's, domain/reasons.py):
 |                    | suspended, running, queued) and the mark per link of the chain   |
 | `evidence.py`      | which passed links something showed passed; not observed, not    |
 |                    | needed                                                           |
+| `stall.py`         | a training job whose steps stopped: NO_PROGRESS (the one use of  |
+|                    | `now` in the decision)                                           |
 | `__init__.py`      | `diagnose()`: the primary reason's words, waiting, the node table|
 """
 
@@ -70,6 +74,7 @@ from kubetrain.domain.diagnosis.result import (
     Diagnosis,
     JobFacts,
 )
+from kubetrain.domain.diagnosis.stall import _stalled
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.snapshot import Snapshot
@@ -94,7 +99,7 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     """Why `job` is or is not running, from `snapshot` as of `now` (see the module docstring)."""
     reader = _Reader(job, snapshot)
     reader.attempts = _attempts(reader)
-    outcome = _outcome(reader)
+    outcome = _stalled(reader, _outcome(reader), now)
     primary = outcome.findings[0]
     blockers = tuple(f.blocker() for f in outcome.findings)
     entry = CATALOG[primary.reason]

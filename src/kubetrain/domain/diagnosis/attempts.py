@@ -91,6 +91,10 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
                     (_event_time(e) for e in events if text(e, "reason") == "Started"), None
                 ),
                 finished_at=None,
+                bound_at=next(
+                    (_event_first_time(e) for e in events if text(e, "reason") == "Scheduled"),
+                    None,
+                ),
             )
         )
     created = {v.pod_name: _created_at_from_events(reader, v.pod_name) for v in views}
@@ -168,7 +172,19 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
         termination_message=text(detail, "message") if state == "terminated" else None,
         started_at=timestamp(detail, "startedAt"),
         finished_at=timestamp(detail, "finishedAt"),
+        bound_at=_bound_at(pod),
     )
+
+
+def _bound_at(pod: Mapping[str, Any]) -> datetime | None:
+    scheduled = _conditions(pod).get("PodScheduled")
+    if (
+        scheduled is None
+        or text(scheduled, "status") != "True"
+        or not text(pod, "spec", "nodeName")
+    ):
+        return None
+    return timestamp(scheduled, "lastTransitionTime")
 
 
 # -- why an attempt ended ------------------------------------------------------------

@@ -27,6 +27,10 @@ class JobFacts:
     # A running container is only known to train once it says so; before any report
     # it counts as training, since images without kubetrain's runtime never report.
     reported_phase: tuple[str, str, datetime | None] | None = None
+    # The job's last reported step and when (any attempt's; a resume counts), and how
+    # many seconds without one make a training job NO_PROGRESS (None: never).
+    last_step: tuple[int, datetime] | None = None
+    stall_after: int | None = None
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,9 @@ class AttemptView:
     started_at: datetime | None
     finished_at: datetime | None
     rank: int | None = None  # the worker's index in a gang (workers > 1); None for one Pod
+    # When the scheduler bound the Pod to its node: its GPUs are held from then
+    # (the PodScheduled condition, or the Scheduled event of a Pod that is gone).
+    bound_at: datetime | None = None
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -62,6 +69,7 @@ class AttemptView:
             "termination_message": self.termination_message,
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
+            "bound_at": _iso(self.bound_at),
         }
 
 

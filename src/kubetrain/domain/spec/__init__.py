@@ -20,6 +20,7 @@ API, so it reads like a Kubernetes object:
       cache: {size: 100Gi}
       priorityClass: batch-normal
       maxRuntime: 24h
+      stallAfter: 30m       # no step for this long: NO_PROGRESS (default: the platform's)
       retries: 3
 
 Everything is checked here, before a record exists, so that a mistake is

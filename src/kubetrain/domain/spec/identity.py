@@ -28,6 +28,10 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
         data["spec"]["cache"]["size"] = canonical_bytes(job.spec.cache.size)
     if job.spec.max_runtime is not None:
         data["spec"]["maxRuntime"] = f"{duration_seconds(job.spec.max_runtime)}s"
+    if job.spec.stall_after is None:
+        del data["spec"]["stallAfter"]  # the digests of jobs made before it stay
+    else:
+        data["spec"]["stallAfter"] = f"{duration_seconds(job.spec.stall_after)}s"
     if job.spec.workers == 1:
         # One worker is every job made before gangs: their digests stay what they were.
         del data["spec"]["workers"]

@@ -233,6 +233,9 @@ class TrainingJobSpec(SpecModel):
     # server's settings); the job waits there for quota.
     queue: QueueName | None = None
     max_runtime: Duration | None = None
+    # No step reported for this long makes a training job NO_PROGRESS (not failed);
+    # unset: the platform's default (ServerSettings.stall_after_seconds).
+    stall_after: Duration | None = None
     retries: Retries = 0
 
     @model_validator(mode="after")

@@ -1,0 +1,211 @@
+"""`GET /api/v1/projects/{project}/jobs/{id}/logs`: one attempt's (one worker's) output,
+streamed as text/plain from the Pod's `log` subresource.
+
+Which Pod: attempt N (the numbers of `/attempts`), else the newest; `worker` picks a
+gang's rank (the newest attempt of that rank). The same roles and projects as the
+other reads: a job outside the token's projects is a 404.
+
+What cannot be streamed is said as a problem, before any byte: a Pod that is gone
+(410, with the termination message the Job's `FallbackToLogsOnError` policy kept:
+the last lines of a crash), a Pod on a KWOK fake node, which runs no containers
+(409), a process without a cluster connection (503: it runs no control loops).
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from typing import Annotated, Any
+
+from fastapi import APIRouter, Depends, Path, Query
+from starlette.concurrency import run_in_threadpool
+from starlette.responses import StreamingResponse
+
+from kubetrain.api.auth import Caller, job_not_found, require_job_access
+from kubetrain.api.context import ApiContext, get_context
+from kubetrain.api.principal import Action
+from kubetrain.api.problems import ProblemError, problem_responses
+from kubetrain.cluster.errors import ClusterError, ClusterRefused
+from kubetrain.cluster.logs import FAKE_NODE_ANNOTATION, FAKE_NODE_VALUE, LogRequest
+from kubetrain.domain.manifest import CONTAINER_NAME
+from kubetrain.domain.spec import duration_seconds
+from kubetrain.store import Attempt, get_job, list_attempts
+
+router = APIRouter(
+    prefix="/api/v1/projects/{project}/jobs",
+    tags=["jobs"],
+    responses=problem_responses(401, 403, 422, 500, 503),
+)
+
+Context = Annotated[ApiContext, Depends(get_context)]
+MAX_TAIL = 100_000  # lines; beyond, ask for a window (since) instead
+
+POD_GONE = "urn:kubetrain:problem:pod-gone"
+NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
+NO_CLUSTER = "urn:kubetrain:problem:no-cluster"
+
+
+def choose_attempt(
+    attempts: Sequence[Attempt],
+    ranks: Mapping[str, int | None],
+    *,
+    attempt: int | None,
+    worker: int | None,
+) -> Attempt | str:
+    """The attempt asked for, or why there is none (in words)."""
+    if worker is not None:
+        attempts = [a for a in attempts if (ranks.get(a.pod_name) or 0) == worker]
+        if not attempts:
+            return f"no Pod of worker {worker}"
+    if attempt is not None:
+        found = [a for a in attempts if a.number == attempt]
+        if not found:
+            return f"no attempt {attempt}" + (f" of worker {worker}" if worker is not None else "")
+        return found[0]
+    return attempts[-1] if attempts else "no Pod yet"
+
+
+def _ranks(diagnosis: Mapping[str, Any] | None) -> dict[str, int | None]:
+    """Pod name -> its rank in a gang, as the syncer's diagnosis last read it."""
+    return {
+        str(a.get("pod")): a.get("rank")
+        for a in (diagnosis or {}).get("attempts") or []
+        if isinstance(a, Mapping)
+    }
+
+
+@router.get(
+    "/{job_id}/logs",
+    summary="One attempt's logs, streamed as text",
+    response_class=StreamingResponse,
+    responses={
+        200: {
+            "description": "the container's output, as the kubelet keeps it",
+            "content": {"text/plain": {"schema": {"type": "string"}}},
+        },
+        **problem_responses(404, 409, 410),
+    },
+)
+async def get_logs(
+    project: Annotated[str, Path()],
+    job_id: Annotated[str, Path()],
+    caller: Caller,
+    context: Context,
+    attempt: Annotated[
+        int | None, Query(ge=1, description="the attempt; default the newest")
+    ] = None,
+    worker: Annotated[int | None, Query(ge=0, description="a gang's rank")] = None,
+    follow: Annotated[bool, Query(description="keep streaming until the container ends")] = False,
+    tail: Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="the last N lines")] = None,
+    since: Annotated[
+        str | None, Query(description="only lines newer than this duration (10m, 1h30m)")
+    ] = None,
+    timestamps: Annotated[bool, Query(description="each line starts with its time")] = False,
+) -> StreamingResponse:
+    require_job_access(caller, project, job_id, Action.READ, context.settings)
+    since_seconds = None
+    if since is not None:
+        try:
+            since_seconds = duration_seconds(since)
+        except ValueError as exc:
+            raise ProblemError(422, f"since: {exc}") from None
+    namespace, chosen = await run_in_threadpool(_attempt, context, project, job_id, attempt, worker)
+    logs = context.pod_logs
+    if logs is None:
+        raise ProblemError(
+            503,
+            "this kubetrain server has no cluster connection (it runs no control loops); "
+            "ask one that does",
+            type=NO_CLUSTER,
+        )
+    request = LogRequest(
+        namespace=namespace,
+        pod=chosen.pod_name,
+        container=CONTAINER_NAME,
+        follow=follow,
+        tail=tail,
+        since_seconds=since_seconds,
+        timestamps=timestamps,
+    )
+    if chosen.node:
+        # Asked first: the API server would try to reach a fake node's kubelet, which
+        # is not there, and a dial to its made-up address can take long to fail.
+        try:
+            fake = await logs.is_fake_node(chosen.node)
+        except ClusterError:
+            fake = False  # the log's own error, below, says more
+        if fake:
+            raise _fake_node(chosen)
+    lines = logs.lines(request)
+    try:
+        first = await anext(lines, None)
+    except ClusterError as exc:
+        await lines.aclose()
+        raise _why_not(exc, chosen) from None
+    return StreamingResponse(_stream(first, lines), media_type="text/plain; charset=utf-8")
+
+
+def _attempt(
+    context: ApiContext, project: str, job_id: str, attempt: int | None, worker: int | None
+) -> tuple[str, Attempt]:
+    with context.db.read_only() as session:
+        job = get_job(session, project, job_id)
+        if job is None:
+            raise job_not_found(project, job_id)
+        chosen = choose_attempt(
+            list_attempts(session, job.id), _ranks(job.diagnosis), attempt=attempt, worker=worker
+        )
+        if isinstance(chosen, str):
+            raise ProblemError(404, f"job {job.name!r} ({job.id}) has {chosen}")
+        session.expunge(chosen)
+        return job.namespace, chosen
+
+
+def _where(attempt: Attempt) -> str:
+    return f"Pod {attempt.pod_name} (attempt {attempt.number})"
+
+
+def _fake_node(attempt: Attempt) -> ProblemError:
+    return ProblemError(
+        409,
+        f"{_where(attempt)} runs on {attempt.node}, a fake node ({FAKE_NODE_ANNOTATION}="
+        f"{FAKE_NODE_VALUE}, KWOK): fake nodes run no containers and have no logs",
+        type=NO_LOGS_ON_FAKE_NODES,
+        title="Fake nodes have no logs",
+        termination_message=attempt.termination_message,
+    )
+
+
+def _why_not(exc: ClusterError, attempt: Attempt) -> ProblemError:
+    """The problem to answer when the log could not be opened."""
+    where = _where(attempt)
+    if isinstance(exc, ClusterRefused) and exc.code == 404:
+        kept = attempt.termination_message
+        return ProblemError(
+            410,
+            f"{where} is gone, and its logs with it. "
+            + (
+                f"Its termination message (the end of its output on a crash): {kept}"
+                if kept
+                else "It left no termination message."
+            ),
+            type=POD_GONE,
+            title="The Pod is gone",
+            termination_message=kept,
+            exit_code=attempt.exit_code,
+        )
+    if isinstance(exc, ClusterRefused) and exc.code == 400:
+        # The kubelet's words, e.g. the container is waiting to start.
+        return ProblemError(409, f"{where} has no logs yet: {exc.message}")
+    return ProblemError(503, f"the logs of {where} could not be read: {exc.reason}: {exc.message}")
+
+
+async def _stream(first: str | None, rest: AsyncGenerator[str]) -> AsyncIterator[bytes]:
+    try:
+        if first is not None:
+            yield first.encode()
+        async for line in rest:
+            yield line.encode()
+    except ClusterError:
+        return  # the stream broke after the answer began: the client sees it end
+    finally:
+        await rest.aclose()

@@ -1,0 +1,55 @@
+"""A training job whose reports stopped: NO_PROGRESS in place of TRAINING.
+
+Only a Pod that said it trains (its runtime reported TRAINING) can be said to
+have stopped: an image without kubetrain's runtime never reports a step, and its
+silence means nothing. The clock starts at the later of the job's last step and
+the Pod's TRAINING report, so a new attempt is given its own threshold to reach
+its first step. The detail names the step and its time (not an age), so that a
+resync of a job still stalled writes nothing new.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from kubetrain.domain.diagnosis.outcome import _Outcome
+from kubetrain.domain.diagnosis.reading import _Finding, _gone, _Reader
+from kubetrain.domain.objects import meta_name
+from kubetrain.domain.states import BusinessState, ReasonCode
+
+
+def _stalled(reader: _Reader, outcome: _Outcome, now: datetime) -> _Outcome:
+    """`outcome` with NO_PROGRESS as its primary when a training job's steps stopped."""
+    job = reader.job
+    reported = job.reported_phase
+    if (
+        job.stall_after is None
+        or outcome.state is not BusinessState.RUNNING
+        or outcome.findings[0].reason is not ReasonCode.TRAINING
+        or reported is None
+        or reported[1] != "TRAINING"
+        or not any(meta_name(p) == reported[0] and not _gone(p) for p in reader.pods)
+    ):
+        return outcome
+    moments = [m for m in (reported[2], job.last_step[1] if job.last_step else None) if m]
+    if not moments:
+        return outcome
+    last = max(moments)
+    if (now - last).total_seconds() <= job.stall_after:
+        return outcome
+    threshold = _duration(job.stall_after)
+    at = last.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    if job.last_step is not None and job.last_step[1] >= (reported[2] or last):
+        detail = f"no step for over {threshold}: the last, step {job.last_step[0]}, came at {at}"
+    else:
+        detail = f"no step for over {threshold} since Pod {reported[0]} began training at {at}"
+    finding = _Finding(ReasonCode.NO_PROGRESS, detail, since=last)
+    return _Outcome(outcome.state, [finding, *outcome.findings[1:]], outcome.stage)
+
+
+def _duration(seconds: int) -> str:
+    """3600 -> "1h", 5400 -> "1h30m", 90 -> "1m30s": the spelling spec.stallAfter takes."""
+    hours, rest = divmod(seconds, 3600)
+    minutes, secs = divmod(rest, 60)
+    text = "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n)
+    return text or "0s"
