@@ -65,6 +65,7 @@ from kubetrain.domain.diagnosis.result import (
     ChainMark,
     ChainState,
     Diagnosis,
+    GangRestart,
     JobFacts,
 )
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit
@@ -79,6 +80,7 @@ __all__ = [
     "ChainState",
     "ConstraintCount",
     "Diagnosis",
+    "GangRestart",
     "JobFacts",
     "NodeFit",
     "diagnose",
@@ -128,4 +130,5 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         attempts=reader.attempts,
         constraints=fit.constraints if show_nodes and fit is not None else (),
         notes=tuple(reader.notes),
+        restart=outcome.restart,
     )
