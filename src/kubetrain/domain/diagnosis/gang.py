@@ -309,6 +309,11 @@ def gang_restart(
     if restart is None:
         return None
     ended = cause or job_finding
+    if disrupted and (cause is None or cause.reason not in DISRUPTIONS):
+        # The disrupted Pod is gone already (Pod GC deletes it); the Job's word stays.
+        ended = _Finding(
+            R.NODE_LOST, job_message or "", raw_reason="PodFailurePolicy", raw_message=job_message
+        )
     if restart.counted:
         why = f"{restart.retries_used} of {gang.retries} retries used"
     else:
