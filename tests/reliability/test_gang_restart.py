@@ -63,11 +63,13 @@ def restarting(path: list[tuple[str, str]], reason: str) -> None:
 
 
 def history_by_attempt(server: Server, project: str, job_id: str, reason: str) -> None:
-    """The business rows up to the ended attempt's cause are attempt 1's, those after it
-    attempt 2's; the runtime rows name both ranks of both attempts."""
+    """The business rows up to the ended attempt's cause (the last time it became the
+    reason) are attempt 1's, those after it attempt 2's; the runtime rows name both ranks
+    of both attempts."""
     rows = get(server, project, job_id, "/history")["items"]
     business = [r for r in rows if r["kind"] == "business"]
-    at = next(
+    print([(r["to_state"], r["to_reason"], r["attempt"]) for r in business])
+    at = max(
         i for i, r in enumerate(business) if (r["to_state"], r["to_reason"]) == ("QUEUED", reason)
     )
     assert {r["attempt"] for r in business[: at + 1]} - {None} == {1}
