@@ -63,17 +63,16 @@ def restarting(path: list[tuple[str, str]], reason: str) -> None:
 
 
 def history_by_attempt(server: Server, project: str, job_id: str, reason: str) -> None:
-    """The business rows up to the ended attempt's cause (the last time it became the
-    reason) are attempt 1's, those after it attempt 2's; the runtime rows name both ranks
-    of both attempts."""
+    """Attempt 1's business rows, ending with its cause as the job's reason (QUEUED), then
+    attempt 2's; the runtime rows name both ranks of both attempts."""
     rows = get(server, project, job_id, "/history")["items"]
     business = [r for r in rows if r["kind"] == "business"]
     print([(r["to_state"], r["to_reason"], r["attempt"]) for r in business])
-    at = max(
-        i for i, r in enumerate(business) if (r["to_state"], r["to_reason"]) == ("QUEUED", reason)
-    )
-    assert {r["attempt"] for r in business[: at + 1]} - {None} == {1}
-    assert {r["attempt"] for r in business[at + 1 :]} - {None} == {2}
+    numbers = [r["attempt"] for r in business if r["attempt"] is not None]
+    assert numbers == sorted(numbers)
+    assert set(numbers) == {1, 2}
+    last = max(i for i, r in enumerate(business) if r["attempt"] == 1)
+    assert (business[last]["to_state"], business[last]["to_reason"]) == ("QUEUED", reason)
     runtime = {(r["attempt"], r["rank"]) for r in rows if r["kind"] == "runtime"}
     assert runtime == {(1, 0), (1, 1), (2, 0), (2, 1)}
 
