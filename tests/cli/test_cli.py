@@ -78,8 +78,11 @@ def test_submit_get_history_cancel(
         "node",
         "exit_code",
         "attempt",
+        "workers",
+        "gpus",
     ):
         assert key in listed
+    assert (listed["workers"], listed["gpus"]) == (1, 1)
     assert (listed["id"], listed["name"], listed["project"]) == (
         job_id,
         "train-policy-v12",
@@ -89,8 +92,8 @@ def test_submit_get_history_cancel(
 
     code, out, _ = run(capsys, "get", "jobs")
     header, row = out.splitlines()
-    assert header.split() == ["NAME", "STATE", "REASON", "NODE", "AGE"]
-    assert row.split()[:4] == ["train-policy-v12", "CREATED", "JOB_NOT_CREATED", "-"]
+    assert header.split() == ["NAME", "STATE", "REASON", "GPUS", "NODE", "AGE"]
+    assert row.split()[:5] == ["train-policy-v12", "CREATED", "JOB_NOT_CREATED", "1", "-"]
 
     code, out, _ = run(capsys, "get", "job", "train-policy-v12", "-o", "yaml")
     shown = yaml.safe_load(out)
@@ -100,6 +103,7 @@ def test_submit_get_history_cancel(
     assert "Reason:" in out
     assert "JOB_NOT_CREATED (link: control-plane)" in out
     assert "[platform]" in out  # who must act
+    assert "GPUs:" in out
 
     code, out, _ = run(capsys, "history", "train-policy-v12")
     assert code == 0

@@ -103,14 +103,13 @@ def test_listing_holds_every_cached_pod_but_only_our_events_and_forget_drops_the
     ]
 
 
-def test_a_deleted_job_is_remembered_as_deleted():
+def test_a_deleted_job_is_dropped():
     cache = ClusterCache(http=None)
     items = feed(cache, "running", "job-c")
     job = next(i for i in items if i["kind"] == "Job")
     ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
-    assert not cache.deleted(ns, name)
+    assert cache.job(ns, name) is not None
     cache.reflectors["jobs"].on_event("DELETED", job)  # type: ignore[misc]
-    assert cache.deleted(ns, name)
     assert cache.job(ns, name) is None
 
 

@@ -122,3 +122,25 @@ def test_tables_and_json_escape_control_characters_too():
     emit({"message": HOSTILE}, "json", stream=out)
     assert json.loads(out.getvalue()) == {"message": HOSTILE}  # still JSON, still the text
     assert not any(unicodedata.category(c) == "Cc" for c in out.getvalue().replace("\n", ""))
+
+
+def test_a_gang_shows_its_workers_the_retries_it_used_and_the_rank_of_its_attempt():
+    job = job_view(None, "TRAINING") | {"workers": 2, "gpus": 8, "retries_used": 1}
+    job["runtime"] = {
+        "attempt": 2,
+        "rank": 0,
+        "pod": "kt-1-0-abcde",
+        "node": "gpu-h100-0",
+        "phase": "Running",
+    }
+    text = describe(job)
+    assert "GPUs:" in text
+    assert "16 (2 workers of 8); 1 failed attempt counted against retries" in text
+    assert "2: rank 0, pod kt-1-0-abcde on gpu-h100-0, phase Running" in text
+
+
+def test_get_jobs_shows_a_gangs_gpus_per_worker():
+    from kubetrain.cli.jobs import gpus
+
+    assert gpus({"workers": 2, "gpus": 8}) == "2x8"
+    assert gpus({"workers": 1, "gpus": 4}) == "4"

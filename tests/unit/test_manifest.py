@@ -659,18 +659,44 @@ def test_the_user_env_comes_after_the_gang_env_so_it_may_refer_to_it():
     assert names.index("PET_MASTER_ADDR") < names.index("EPOCHS")
 
 
-def test_any_failed_worker_fails_the_gang_at_once_and_disruptions_are_replaced():
+def test_a_gang_attempt_fails_at_once_on_any_failed_or_disrupted_worker():
     spec = gang()["spec"]
-    ignore, fail = spec["podFailurePolicy"]["rules"]
-    assert ignore == {
-        "action": "Ignore",
+    disrupted, fail = spec["podFailurePolicy"]["rules"]
+    # kubetrain restarts the whole gang as the next attempt, so a disrupted rank is
+    # not replaced alone (the others could not rendezvous with it again).
+    assert disrupted == {
+        "action": "FailJob",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
     assert fail == {
         "action": "FailJob",
         "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "NotIn", "values": [0]},
     }
-    assert spec["backoffLimit"] == 3  # failures without an exit code (admission) still retry
+    assert spec["backoffLimit"] == 0  # one Job per attempt: kubetrain counts the retries
+
+
+def test_a_gang_job_carries_its_attempt_and_retries_for_the_restart_decision():
+    first = gang()
+    assert first["metadata"]["labels"][m.LABEL_ATTEMPT] == "1"
+    assert first["spec"]["template"]["metadata"]["labels"][m.LABEL_ATTEMPT] == "1"
+    assert first["metadata"]["annotations"][m.ANNOTATION_RETRIES] == "3"
+    assert first["metadata"]["annotations"][m.ANNOTATION_RETRIES_USED] == "0"
+    data = full()
+    data["spec"]["workers"] = 2
+    parsed = job(data)
+    dataset = resolve_dataset(parsed.spec.dataset, None) if parsed.spec.dataset else None
+    third = m.render_job(JOB_ID, parsed, "ai-training", dataset=dataset, attempt=3, retries_used=2)
+    assert third["metadata"]["labels"][m.LABEL_ATTEMPT] == "3"
+    assert third["metadata"]["annotations"][m.ANNOTATION_RETRIES_USED] == "2"
+    with pytest.raises(ValueError, match="4 of 3 retries used"):
+        m.render_job(JOB_ID, parsed, "ai-training", dataset=dataset, retries_used=4)
+
+
+def test_a_single_pod_job_carries_no_attempt():
+    job = render(full())
+    assert m.LABEL_ATTEMPT not in job["metadata"]["labels"]
+    assert m.ANNOTATION_RETRIES not in job["metadata"]["annotations"]
+    assert job["spec"]["podFailurePolicy"]["rules"][0]["action"] == "Ignore"
 
 
 def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():

@@ -14,6 +14,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.objects import as_map
 from kubetrain.domain.reasons import CATALOG, Actor
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from kubetrain.domain.usage import GpuSeconds
@@ -55,7 +56,11 @@ class ReasonDetail(BaseModel):
 class RuntimeState(BaseModel):
     """What Kubernetes last said about the Pod of one attempt."""
 
-    attempt: int = Field(description="1, 2, ... in the order the job's Pods appeared")
+    attempt: int = Field(
+        description="1, 2, ... in the order the job's Pods appeared; a gang's attempt is its "
+        "Job, one entry per rank"
+    )
+    rank: int | None = Field(description="the gang worker's index; null for a single Pod")
     pod: str
     pod_uid: str
     node: str | None
@@ -74,6 +79,7 @@ class RuntimeState(BaseModel):
     def of(cls, attempt: Attempt) -> RuntimeState:
         return cls(
             attempt=attempt.number,
+            rank=attempt.rank,
             pod=attempt.pod_name,
             pod_uid=attempt.pod_uid,
             node=attempt.node,
@@ -108,9 +114,14 @@ class JobStatus(BaseModel):
     raw_reason: str | None = Field(description="Kubernetes' reason, as it said it")
     raw_message: str | None = Field(description="Kubernetes' message, as it said it")
     attempt: int = Field(description="the current attempt; 0 before the first Pod")
+    workers: int = Field(description="the Pods that run together (a gang when more than 1)")
+    gpus: int = Field(description="GPUs per worker: the job holds workers x gpus")
+    retries_used: int = Field(description="a gang's failed attempts counted against retries")
     node: str | None
     exit_code: int | None
-    runtime: RuntimeState | None = Field(description="the current attempt; null before a Pod")
+    runtime: RuntimeState | None = Field(
+        description="the current attempt (a gang's: its lowest rank's Pod); null before a Pod"
+    )
     kubernetes_job: str | None = Field(description="the batch/v1 Job's name, once created")
     cancel_requested: bool
     created_at: datetime
@@ -133,6 +144,8 @@ class JobStatus(BaseModel):
             "raw_reason": job.raw_reason,
             "raw_message": job.raw_message,
             "attempt": job.current_attempt,
+            **_size(job.spec),
+            "retries_used": job.retries_used,
             "node": runtime.node if runtime else None,
             "exit_code": runtime.exit_code if runtime else None,
             "runtime": runtime,
@@ -146,6 +159,16 @@ class JobStatus(BaseModel):
     @classmethod
     def of(cls, job: Job, attempt: Attempt | None) -> JobStatus:
         return cls(**cls.fields_of(job, attempt))
+
+
+def _size(spec: dict[str, Any]) -> dict[str, int]:
+    """Workers and GPUs per worker, as submitted (validated then; defaults when absent)."""
+    workers = as_map(spec, "spec").get("workers", 1)
+    gpus = as_map(spec, "spec", "resources").get("gpus", 0)
+    return {
+        "workers": workers if isinstance(workers, int) and not isinstance(workers, bool) else 1,
+        "gpus": gpus if isinstance(gpus, int) and not isinstance(gpus, bool) else 0,
+    }
 
 
 class ResumeView(BaseModel):
@@ -311,6 +334,7 @@ class HistoryEntry(BaseModel):
     raw_reason: str | None
     raw_message: str | None
     attempt: int | None
+    rank: int | None = Field(description="a runtime row's gang worker; null for a single Pod")
     detail: dict[str, Any] | None
 
     @classmethod
@@ -327,6 +351,7 @@ class HistoryEntry(BaseModel):
             raw_reason=row.raw_reason,
             raw_message=row.raw_message,
             attempt=row.attempt,
+            rank=(row.detail or {}).get("rank"),
             detail=row.detail,
         )
 

@@ -78,9 +78,9 @@ def _get_jobs(args: argparse.Namespace) -> int:
     if args.output in ("json", "yaml"):
         emit(jobs, args.output)
         return 0
-    headers = ["NAME", "STATE", "REASON", "NODE", "AGE"]
+    headers = ["NAME", "STATE", "REASON", "GPUS", "NODE", "AGE"]
     rows: list[list[Any]] = [
-        [j["name"], j["business_status"], j["reason"], j["node"], age(j["created_at"])]
+        [j["name"], j["business_status"], j["reason"], gpus(j), j["node"], age(j["created_at"])]
         for j in jobs
     ]
     if args.output == "wide":
@@ -107,6 +107,12 @@ def _get_job(args: argparse.Namespace) -> int:
     return 0
 
 
+def gpus(job: dict[str, Any]) -> str:
+    """A job's GPUs as the dashboard shows them: "8", or per worker for a gang ("2x8")."""
+    workers, each = job.get("workers", 1), job.get("gpus", 0)
+    return f"{workers}x{each}" if workers > 1 else str(each)
+
+
 def describe(job: dict[str, Any]) -> str:
     """A job in plain words: what it is doing, why, and who must act."""
     why = job["reason_detail"]
@@ -121,6 +127,7 @@ def describe(job: dict[str, Any]) -> str:
         ("ID", job["id"]),
         ("Project", f"{job['project']} (namespace {job['namespace']})"),
         ("State", job["business_status"]),
+        ("GPUs", _size_words(job)),
         ("Reason", f"{job['reason']} (link: {why['link']})"),
         ("", why["explanation"]),
         ("Next step", f"{action} [{why['actor']}]"),
@@ -133,6 +140,8 @@ def describe(job: dict[str, Any]) -> str:
     runtime = job.get("runtime")
     if runtime:
         where = f"pod {runtime['pod']}" + (f" on {runtime['node']}" if runtime["node"] else "")
+        if runtime.get("rank") is not None:
+            where = f"rank {runtime['rank']}, {where}"
         lines.append(("Attempt", f"{runtime['attempt']}: {where}, phase {runtime['phase'] or '-'}"))
         if runtime.get("container_state"):
             lines.append(("Container", runtime["container_state"]))
@@ -191,6 +200,15 @@ def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
     return lines
 
 
+def _size_words(job: dict[str, Any]) -> str:
+    workers, each = job.get("workers", 1), job.get("gpus", 0)
+    if workers == 1:
+        return str(each)
+    used = job.get("retries_used") or 0
+    counted = f"; {used} failed attempt{'s' * (used != 1)} counted against retries" if used else ""
+    return f"{workers * each} ({workers} workers of {each}){counted}"
+
+
 # -- history, cancel -----------------------------------------------------------
 
 
@@ -199,7 +217,8 @@ def _change(row: dict[str, Any]) -> str:
         before = f"{row['from_state']}/{row['from_reason']}" if row["from_state"] else "(new)"
         return f"{before} -> {row['to_state']}/{row['to_reason']}"
     pod = f"pod {row['from_state'] or '-'} -> {row['to_state'] or '-'}"
-    return pod + (f" (attempt {row['attempt']})" if row.get("attempt") else "")
+    rank = f", rank {row['rank']}" if row.get("rank") is not None else ""
+    return pod + (f" (attempt {row['attempt']}{rank})" if row.get("attempt") else "")
 
 
 def _history(args: argparse.Namespace) -> int:

@@ -91,7 +91,6 @@ class ClusterCache:
         self._claim_events: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
         self._job_by_name: dict[tuple[str, str], str] = {}  # (ns, k8s Job name) -> job id
         self._pod_job: dict[tuple[str, str], str] = {}  # (ns, pod name) -> job id
-        self._deleted_jobs: set[tuple[str, str]] = set()  # (ns, Job name) seen deleted
         self._jobs: dict[tuple[str, str], Obj] = {}  # (ns, Job name) -> Job
         # Kept as events arrive, so that a snapshot costs what its jobs hold, not
         # what the cluster holds: a job's Pods and the keys of its kept events,
@@ -128,10 +127,8 @@ class ClusterCache:
                 self._job_by_name[key] = job_id
                 self._job_keys[job_id] = key
                 if kind == "DELETED":
-                    self._deleted_jobs.add(key)
                     self._jobs.pop(key, None)
                 else:
-                    self._deleted_jobs.discard(key)
                     self._jobs[key] = obj
             elif resource == "pods":
                 uid = meta.get("uid", "")
@@ -298,10 +295,6 @@ class ClusterCache:
             # A copy of the outer dict only: a node's totals are replaced, never changed.
             self._node_state = NodeState.of(self._parsed.values(), dict(self._usage))
         return self._node_state
-
-    def deleted(self, namespace: str, name: str) -> bool:
-        """True when this cache saw the Job go (a watch DELETED or a relist's difference)."""
-        return (namespace, name) in self._deleted_jobs
 
     def forget(self, namespace: str, k8s_name: str, pod_names: list[str]) -> None:
         """Drop what is kept of a job once it is finished and recorded: its events, and

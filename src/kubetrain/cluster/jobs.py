@@ -17,8 +17,8 @@ from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
-from kubetrain.cluster.errors import JobConflictError, kube_errors
-from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors
+from kubetrain.domain.manifest import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -71,6 +71,14 @@ async def create_job(client: AsyncClient, manifest: dict[str, Any]) -> str | Non
         raise JobConflictError(
             f"a Job named {manifest['metadata']['name']} exists in {namespace} "
             "and is not this kubetrain job's"
+        )
+    attempt = manifest["metadata"]["labels"].get(LABEL_ATTEMPT)
+    if labels.get(LABEL_ATTEMPT) != attempt:
+        # A gang's earlier attempt, still going: the next is created once it is gone.
+        raise ClusterError(
+            "PreviousAttempt",
+            f"Job {manifest['metadata']['name']} of attempt {labels.get(LABEL_ATTEMPT)} "
+            f"is still there; attempt {attempt} waits for it to go",
         )
     return _uid(existing)
 
@@ -169,3 +177,38 @@ async def delete_job(client: AsyncClient, namespace: str, name: str) -> bool:
         if exc.status.code == 404:
             return False
         raise
+
+
+@_wrapped
+async def delete_attempt(
+    client: AsyncClient, namespace: str, name: str, uid: str, secret: str
+) -> None:
+    """Delete a gang's ended attempt: its Job (with its Pods) if it is still the one of
+    `uid` (a Job of the name with another uid is the next attempt's), and the Service and
+    status-token Secret that Job owned, so that the next attempt's are made anew rather
+    than adopted while the garbage collector deletes them. Gone already is fine."""
+    cascade = CascadeType.BACKGROUND
+    service = await _found(client.get(Service, name, namespace=namespace))
+    if service is not None and _owned_by(service, uid):
+        await _found(client.delete(Service, name, namespace=namespace, cascade=cascade))
+    token = await _found(client.get(Secret, secret, namespace=namespace))
+    if token is not None and _owned_by(token, uid):
+        await _found(client.delete(Secret, secret, namespace=namespace, cascade=cascade))
+    job = await _found(client.get(Job, name, namespace=namespace))
+    if job is not None and _uid(job) == uid:
+        await _found(client.delete(Job, name, namespace=namespace, cascade=cascade))
+
+
+async def _found(call: Awaitable[_R]) -> _R | None:
+    """The call's answer; None when the object is not there (404)."""
+    try:
+        return await call
+    except ApiError as exc:
+        if exc.status.code != 404:
+            raise
+        return None
+
+
+def _owned_by(obj: Service | Secret, uid: str) -> bool:
+    owners = (obj.metadata.ownerReferences if obj.metadata else None) or []
+    return any(o.uid == uid for o in owners)

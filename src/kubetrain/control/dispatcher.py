@@ -1,5 +1,6 @@
-"""The dispatcher: turns CREATED records into Kubernetes Jobs, and deletes the
-Jobs of cancelled records.
+"""The dispatcher: turns CREATED records into Kubernetes Jobs, deletes the Jobs of
+cancelled records, and restarts a gang whose attempt ended (the syncer decides, in
+the outbox: the ended attempt's Job is deleted and the next attempt's created).
 
 The API only commits the record (an outbox) and returns; this loop creates
 the Job. Creation is idempotent by the deterministic name, so a crash between
@@ -34,6 +35,7 @@ from kubetrain.cluster.client import TypedClient
 from kubetrain.cluster.errors import ClusterError
 from kubetrain.cluster.jobs import (
     create_job,
+    delete_attempt,
     delete_job,
     ensure_namespace,
     own_secret,
@@ -46,6 +48,7 @@ from kubetrain.domain.manifest import (
     render_job,
     render_service,
     render_status_secret,
+    status_secret_name,
 )
 from kubetrain.domain.spec import SpecError, parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -77,6 +80,7 @@ class _Prepared:
     namespace: str
     manifest: dict[str, Any]
     secret: dict[str, Any] | None  # the status-token Secret, when Pods report progress
+    ended: str | None = None  # a gang's ended attempt's Job (uid), to delete first
 
 
 @dataclass(frozen=True, slots=True)
@@ -227,6 +231,11 @@ class Dispatcher:
     async def _create(self, job: _Prepared) -> _Created | _Failed:
         job_id, namespace, manifest, secret = job.job_id, job.namespace, job.manifest, job.secret
         try:
+            if job.ended is not None:
+                name = manifest["metadata"]["name"]
+                await delete_attempt(
+                    self.client, namespace, name, job.ended, status_secret_name(job_id)
+                )
             if self.manage_namespaces and namespace not in self._namespaces:
                 await ensure_namespace(self.client, namespace)
                 self._namespaces.add(namespace)
@@ -280,10 +289,13 @@ class Dispatcher:
         whose spec no longer renders is failed. In the claim's transaction, rows locked."""
         prepared = []
         for job in claimed:  # in claim order: the longest waiting first
-            if job.business_state != BusinessState.CREATED:
+            restart = job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED
+            if job.business_state != BusinessState.CREATED and not restart:
                 continue
             if job.last_dispatch_error is not None:
                 DISPATCHER_RETRIES.inc()
+            if job.cancel_requested and restart:
+                continue  # the cancel deletes the Job; no next attempt
             if job.cancel_requested:
                 apply_locked_business_change(
                     session,
@@ -313,13 +325,21 @@ class Dispatcher:
                 token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
                 set_status_token(session, job.id, token)
                 secret = render_status_secret(job.id, job.namespace, token)
-            prepared.append(_Prepared(job.id, job.namespace, manifest, secret))
+            prepared.append(_Prepared(job.id, job.namespace, manifest, secret, job.restart_job_uid))
         return prepared
 
     def _render(self, session: Session, job: Job) -> dict[str, Any]:
         spec = parse_training_job(job.spec)
         dataset = resolve_job_dataset(session, spec.spec.dataset)
-        return render_job(job.id, spec, job.namespace, dataset=dataset, options=self.render_options)
+        return render_job(
+            job.id,
+            spec,
+            job.namespace,
+            dataset=dataset,
+            options=self.render_options,
+            attempt=max(job.current_attempt, 1),
+            retries_used=job.retries_used,
+        )
 
     def _record(self, outcomes: Sequence[_Outcome]) -> None:
         """Every outcome of the round in one transaction."""

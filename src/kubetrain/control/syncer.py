@@ -17,11 +17,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
 
 from kubetrain.cluster.cache import CLUSTER_WIDE, ClusterCache, job_id_of
 from kubetrain.cluster.reflector import Obj
-from kubetrain.domain.diagnosis import Diagnosis, JobFacts, diagnose
+from kubetrain.domain.diagnosis import AttemptView, Diagnosis, JobFacts, diagnose
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
@@ -188,8 +187,9 @@ class Syncer:
         return failed
 
     def _absence_is_real(self, facts: _Facts) -> bool:
-        if self.cache.deleted(facts.namespace, facts.k8s_name):
-            return True
+        """Past the grace of a create: a gang's next attempt replaces a Job of the same
+        name, whose deletion the watch may tell just before it tells the creation, so a
+        deletion seen is no evidence either until the grace is over."""
         recent = self.dispatched_at.get(facts.job_id)
         return recent is None or self.monotonic() - recent > DISPATCH_GRACE
 
@@ -206,6 +206,10 @@ class Syncer:
             present = self.cache.job(job.namespace, k8s_name) is not None
             if job.business_state == BusinessState.CREATED and not present:
                 continue  # the dispatcher's to create; it records why not
+            if job.restart_job_uid is not None:
+                # A gang's ended attempt, its next due: the dispatcher's now. Read on, the
+                # Job it deletes would say the job was deleted.
+                continue
             out.append(
                 _Facts(
                     job_id=job.id,
@@ -308,8 +312,10 @@ def _synced(facts: _Facts, diagnosis: Diagnosis) -> SyncedJob:
         raw_message=diagnosis.raw_message,
         message=diagnosis.explanation,
         attempt=diagnosis.attempts[-1].number if diagnosis.attempts else None,
-        detail={"link": str(diagnosis.link), "waitable": diagnosis.waitable},
+        detail={"link": str(diagnosis.link), "waitable": diagnosis.waitable}
+        | ({"restart": diagnosis.restart.to_json()} if diagnosis.restart else {}),
         diagnosis=diagnosis.to_json(facts.name),
+        restart=diagnosis.restart,
     )
 
 
@@ -325,7 +331,7 @@ def _last_step(progress: Progress | None) -> tuple[int, datetime] | None:
     return (progress.step, progress.step_at)
 
 
-def _observation(attempt: Any) -> PodObservation:
+def _observation(attempt: AttemptView) -> PodObservation:
     return PodObservation(
         pod_name=attempt.pod_name,
         pod_uid=attempt.pod_uid,
@@ -339,6 +345,9 @@ def _observation(attempt: Any) -> PodObservation:
         started_at=attempt.started_at,
         finished_at=attempt.finished_at,
         bound_at=attempt.bound_at,
+        rank=attempt.rank,
+        # A gang's Pods are on their Job's attempt; a single Pod's are numbered as seen.
+        attempt=attempt.number if attempt.rank is not None else None,
     )
 
 

@@ -57,15 +57,21 @@ torch runtime sets up torchrun, so its images run unchanged:
   PET_MASTER_ADDR (rank 0's name), PET_MASTER_PORT (MASTER_PORT, torch's
   default, also a container port); and KUBETRAIN_WORKER_INDEX and
   KUBETRAIN_WORKERS for kubetrain's runtime.
-* Failure is the gang's: a worker whose trainer exits non-zero fails the Job
-  at once (podFailurePolicy FailJob; the Job controller then terminates the
-  other ranks), since a collective cannot go on without one rank and the
-  others would otherwise hold their GPUs until a timeout. A disrupted worker
-  (DisruptionTarget) is replaced under the same index and hostname without
-  using a retry, as a single Pod is. JobSet's `RestartJobSet` (recreate every
-  child Job) is what restarts a whole gang elsewhere; Kubernetes' own
-  `backoffLimitPerIndex` retries one index alone, which a gang must not do,
-  so it is not used (docs/diagnosis.md, "Gangs").
+* Failure is the gang's, and so is the restart, the way JobSet's
+  `RestartJobSet` does it: each attempt is one Job (`backoffLimit: 0`), whose
+  podFailurePolicy fails it at once when a worker's trainer exits non-zero or
+  a worker is disrupted (DisruptionTarget: node lost, preempted), so the Job
+  controller terminates the other ranks rather than leaving them to hold
+  their GPUs in a broken collective. kubetrain then deletes that Job and
+  creates the next attempt under the same name (the syncer decides,
+  domain/diagnosis/gang.py `next_attempt`; the dispatcher acts). The Job
+  carries its attempt (`kubetrain.io/attempt`, also on its Pods), the job's
+  `retries` and the failures already counted against them
+  (`kubetrain.io/retries`, `kubetrain.io/retries-used`), so the decision is
+  read from the Job alone. Kubernetes' own `backoffLimitPerIndex` retries one
+  index alone, which a gang must not do, and replacing a disrupted rank under
+  its index leaves the others in a static rendezvous that cannot re-form
+  (docs/diagnosis.md, "Gangs").
 """
 
 from __future__ import annotations
@@ -142,6 +148,11 @@ MANAGED_BY = "kubetrain"
 # The digest of the spec the Job was rendered from: an AlreadyExists Job with
 # our job-id and this digest is the one we meant to create.
 ANNOTATION_SPEC_DIGEST = "kubetrain.io/spec-digest"
+# A gang's attempt (on its Job and Pods), the job's retries and those its earlier
+# attempts used: what deciding a gang's restart reads from the Job.
+LABEL_ATTEMPT = "kubetrain.io/attempt"
+ANNOTATION_RETRIES = "kubetrain.io/retries"
+ANNOTATION_RETRIES_USED = "kubetrain.io/retries-used"
 
 # "kt-" + 60 characters is a DNS-1123 label (63), and so is the Job controller's
 # `batch.kubernetes.io/job-name` label value on the Pods.
@@ -273,12 +284,13 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
 
 def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
     """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
-    without using a retry; the preflight's exit code fails the Job at once, and in a
-    gang so does any non-zero exit (the other ranks cannot go on without it)."""
+    without using a retry; the preflight's exit code fails the Job at once. A gang's
+    Job is one attempt: a disrupted worker or any non-zero exit fails it at once (the
+    other ranks cannot go on without it), and kubetrain starts the next."""
     return {
         "rules": [
             {
-                "action": "Ignore",
+                "action": "FailJob" if gang else "Ignore",
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
             },
             {
@@ -354,11 +366,14 @@ def render_job(
     *,
     dataset: DatasetVersion | None,
     options: RenderOptions = DEFAULT_RENDER_OPTIONS,
+    attempt: int = 1,
+    retries_used: int = 0,
 ) -> dict[str, Any]:
     """The batch/v1 Job for `job`, as a plain dict ready for the API server.
 
     `dataset` is the resolved version (see datasets.resolve_dataset), None when
-    the job names no dataset. ValueError for arguments that contradict each
+    the job names no dataset. A gang's Job is its attempt `attempt`, after earlier
+    attempts used `retries_used` of its retries. ValueError for arguments that contradict each
     other or are not Kubernetes names: those are the caller's bugs, the spec
     itself was validated when it was parsed.
     """
@@ -369,6 +384,9 @@ def render_job(
     spec = job.spec
     res = spec.resources
 
+    gang = spec.workers > 1
+    if gang and (attempt < 1 or not 0 <= retries_used <= spec.retries):
+        raise ValueError(f"attempt {attempt} with {retries_used} of {spec.retries} retries used")
     ours = {
         LABEL_JOB_ID: job_id,
         LABEL_PROJECT: job.metadata.project,
@@ -383,6 +401,8 @@ def render_job(
             if problem := names.label_value_problem(spec.priority_class):
                 raise ValueError(f"priorityClass as a Kueue label value: {problem}")
             kueue_labels[LABEL_WORKLOAD_PRIORITY] = spec.priority_class
+    if gang:
+        ours[LABEL_ATTEMPT] = str(attempt)
 
     requests: dict[str, str] = {
         "cpu": canonical_cpu(res.requests.cpu),
@@ -415,7 +435,6 @@ def render_job(
     # not asked, and the report says the check was skipped.
     if options.gpu_resource.startswith("nvidia.com/"):
         env.append(_plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)))
-    gang = spec.workers > 1
     if gang:
         env += _gang_env(name, namespace, spec.workers, res.gpus)
     volumes: list[dict[str, Any]] = []
@@ -510,7 +529,8 @@ def render_job(
     if job.metadata.annotations:
         template_meta["annotations"] = dict(sorted(job.metadata.annotations.items()))
 
-    job_spec: dict[str, Any] = {"backoffLimit": spec.retries}
+    # A gang's attempt is one Job: kubetrain, not the Job controller, retries it.
+    job_spec: dict[str, Any] = {"backoffLimit": 0 if gang else spec.retries}
     if gang:
         job_spec["completionMode"] = "Indexed"
         job_spec["completions"] = spec.workers
@@ -530,7 +550,12 @@ def render_job(
             "name": name,
             "namespace": namespace,
             "labels": {**ours, **kueue_labels},
-            "annotations": {ANNOTATION_SPEC_DIGEST: spec_digest(job)},
+            "annotations": {ANNOTATION_SPEC_DIGEST: spec_digest(job)}
+            | (
+                {ANNOTATION_RETRIES: str(spec.retries), ANNOTATION_RETRIES_USED: str(retries_used)}
+                if gang
+                else {}
+            ),
         },
         "spec": job_spec,
     }

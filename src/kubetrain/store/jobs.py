@@ -193,6 +193,8 @@ def _new_job_values(
         "raw_message": None,
         "current_attempt": 0,
         "cancel_requested": False,
+        "retries_used": 0,
+        "restart_job_uid": None,
         "dispatch_attempts": 0,
         "next_dispatch_at": now,  # due for the dispatcher at once
         "last_dispatch_error": None,
@@ -398,24 +400,30 @@ def job_history(
 
 
 def list_attempts(session: Session, job_id: str) -> list[Attempt]:
-    return list(
-        session.scalars(select(Attempt).where(Attempt.job_id == job_id).order_by(Attempt.number))
-    )
+    """Every attempt row, by number and, in a gang's attempt, by rank."""
+    query = select(Attempt).where(Attempt.job_id == job_id)
+    return list(session.scalars(query.order_by(Attempt.number, Attempt.rank, Attempt.id)))
 
 
 def current_attempts(session: Session, jobs: Collection[Job]) -> dict[str, Attempt]:
-    """The current attempt of each job that has one, by job id: one query for a page."""
+    """The current attempt of each job that has one, by job id (a gang's: its lowest
+    rank's row, as `get_attempt`): one query for a page."""
     wanted = {job.id: job.current_attempt for job in jobs if job.current_attempt > 0}
     if not wanted:
         return {}
-    rows = session.scalars(select(Attempt).where(Attempt.job_id.in_(list(wanted))))
+    query = select(Attempt).where(Attempt.job_id.in_(list(wanted)))
+    rows = session.scalars(query.order_by(Attempt.rank.desc(), Attempt.id.desc()))
     return {row.job_id: row for row in rows if wanted[row.job_id] == row.number}
 
 
 def get_attempt(session: Session, job_id: str, number: int) -> Attempt | None:
-    """Attempt `number` of the job (e.g. `job.current_attempt`); None before the first Pod."""
+    """Attempt `number` of the job (e.g. `job.current_attempt`), a gang's by its lowest
+    rank seen; None before the first Pod."""
     return session.scalars(
-        select(Attempt).where(Attempt.job_id == job_id, Attempt.number == number)
+        select(Attempt)
+        .where(Attempt.job_id == job_id, Attempt.number == number)
+        .order_by(Attempt.rank, Attempt.id)
+        .limit(1)
     ).one_or_none()
 
 

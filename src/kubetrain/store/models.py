@@ -172,6 +172,11 @@ class Job(Base):
     raw_message: Mapped[str | None] = mapped_column(Text)
     current_attempt: Mapped[int] = mapped_column(Integer, default=0)
     cancel_requested: Mapped[bool] = mapped_column(Boolean, default=False)
+    # A gang's attempts that failed and counted against `retries` (a disruption does not).
+    retries_used: Mapped[int] = mapped_column(Integer, default=0)
+    # The outbox of a gang restart: the uid of the ended attempt's Job, which the
+    # dispatcher deletes before it creates attempt `current_attempt`; NULL when none is due.
+    restart_job_uid: Mapped[str | None] = mapped_column(String(64))
 
     dispatch_attempts: Mapped[int] = mapped_column(Integer, default=0)
     next_dispatch_at: Mapped[datetime | None]
@@ -190,17 +195,20 @@ class Job(Base):
 
 
 class Attempt(Base):
-    """The runtime state of one Pod of a job, as Kubernetes last reported it."""
+    """The runtime state of one Pod of a job, as Kubernetes last reported it.
+
+    A single-Pod job's attempts are its Pods, numbered in the order they appeared. A
+    gang's attempt is one Job of N workers: one row per worker (`rank`), all with the
+    attempt's number, which the Job carries (`kubetrain.io/attempt`).
+    """
 
     __tablename__ = "attempts"
-    __table_args__ = (
-        UniqueConstraint("job_id", "number"),
-        UniqueConstraint("job_id", "pod_uid"),
-    )
+    __table_args__ = (UniqueConstraint("job_id", "pod_uid"),)
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(ForeignKey("jobs.id"))
-    number: Mapped[int] = mapped_column(Integer)  # 1-based, in the order Pods appeared
+    number: Mapped[int] = mapped_column(Integer)  # 1-based
+    rank: Mapped[int | None] = mapped_column(Integer)  # the worker's index; None for one Pod
     pod_name: Mapped[str] = mapped_column(String(NAME_LENGTH))
     pod_uid: Mapped[str] = mapped_column(String(64))
     node: Mapped[str | None] = mapped_column(String(NAME_LENGTH))

@@ -15,6 +15,11 @@ server answers again after an outage, `retry_backed_off_now` makes every job
 waiting out a backoff due at once, rather than each sleeping out its own
 (up to 32 s after a 30 s outage). A claimed job with `cancel_requested` set should be finished
 as `CANCELLED` rather than created.
+
+A gang's restart goes through the same outbox: the syncer sets `restart_job_uid`
+(the ended attempt's Job) and makes the job due while it stays `QUEUED`;
+`claim_due_jobs` takes it too, the dispatcher deletes that Job and creates attempt
+`current_attempt`, and recording the create clears `restart_job_uid`.
 """
 
 from __future__ import annotations
@@ -22,7 +27,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Mapping
 from datetime import UTC, datetime, timedelta
 
-from sqlalchemy import ColumnElement, and_, select, update
+from sqlalchemy import ColumnElement, and_, or_, select, update
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -47,13 +52,21 @@ def claim_due_jobs(
     hold: timedelta = CLAIM_HOLD,
     now: datetime | None = None,
 ) -> list[Job]:
-    """Claim up to `limit` due `CREATED` jobs, longest waiting first.
+    """Claim up to `limit` due jobs to create: `CREATED` ones and gangs whose next
+    attempt is due (`restart_job_uid`), longest waiting first.
 
     On PostgreSQL `FOR UPDATE SKIP LOCKED` lets concurrent claimers take
     disjoint sets without waiting on each other; SQLite has one writer at a
     time, so a plain select is already exclusive.
     """
-    return _claim(session, Job.business_state == BusinessState.CREATED, limit, hold, now)
+    return _claim(session, _TO_CREATE, limit, hold, now)
+
+
+# A restart of a cancelled job is never made (the cancel deletes the Job instead).
+_TO_CREATE = or_(
+    Job.business_state == BusinessState.CREATED,
+    and_(Job.restart_job_uid.is_not(None), Job.business_state == BusinessState.QUEUED),
+)
 
 
 def _claim(
@@ -128,14 +141,17 @@ def record_dispatch_outcomes(
         job.k8s_job_name = k8s_job_name
         job.next_dispatch_at = now if job.cancel_requested else None
         job.last_dispatch_error = None
+        job.restart_job_uid = None  # a gang's next attempt is made
         job.updated_at = now
         if job.business_state == BusinessState.CREATED:
             move(job, BusinessState.QUEUED, ReasonCode.SCHEDULING)
     for job_id, (raw_reason, raw_message) in failed.items():
         job = jobs[job_id]
-        if job.business_state != BusinessState.CREATED:
+        restarting = job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED
+        if job.business_state != BusinessState.CREATED and not restarting:
             continue
-        move(job, BusinessState.CREATED, ReasonCode.JOB_NOT_CREATED, raw_reason, raw_message)
+        if not restarting:  # a restart stays QUEUED with its cause; the error is kept below
+            move(job, BusinessState.CREATED, ReasonCode.JOB_NOT_CREATED, raw_reason, raw_message)
         job.dispatch_attempts += 1
         job.last_dispatch_error = f"{raw_reason}: {raw_message}"
         job.next_dispatch_at = now + backoff(job.dispatch_attempts)
@@ -147,14 +163,14 @@ def record_dispatch_outcomes(
 
 
 def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> int:
-    """Make due now every `CREATED` job that waits out the backoff of a failed create;
+    """Make due now every job to create that waits out the backoff of a failed create;
     returns how many. For the dispatcher to call once the API server answers again, with
     none of its own claims in flight (it would claim those twice)."""
     now = now if now is not None else datetime.now(UTC)
     result = session.execute(
         update(Job)
         .where(
-            Job.business_state == BusinessState.CREATED,
+            _TO_CREATE,
             Job.last_dispatch_error.is_not(None),
             Job.next_dispatch_at > now,
         )

@@ -20,6 +20,7 @@ from typing import Any
 from sqlalchemy import insert, select, update
 from sqlalchemy.orm import Session
 
+from kubetrain.domain.diagnosis.result import GangRestart
 from kubetrain.domain.spec import duration_seconds
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import transitions
@@ -44,6 +45,7 @@ class SyncedJob:
     attempt: int | None
     detail: Mapping[str, Any] | None
     diagnosis: Mapping[str, Any]
+    restart: GangRestart | None = None  # a gang's next attempt: the dispatcher's to make
 
 
 @dataclass(frozen=True, slots=True)
@@ -139,10 +141,10 @@ def plan_synced(
             observed = {name: getattr(pod, name) for name in OBSERVED}
             stored = own.get(pod.pod_uid)
             if stored is None:
-                number = highest = current_attempt = transitions.next_attempt(
-                    highest, current_attempt
-                )
-                values["current_attempt"] = number
+                number = transitions.next_attempt(highest, current_attempt, pod)
+                highest = max(highest, number)
+                if number > current_attempt:
+                    current_attempt = values["current_attempt"] = number
                 new_attempts.append(
                     {"job_id": job_id, "number": number, **observed}
                     | {"created_at": now, "updated_at": now}
@@ -156,6 +158,12 @@ def plan_synced(
             )
             if row is not None:
                 rows.append(row)
+
+        # A gang's next attempt, once: into the dispatcher's outbox (delete this Job,
+        # create the next). A replay of the ended attempt finds it recorded already.
+        restart = synced.restart
+        if restart is not None and refused is None and restart.attempt > current_attempt:
+            values |= transitions.restart_due(restart, now=now)
 
         # Business state.
         changed = current != target and refused is None
@@ -261,6 +269,7 @@ class SyncFacts:
     business_state: BusinessState
     cancel_requested: bool
     last_dispatch_error: str | None
+    restart_job_uid: str | None  # a gang restart the dispatcher has still to make
     stall_after: int | None = None  # seconds, from spec.stallAfter
 
 

@@ -9,8 +9,9 @@ columns to set and the history rows to add; the callers only read and write.
 * A business history row only when (state, reason) changes; otherwise the latest
   word from Kubernetes (raw reason and message, the plain message) is refreshed
   without one, so a replayed observation writes nothing.
-* Attempts are numbered 1, 2, ... in the order their Pods are first seen; a
-  runtime history row only for a new Pod or a material change.
+* A single Pod's attempts are numbered 1, 2, ... in the order their Pods are
+  first seen; a gang's Pods take their Job's attempt number, one row per rank.
+  A runtime history row only for a new Pod or a material change.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from dataclasses import dataclass, fields
 from datetime import datetime
 from typing import Any
 
+from kubetrain.domain.diagnosis.result import GangRestart
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode, can_move
 from kubetrain.store.errors import IllegalTransition, TerminalStateError
 from kubetrain.store.models import Source, TransitionKind
@@ -46,10 +48,13 @@ class PodObservation:
     started_at: datetime | None = None
     finished_at: datetime | None = None
     bound_at: datetime | None = None  # bound to its node: GPUs held from then
+    rank: int | None = None  # a gang worker's index
+    # A gang's attempt, which its Job carries; None: a single Pod, numbered as first seen.
+    attempt: int | None = None
 
 
-# The attempt columns an observation sets.
-OBSERVED = tuple(f.name for f in fields(PodObservation))
+# The attempt columns an observation sets (the number is set once, when first seen).
+OBSERVED = tuple(f.name for f in fields(PodObservation) if f.name != "attempt")
 
 # A change in any of these is worth a history row; the rest (messages, times)
 # are refreshed silently, so a scheduler retrying every few seconds with a new
@@ -143,11 +148,26 @@ def business_row(
     }
 
 
+def restart_due(restart: GangRestart, *, now: datetime) -> dict[str, Any]:
+    """The job's columns that put a gang's next attempt in the dispatcher's outbox: it
+    deletes the ended attempt's Job and creates attempt `restart.attempt`, due now."""
+    return {
+        "current_attempt": restart.attempt,
+        "retries_used": restart.retries_used,
+        "restart_job_uid": restart.job_uid,
+        "next_dispatch_at": now,
+        "dispatch_attempts": 0,
+        "last_dispatch_error": None,
+    }
+
+
 # -- runtime state -------------------------------------------------------------
 
 
-def next_attempt(highest: int, current_attempt: int) -> int:
-    """The number of the attempt a Pod not seen before starts."""
+def next_attempt(highest: int, current_attempt: int, pod: PodObservation) -> int:
+    """The number of the attempt a Pod not seen before is on: its gang's, else the next."""
+    if pod.attempt is not None:
+        return pod.attempt
     return max(highest, current_attempt) + 1
 
 
@@ -182,5 +202,6 @@ def runtime_row(
         "raw_reason": pod.raw_reason,
         "raw_message": pod.raw_message,
         "attempt": number,
-        "detail": {"pod_name": pod.pod_name, "pod_uid": pod.pod_uid, "changed": changes},
+        "detail": {"pod_name": pod.pod_name, "pod_uid": pod.pod_uid, "changed": changes}
+        | ({"rank": pod.rank} if pod.rank is not None else {}),
     }

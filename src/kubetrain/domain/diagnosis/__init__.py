@@ -72,6 +72,7 @@ from kubetrain.domain.diagnosis.result import (
     ChainMark,
     ChainState,
     Diagnosis,
+    GangRestart,
     JobFacts,
 )
 from kubetrain.domain.diagnosis.stall import _stalled
@@ -87,6 +88,7 @@ __all__ = [
     "ChainState",
     "ConstraintCount",
     "Diagnosis",
+    "GangRestart",
     "JobFacts",
     "NodeFit",
     "diagnose",
@@ -138,4 +140,5 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         attempts=reader.attempts,
         constraints=fit.constraints if show_nodes and fit is not None else (),
         notes=tuple(reader.notes),
+        restart=outcome.restart,
     )

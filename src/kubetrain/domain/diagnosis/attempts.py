@@ -52,10 +52,17 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     known = {v.pod_name for v in views}
     # Pods already gone (deadline, garbage collection) that the Job controller's
     # events still name are attempts too; their state is what their events said.
+    # Only this Job's: an earlier Job of the name (a gang's earlier attempt) had its own.
+    uid = text(reader.k8s_job, "metadata", "uid")
+    earlier = {
+        (text(e, "message") or "").removeprefix("Created pod: ")
+        for e in reader.events("Job", reader.job.k8s_name)
+        if uid and text(e, "involvedObject", "uid") not in (uid, None)
+    }
     gone = [
         name
         for name in reader.index.created_pods.get((reader.job.namespace, reader.job.k8s_name), [])
-        if name not in known
+        if name not in known and name not in earlier
     ]
     for name in dict.fromkeys(gone):
         events = reader.events("Pod", name)
@@ -109,11 +116,13 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
 
     views.sort(key=order)
     pods = {meta_name(p): p for p in reader.pods}
+    # A gang's attempt is its Job: every rank's Pod is on the Job's attempt.
+    gang = reader.gang_attempt.number if reader.gang_attempt else 1
     return tuple(
         AttemptView(
             **{
                 **view.__dict__,
-                "number": number,
+                "number": number if reader.workers == 1 else gang,
                 "rank": reader.rank_of(
                     pods.get(view.pod_name) or {"metadata": {"name": view.pod_name}}
                 ),

@@ -1,6 +1,7 @@
 """A gang (an Indexed Job of N workers), rank by rank: running only when every rank runs,
 otherwise held by the first rank that does not, with who is placed and who waits
-(GANG_PARTIAL), and whether waiting can help judged for the whole gang.
+(GANG_PARTIAL), and whether waiting can help judged for the whole gang; and once an
+attempt's Job failed, whether the whole gang starts again as the next attempt.
 
 Each rank's current Pod is its newest; what holds it is read as for a single Pod
 (pending.py, attempts.py), its words prefixed with the rank.
@@ -17,6 +18,7 @@ from kubetrain.domain.diagnosis.attempts import _attempt_cause, _lost_node
 from kubetrain.domain.diagnosis.pending import _pending
 from kubetrain.domain.diagnosis.quota import _quota
 from kubetrain.domain.diagnosis.reading import (
+    GangAttempt,
     _Finding,
     _gone,
     _main_status,
@@ -24,6 +26,7 @@ from kubetrain.domain.diagnosis.reading import (
     _running,
     _state,
 )
+from kubetrain.domain.diagnosis.result import GangRestart
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
 from kubetrain.domain.objects import get, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
@@ -47,6 +50,10 @@ _SCHEDULING = frozenset(
         R.VOLUME_NODE_CONFLICT,
     }
 )
+
+
+# What ends a worker's Pod without its trainer failing (the DisruptionTarget condition).
+DISRUPTIONS = frozenset({R.NODE_LOST, R.PREEMPTED, R.EVICTED})
 
 
 @dataclass
@@ -86,9 +93,16 @@ def gang_active(reader: _Reader) -> GangState:
         node = text(pod, "spec", "nodeName")
         if _running(pod) and not text(pod, "metadata", "deletionTimestamp"):
             if reader.node_gone(node):
-                # Running on a deleted node: the gang cannot go on; the Pod will be replaced.
+                # Running on a deleted node: the gang cannot go on. Pod GC fails the Pod
+                # within a minute, and then its Job: the gang restarts.
                 finding = _lost_node(reader, pod, node or "")
                 finding.detail = f"rank {rank}: {finding.detail}"
+                if reader.gang_attempt is not None:
+                    finding.detail = (
+                        f"rank {rank}: its node {node} no longer exists; once its Pod is "
+                        f"failed the whole gang restarts as attempt "
+                        f"{reader.gang_attempt.number + 1}"
+                    )
                 return GangState(S.QUEUED, [finding], Link.TRAINING)
             runs[rank] = pod
         elif text(pod, "status", "phase") == "Succeeded":
@@ -263,3 +277,55 @@ def _gang_waitable(reader: _Reader, primary: _Finding) -> bool | None:
         else "Ask for less per worker; waiting will not help."
     )
     return False
+
+
+def next_attempt(gang: GangAttempt, *, disrupted: bool) -> GangRestart | None:
+    """After attempt `gang` failed: the next attempt, or None when the job fails.
+
+    JobSet's rule: a disruption (node lost, preempted) restarts the gang without
+    counting against `retries` (RestartJobSetAndIgnoreMaxRestarts); a worker's failure
+    restarts it while retries remain (RestartJobSet), counting one."""
+    if disrupted:
+        return GangRestart(gang.number + 1, False, gang.retries_used, gang.job_uid)
+    if gang.retries_used < gang.retries:
+        return GangRestart(gang.number + 1, True, gang.retries_used + 1, gang.job_uid)
+    return None
+
+
+def gang_restart(
+    reader: _Reader, cause: _Finding | None, job_finding: _Finding | None, job_message: str | None
+) -> tuple[_Finding, GangRestart] | None:
+    """A failed attempt of a gang kubetrain restarts: what the job says while the next
+    attempt is made (QUEUED with the ended attempt's cause, "retrying: attempt N"), and
+    the restart; None when the job fails instead (or is not such a gang)."""
+    gang = reader.gang_attempt
+    if gang is None or reader.job.cancel_requested:
+        return None
+    # The podFailurePolicy's message names the rule: a rank gone with its Pod still tells.
+    disrupted = (cause is not None and cause.reason in DISRUPTIONS) or (
+        "condition DisruptionTarget" in (job_message or "")
+    )
+    restart = next_attempt(gang, disrupted=disrupted)
+    if restart is None:
+        return None
+    ended = cause or job_finding
+    if disrupted and (cause is None or cause.reason not in DISRUPTIONS):
+        # The disrupted Pod is gone already (Pod GC deletes it); the Job's word stays.
+        ended = _Finding(
+            R.NODE_LOST, job_message or "", raw_reason="PodFailurePolicy", raw_message=job_message
+        )
+    if restart.counted:
+        why = f"{restart.retries_used} of {gang.retries} retries used"
+    else:
+        why = "a disruption, not counted against retries"
+    said = f": {ended.detail}" if ended is not None and ended.detail else ""
+    finding = _Finding(
+        ended.reason if ended is not None else R.NODE_LOST if disrupted else R.EXIT_NONZERO,
+        f"retrying: attempt {restart.attempt} of the whole gang starts ({why}); "
+        f"attempt {gang.number} ended{said}",
+        waitable=True,
+        raw_reason=ended.raw_reason if ended is not None else None,
+        raw_message=ended.raw_message if ended is not None else None,
+        since=ended.since if ended is not None else None,
+    )
+    return finding, restart

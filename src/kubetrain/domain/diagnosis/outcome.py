@@ -18,7 +18,7 @@ from kubetrain.domain.diagnosis.attempts import (
     _next_after_failure,
     _reached,
 )
-from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active
+from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active, gang_restart
 from kubetrain.domain.diagnosis.pending import _pending
 from kubetrain.domain.diagnosis.quota import _quota, _suspended
 from kubetrain.domain.diagnosis.reading import (
@@ -31,7 +31,7 @@ from kubetrain.domain.diagnosis.reading import (
     _state,
     _true,
 )
-from kubetrain.domain.diagnosis.result import ChainMark, ChainState
+from kubetrain.domain.diagnosis.result import ChainMark, ChainState, GangRestart
 from kubetrain.domain.manifest import PREFLIGHT_EXIT_CODE
 from kubetrain.domain.objects import get, meta_name, text, timestamp
 from kubetrain.domain.reasons import CATALOG, rank
@@ -50,6 +50,7 @@ class _Outcome:
     state: BusinessState
     findings: list[_Finding]
     stage: Link
+    restart: GangRestart | None = None  # a gang's next attempt, due now
 
 
 def _active(reader: _Reader) -> _Outcome:
@@ -204,6 +205,12 @@ def _failed(reader: _Reader, condition: Mapping[str, Any]) -> _Outcome:
             cause = _Finding(
                 code, job_message, raw_reason=job_reason, raw_message=job_message, since=since
             )
+    if reader.workers > 1 and job_code is not R.DEADLINE_EXCEEDED:
+        # The attempt ended, not the job: the whole gang starts again while it may.
+        restarting = gang_restart(reader, cause, job_finding, job_message)
+        if restarting is not None:
+            finding, restart = restarting
+            return _Outcome(S.QUEUED, [finding], CATALOG[finding.reason].stage, restart)
     if job_code is R.DEADLINE_EXCEEDED and job_finding is not None:
         findings = [job_finding]
         if cause is not None:

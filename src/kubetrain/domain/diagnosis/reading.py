@@ -15,7 +15,13 @@ from typing import Any, Literal
 
 from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts
 from kubetrain.domain.fit import FitAnalysis
-from kubetrain.domain.manifest import COMPLETION_INDEX, CONTAINER_NAME
+from kubetrain.domain.manifest import (
+    ANNOTATION_RETRIES,
+    ANNOTATION_RETRIES_USED,
+    COMPLETION_INDEX,
+    CONTAINER_NAME,
+    LABEL_ATTEMPT,
+)
 from kubetrain.domain.nodes import NodeInfo
 from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
 from kubetrain.domain.reasons import CATALOG
@@ -54,6 +60,16 @@ class _Finding:
         )
 
 
+@dataclass(frozen=True)
+class GangAttempt:
+    """What a gang's Job says of its attempt (`render_job`'s label and annotations)."""
+
+    number: int
+    retries: int
+    retries_used: int
+    job_uid: str
+
+
 class _Reader:
     """What one diagnosis reads from the snapshot, with the notes it makes."""
 
@@ -87,6 +103,21 @@ class _Reader:
         if isinstance(completions, bool) or not isinstance(completions, int):
             return 1
         return max(completions, 1)
+
+    @cached_property
+    def gang_attempt(self) -> GangAttempt | None:
+        """The attempt a gang's Job is, with the retries it may use, as kubetrain rendered
+        them; None for a single Pod, and for a gang Job kubetrain does not restart (one it
+        rendered before gangs restarted, or anyone else's)."""
+        if self.workers == 1:
+            return None
+        number = _index(text(self.k8s_job, "metadata", "labels", LABEL_ATTEMPT))
+        retries = _index(text(self.k8s_job, "metadata", "annotations", ANNOTATION_RETRIES))
+        used = _index(text(self.k8s_job, "metadata", "annotations", ANNOTATION_RETRIES_USED))
+        uid = text(self.k8s_job, "metadata", "uid")
+        if number is None or number < 1 or retries is None or used is None or not uid:
+            return None
+        return GangAttempt(number, retries, used, uid)
 
     def rank_of(self, pod: object) -> int | None:
         """A gang Pod's index (the Job controller's annotation, else its name

@@ -37,7 +37,7 @@ class JobFacts:
 class AttemptView:
     """The runtime state of one Pod of the job."""
 
-    number: int
+    number: int  # a single Pod's attempts 1..n; a gang's attempt (its Job's), per rank
     pod_name: str
     pod_uid: str
     node: str | None
@@ -70,6 +70,25 @@ class AttemptView:
             "started_at": _iso(self.started_at),
             "finished_at": _iso(self.finished_at),
             "bound_at": _iso(self.bound_at),
+        }
+
+
+@dataclass(frozen=True)
+class GangRestart:
+    """A gang's attempt ended and the whole gang starts again as the next attempt
+    (JobSet's RestartJobSet): kubetrain deletes the ended attempt's Job and creates the
+    next. A disrupted worker's restart is not counted against `retries`; a failed one is."""
+
+    attempt: int  # the next attempt's number
+    counted: bool  # counted against retries (a failure), or not (a disruption)
+    retries_used: int  # the retries used with this restart counted
+    job_uid: str  # the ended attempt's Job, to delete
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "attempt": self.attempt,
+            "counted": self.counted,
+            "retries_used": self.retries_used,
         }
 
 
@@ -143,6 +162,7 @@ class Diagnosis:
     attempts: tuple[AttemptView, ...]  # every Pod of the Job, oldest first, numbered 1..n
     constraints: tuple[ConstraintCount, ...] = ()  # per constraint, nodes it rules out
     notes: tuple[str, ...] = ()  # what could not be read or checked, in words
+    restart: GangRestart | None = None  # a gang's next attempt, due now
 
     def to_json(self, job: str) -> dict[str, Any]:
         """The documented schema (docs/diagnosis.md)."""
@@ -164,6 +184,7 @@ class Diagnosis:
             "constraints": [c.to_json() for c in self.constraints],
             "attempts": [a.to_json() for a in self.attempts],
             "notes": list(self.notes),
+            "restart": self.restart.to_json() if self.restart else None,
         }
 
 
