@@ -7,7 +7,7 @@ from decimal import Decimal
 import pytest
 
 from kubetrain.domain.admission import parse_admission_refusal, parse_kueue_message
-from tests.unit.diagnosis_helpers import dump, items
+from tests.unit.diagnosis_helpers import dump, items, recorded_kueue_message
 
 pytestmark = pytest.mark.unit
 
@@ -78,18 +78,6 @@ def test_other_refusals_are_kept_verbatim() -> None:
     assert (refusal.kind, refusal.is_quota, refusal.waitable) == ("other", False, None)
     assert (refusal.message, refusal.resources) == (message, ())
     assert parse_admission_refusal(None).kind == "other"
-
-
-def recorded_kueue_message(name: str) -> str:
-    """The QuotaReserved message on the fixture's own Workload (Kueue v0.17)."""
-    (workload,) = [
-        w
-        for w in items(dump(name), "Workload")
-        if any(o["name"] == f"kt-{name}" for o in w["metadata"].get("ownerReferences", []))
-    ]
-    (reserved,) = [c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"]
-    message: str = reserved["message"]
-    return message
 
 
 def test_kueue_wordings() -> None:
