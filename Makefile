@@ -58,6 +58,7 @@ bench: testbed
 	$(BIN)/python bench/propagation.py
 	$(BIN)/python bench/diagnosis.py
 	$(BIN)/python bench/checkpoint.py
+	$(BIN)/python bench/progress.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -6,7 +6,7 @@ import json
 import sys
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
@@ -27,6 +27,12 @@ class Peer:
         self.posts: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.status = 202
         self.delay = 0.0
+        # Closed, a request waits at the gate until it opens: the server that never answers.
+        self.gate = threading.Event()
+        self.gate.set()
+        self.waiting = 0  # requests at the closed gate now
+        self.refused = 0  # requests answered with another status than 202
+        self.changed = threading.Condition()
         peer = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -36,10 +42,20 @@ class Peer:
 
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+                with peer.changed:
+                    peer.waiting += 1
+                    peer.changed.notify_all()
+                peer.gate.wait()
                 time.sleep(peer.delay)
-                if peer.status == 202:
-                    peer.posts.append((self.path, dict(self.headers), body))
-                self.send_response(peer.status)
+                status = peer.status
+                with peer.changed:
+                    peer.waiting -= 1
+                    if status == 202:
+                        peer.posts.append((self.path, dict(self.headers), body))
+                    else:
+                        peer.refused += 1
+                    peer.changed.notify_all()
+                self.send_response(status)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
@@ -51,6 +67,11 @@ class Peer:
     def events(self) -> list[dict[str, Any]]:
         return [event for _, _, body in self.posts for event in body["events"]]
 
+    def until(self, condition: Callable[[], bool], what: str) -> None:
+        """Waits for the handler to make `condition` true (30 s at most: a hang guard)."""
+        with self.changed:
+            assert self.changed.wait_for(condition, timeout=30), f"the peer never saw {what}"
+
 
 @pytest.fixture
 def peer() -> Iterator[Peer]:
@@ -58,6 +79,7 @@ def peer() -> Iterator[Peer]:
     thread = threading.Thread(target=peer.server.serve_forever, daemon=True)
     thread.start()
     yield peer
+    peer.gate.set()
     peer.server.shutdown()
     peer.server.server_close()
 
@@ -97,16 +119,27 @@ def test_events_follow_the_contract(peer):
 
 
 def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
+    # How fast a step returns is bench/progress.py's; here, that none waits for the network.
     peer.status = 503
-    peer.delay = 0.3  # the first batch is still out while the steps come
-    reporter = _reporter(peer, max_queue=50)
-    started = time.perf_counter()
+    peer.gate.clear()  # the server takes the first batch and answers nothing
+    # A request timeout longer than the test: the first batch stays out until let go.
+    reporter = _reporter(peer, max_queue=50, timeout=60)
     reporter.phase("TRAINING")
-    for step in range(1, 1001):
-        reporter.step(step, loss=0.5)
-    assert time.perf_counter() - started < 1.0  # 1,000 steps queued without waiting
-    assert reporter.dropped >= 1001 - 50 - 50  # the queue, and a batch out for retry
-    peer.status, peer.delay = 202, 0.0  # back: the backlog goes, with the count of drops
+    peer.until(lambda: peer.waiting == 1, "the first batch")
+
+    def steps() -> None:
+        for step in range(1, 1001):
+            reporter.step(step, loss=0.5)
+
+    stepping = threading.Thread(target=steps)
+    stepping.start()
+    stepping.join(30)  # a hang guard: the only request is still out
+    assert not stepping.is_alive(), "a step waited for the server"
+    assert (peer.waiting, peer.refused, peer.posts) == (1, 0, [])
+    assert reporter.dropped == 1000 - 50  # the newest 50 steps queued, the phase out
+    peer.gate.set()  # the server answers 503 until it is back
+    peer.until(lambda: peer.refused >= 2, "a retried batch")
+    peer.status = 202  # back: the backlog goes, with the count of drops
     assert reporter.close(10)
     events = peer.events()
     assert events[0]["type"] == "phase"  # the oldest *step* events went first
@@ -115,12 +148,21 @@ def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
 
 
 def test_a_slow_server_times_out_and_the_flush_is_bounded(peer):
-    peer.delay = 3.0
+    # How long close() takes against its bound is bench/progress.py's; here, that it
+    # gives up on a server that never answers, and says so.
+    peer.gate.clear()
     reporter = _reporter(peer, timeout=0.2)
     reporter.step(1, loss=1.0)
-    started = time.perf_counter()
-    assert reporter.close(0.5) is False
-    assert time.perf_counter() - started < 1.0
+    closing = threading.Thread(target=lambda: outcome.append(reporter.close(0.5)))
+    outcome: list[bool] = []
+    closing.start()
+    closing.join(30)  # a hang guard: the server still holds the request
+    assert not closing.is_alive(), "close() waited past its bound"
+    assert outcome == [False]
+    assert peer.posts == []
+    assert reporter.close(0.5) is False  # a later call returns at once, still unsent
+    reporter.step(2, loss=0.5)  # after close: dropped, never queued
+    assert reporter.last_seq == 1
 
 
 def test_kubetrain_run_reports_preflight_and_training_and_the_command_goes_on_counting(peer):

@@ -70,3 +70,15 @@ def run(data: dict[str, Any], job: JobFacts | None = None, **overrides: Any) -> 
 
 def recorded(name: str) -> Diagnosis:
     return run(dump(name))
+
+
+def recorded_kueue_message(name: str) -> str:
+    """The QuotaReserved message on the fixture's own Workload (Kueue v0.17)."""
+    (workload,) = [
+        w
+        for w in items(dump(name), "Workload")
+        if any(o["name"] == f"kt-{name}" for o in w["metadata"].get("ownerReferences", []))
+    ]
+    (reserved,) = [c for c in workload["status"]["conditions"] if c["type"] == "QuotaReserved"]
+    message: str = reserved["message"]
+    return message

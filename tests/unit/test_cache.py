@@ -209,11 +209,16 @@ def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
     # An Event listed before its Job is known cannot be told ours and is dropped.
     cache = ClusterCache(http=None)
     order: list[str] = []
+    events_listed = asyncio.Event()
+    synced_before: list[str] = []  # the resources listed in full when the events list
 
     def fake_run(name: str) -> Any:
         async def run() -> None:
             order.append(f"{name} lists")
-            if name != "events":
+            if name == "events":
+                synced_before.extend(n for n, r in cache.reflectors.items() if r.synced.is_set())
+                events_listed.set()
+            else:
                 await asyncio.sleep(0.05 if name == "pods" else 0)
                 cache.reflectors[name].synced.set()
             await asyncio.Event().wait()
@@ -225,10 +230,12 @@ def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
 
     async def main() -> None:
         task = asyncio.create_task(cache.run())
-        await asyncio.sleep(0.2)
+        await asyncio.wait_for(events_listed.wait(), 30)  # 30 s: a hang guard
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())
+    # By the time the events list, every other resource has listed, once.
+    assert sorted(order) == sorted(f"{name} lists" for name in cache.reflectors)
     assert order[-1] == "events lists"
-    assert "events lists" in order
+    assert {"jobs", "pods"} <= set(synced_before)

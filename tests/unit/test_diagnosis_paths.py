@@ -17,7 +17,7 @@ import pytest
 from kubetrain.domain.diagnosis import ChainState, JobFacts
 from kubetrain.domain.manifest import pod_failure_policy
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
-from tests.unit.diagnosis_helpers import dump, facts, items, run, the_job
+from tests.unit.diagnosis_helpers import dump, facts, items, recorded_kueue_message, run, the_job
 
 pytestmark = pytest.mark.unit
 
@@ -41,10 +41,15 @@ def gone(**overrides: Any) -> tuple[dict[str, Any], JobFacts]:
 
 
 def test_no_job_and_never_dispatched_is_created_with_the_dispatch_error() -> None:
-    error = "jobs.batch is forbidden: User cannot create"
+    # The API server's RBAC refusal (k8s.io/apiserver pkg/endpoints/handlers/
+    # responsewriters/errors.go forbiddenMessage, v1.33), as a dispatch error keeps it.
+    error = (
+        'jobs.batch is forbidden: User "system:serviceaccount:kubetrain:kubetrain" cannot '
+        'create resource "jobs" in API group "batch" in the namespace "vision"'
+    )
     d = run(*gone(dispatched=False, dispatch_error=error))
     assert (d.state, d.reason, d.link) == (S.CREATED, R.JOB_NOT_CREATED, Link.CONTROL_PLANE)
-    assert d.raw_message == "jobs.batch is forbidden: User cannot create"
+    assert d.raw_message == error
     assert "forbidden" in d.blockers[0].detail
     assert d.waitable is None  # an error: waiting may or may not help
     quiet = run(*gone(dispatched=False))
@@ -138,11 +143,9 @@ def test_a_suspended_job_is_queued_waiting_for_quota_never_failed() -> None:
 @pytest.mark.parametrize(
     ("message", "waitable"),
     [
-        (
-            "couldn't assign flavors to pod set main: insufficient unused quota for "
-            "nvidia.com/gpu in flavor default-flavor, 4 more needed",
-            True,
-        ),
+        (recorded_kueue_message("kueue-waiting"), True),
+        # Kueue's pkg/scheduler/flavorassigner/flavorassigner.go before v0.14 (v0.17
+        # writes the wording of kueue-never-fits.json).
         (
             "couldn't assign flavors to pod set main: insufficient quota for nvidia.com/gpu in "
             "flavor default-flavor, request > maximum capacity (16 > 8)",
@@ -257,6 +260,8 @@ def test_a_job_failed_after_an_eviction_says_evicted() -> None:
     data = dump("oom-killed")
     pod = items(data, "Pod")[0]
     pod["status"]["reason"] = "Evicted"
+    # The kubelet's eviction manager (pkg/kubelet/eviction/helpers.go nodeLowMessageFmt,
+    # v1.33), the node short of disk rather than memory (evicted.json).
     pod["status"]["message"] = "The node was low on resource: ephemeral-storage."
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.EVICTED, "Evicted")
@@ -332,7 +337,12 @@ def test_an_out_of_gpu_admission_is_gpu_allocation_failed() -> None:
     data = dump("gpu-allocation-failed")
     pod = items(data, "Pod")[0]
     pod["status"]["reason"] = "OutOfnvidia.com/gpu"
-    pod["status"]["message"] = "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu"
+    # pkg/kubelet/kubelet.go rejectPod and lifecycle/predicate.go
+    # InsufficientResourceError, v1.33.
+    pod["status"]["message"] = (
+        "Pod was rejected: Node didn't have enough resource: nvidia.com/gpu, requested: 1, "
+        "used: 0, capacity: 0"
+    )
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (
         S.FAILED,
@@ -489,6 +499,7 @@ def initializing(name: str, init: dict[str, Any], *, restart_policy: str | None 
             condition.update(
                 status="False",
                 reason="ContainersNotInitialized",
+                # pkg/kubelet/status/generate.go, v1.33
                 message="containers with incomplete status: [setup]",
             )
     return data
@@ -496,8 +507,9 @@ def initializing(name: str, init: dict[str, Any], *, restart_policy: str | None 
 
 def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() -> None:
     # A missing ConfigMap in envFrom: the kubelet's configMapManager answers
-    # `configmap "train-config" not found` (watch_based_manager.go, groupResource
-    # "configmap"), set as the waiting message with CreateContainerConfigError.
+    # `configmap "train-config" not found` (pkg/kubelet/util/manager/
+    # watch_based_manager.go, groupResource "configmap" from configmap/configmap_manager.go,
+    # v1.33), set as the waiting message with CreateContainerConfigError.
     data = initializing("config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]})
     status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
     status["state"]["waiting"]["message"] = 'configmap "train-config" not found'

@@ -53,6 +53,10 @@ def test_milli_sums_are_exact():
         (Decimal(8), "8"),
         (Decimal(1536), "1536"),
         (Decimal(3 * 1024**2), "3Mi"),
+        # Whole multiples of ten keep their zeros (quota-several.json: 60Gi in use).
+        (Decimal(60 * 1024**3), "60Gi"),
+        (Decimal(100 * 1024**2), "100Mi"),
+        (Decimal(1024**4), "1Ti"),
     ],
 )
 def test_format(value, text):

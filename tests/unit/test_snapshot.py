@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import copy
 import json
-import statistics
-import time
 from datetime import UTC, datetime
 from typing import Any
 
@@ -15,7 +13,7 @@ from hypothesis import strategies as st
 
 from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
-from kubetrain.domain.states import ReasonCode
+from kubetrain.domain.states import BusinessState, ReasonCode
 from tests.unit.diagnosis_helpers import NOW, SNAPSHOTS, dump, facts, items, the_job
 
 pytestmark = pytest.mark.unit
@@ -140,6 +138,14 @@ def _paths(obj: Any, prefix: tuple[Any, ...] = ()) -> list[tuple[Any, ...]]:
 _FIXTURES = sorted(p.stem for p in SNAPSHOTS.glob("*.json"))
 
 
+def _read(dumped: dict[str, Any]) -> Snapshot | str:
+    """The snapshot, or the words of its refusal."""
+    try:
+        return Snapshot.from_list(dumped)
+    except SnapshotError as refused:
+        return str(refused)
+
+
 @settings(max_examples=250, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(st.sampled_from(_FIXTURES), st.data())
 def test_any_field_replaced_by_anything_gives_a_diagnosis(name: str, data: st.DataObject) -> None:
@@ -155,12 +161,18 @@ def test_any_field_replaced_by_anything_gives_a_diagnosis(name: str, data: st.Da
         for step in path[:-1]:
             target = target[step]
         target[path[-1]] = data.draw(_JSON)
-    try:
-        snapshot = Snapshot.from_list(dumped)
-    except SnapshotError:
+    snapshot = _read(dumped)
+    if isinstance(snapshot, str):
+        assert snapshot  # a dump it cannot read is refused in words
         return
     diagnosis = diagnose(job, snapshot.for_job(job.k8s_name, job.namespace), NOW)
-    json.dumps(diagnosis.to_json(job.name))
+    said = json.loads(json.dumps(diagnosis.to_json(job.name)))
+    assert said["job"] == job.name
+    assert (BusinessState(said["business_status"]), ReasonCode(said["reason"])) == (
+        diagnosis.state,
+        diagnosis.reason,
+    )
+    assert said["explanation"]
 
 
 def test_diagnosis_is_deterministic() -> None:
@@ -194,16 +206,14 @@ def _scaled(nodes: int, pods: int) -> tuple[Snapshot, JobFacts]:
     return Snapshot.from_list({"kind": "List", "items": objects}), facts(data)
 
 
-def test_one_job_among_1000_nodes_and_10000_pods_takes_milliseconds() -> None:
+def test_one_job_among_1000_nodes_and_10000_pods() -> None:
+    # How long it takes is bench/diagnosis.py's (1,000 nodes, 1k-50k Pods, beside the
+    # recorded 4-node dump in the same run); here, what it finds.
     snapshot, job = _scaled(1000, 10_000)
-    snapshot.index  # built once per snapshot, as the syncer's cache would be  # noqa: B018
-    timings = []
-    for _ in range(7):
-        start = time.perf_counter()
-        narrow = snapshot.for_job(job.k8s_name, job.namespace)
-        diagnosis = diagnose(job, narrow, datetime.now(UTC))
-        timings.append(time.perf_counter() - start)
+    narrow = snapshot.for_job(job.k8s_name, job.namespace)
+    ours = [p["metadata"]["name"] for p in snapshot.pods if p["metadata"]["name"].startswith("kt-")]
+    assert ours
+    assert [p["metadata"]["name"] for p in narrow.pods] == ours  # not the 10,000 others
+    diagnosis = diagnose(job, narrow, datetime.now(UTC))
     assert diagnosis.reason is R.INSUFFICIENT_GPU
     assert len(diagnosis.nodes) == 1000
-    # About 5 ms measured on a shared core; the bound leaves room for a loaded CI machine.
-    assert statistics.median(timings) < 0.04, timings

@@ -392,7 +392,8 @@ def test_label_and_annotation_keys_are_checked(key, says):
 
 @pytest.mark.parametrize("value", ["", "v1", "a.b_c-d", "x" * 63])
 def test_label_values_in_kubernetes_syntax_are_accepted(value):
-    parse_training_job(put(minimal(), "metadata.labels", {"k": value}))
+    job = parse_training_job(put(minimal(), "metadata.labels", {"k": value}))
+    assert job.metadata.labels == {"k": value}
 
 
 @pytest.mark.parametrize(
@@ -590,7 +591,8 @@ def test_credentials_in_plain_values_are_refused(name):
     "name", ["PAD_TOKEN", "MAX_TOKENS", "TOKENIZER", "KEY_PATH", "SECRET_NAME"]
 )
 def test_names_that_only_mention_tokens_keep_plain_values(name):
-    parse_training_job(put(minimal(), "spec.env", [{"name": name, "value": "x"}]))
+    job = parse_training_job(put(minimal(), "spec.env", [{"name": name, "value": "x"}]))
+    assert [(e.name, e.value, e.secret_ref) for e in job.spec.env] == [(name, "x", None)]
 
 
 def test_a_url_with_a_password_is_refused_whatever_its_name():
@@ -599,7 +601,8 @@ def test_a_url_with_a_password_is_refused_whatever_its_name():
     assert "secretRef" in found["spec.env[0].value"]
     # A user name alone is no secret.
     plain = "postgresql://kubetrain@db:5432/kubetrain"
-    parse_training_job(put(minimal(), "spec.env", [{"name": "DATABASE_URL", "value": plain}]))
+    job = parse_training_job(put(minimal(), "spec.env", [{"name": "DATABASE_URL", "value": plain}]))
+    assert job.spec.env[0].value == plain
 
 
 def test_secret_references_are_checked():
@@ -687,7 +690,11 @@ def test_limits_below_requests_are_refused(field):
 
 def test_limits_equal_to_requests_in_other_spellings_are_accepted():
     data = put(minimal(), "spec.resources.requests", {"cpu": "2", "memory": "2Gi"})
-    parse_training_job(put(data, "spec.resources.limits", {"cpu": "2000m", "memory": 2 * 2**30}))
+    job = parse_training_job(
+        put(data, "spec.resources.limits", {"cpu": "2000m", "memory": 2 * 2**30})
+    )
+    limits = job.spec.resources.limits
+    assert (limits.cpu, limits.memory) == ("2000m", "2147483648")
 
 
 def test_one_limit_may_be_given_alone():

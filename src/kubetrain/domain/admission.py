@@ -8,8 +8,9 @@ verbatim. ResourceQuota admission writes (plugin/pkg/admission/resourcequota)
     requests.nvidia.com/gpu=2
 
 with several resources joined by "," (no space) in each section, or
-`failed quota: NAME: must specify limits.cpu,requests.cpu` when the quota
-tracks a resource the Pod does not declare. LimitRange admission writes
+`failed quota: NAME: must specify limits.cpu for: trainer; requests.cpu for:
+trainer` (v1.33; older releases: `must specify limits.cpu,requests.cpu`) when
+the quota tracks a resource the Pod does not declare. LimitRange admission writes
 `maximum cpu usage per Container is 2, but limit is 4`. Kueue keeps the Job
 suspended and says on its Workload's `QuotaReserved` condition
 `couldn't assign flavors to pod set main: insufficient unused quota for
@@ -63,7 +64,7 @@ _EXCEEDED = re.compile(
     r"limited: (?P<limited>[^\s]*)",
     re.DOTALL,
 )
-_UNSPECIFIED = re.compile(r"failed quota: (?P<name>[^:]+): must specify (?P<what>[^\s]+)")
+_UNSPECIFIED = re.compile(r"failed quota: (?P<name>[^:]+): must specify (?P<what>[^\n]+)")
 _LIMIT_RANGE = re.compile(
     r"(?P<bound>maximum|minimum) (?P<resource>\S+) usage per "
     r"(?P<scope>Container|Pod|PersistentVolumeClaim) "
@@ -97,6 +98,15 @@ def _pairs(section: str) -> dict[str, Decimal | None]:
     return found
 
 
+def _unspecified(what: str) -> list[str]:
+    """The resources of `limits.cpu for: a,b; requests.cpu for: a` or `limits.cpu,requests.cpu`."""
+    found: list[str] = []
+    for part in what.split(";"):
+        named = part.split(" for: ")[0].strip()
+        found += [r for r in (r.strip() for r in named.split(",")) if r and " " not in r]
+    return found
+
+
 def parse_admission_refusal(message: str) -> AdmissionRefusal:
     """Read a FailedCreate message; an unknown refusal is kind "other", kept verbatim."""
     if not isinstance(message, str):
@@ -110,7 +120,7 @@ def parse_admission_refusal(message: str) -> AdmissionRefusal:
         waitable = not any(r.never for r in resources)
         return AdmissionRefusal("quota", match["name"].strip(), resources, waitable, message)
     if match := _UNSPECIFIED.search(message):
-        resources = tuple(QuotaResource(r, None, None, None) for r in match["what"].split(",") if r)
+        resources = tuple(QuotaResource(r, None, None, None) for r in _unspecified(match["what"]))
         return AdmissionRefusal(
             "quota-unspecified", match["name"].strip(), resources, False, message
         )

@@ -109,7 +109,7 @@ def format_quantity(value: Decimal) -> str:
     for suffix, power in sorted(_BINARY.items(), key=lambda item: -item[1]):
         unit = Decimal(1024) ** power
         if value >= unit and value % unit == 0:
-            return f"{value / unit:f}".rstrip("0").rstrip(".") + suffix
+            return f"{int(value // unit)}{suffix}"
     if value != value.to_integral_value():
         milli = value * 1000
         if milli == milli.to_integral_value():
