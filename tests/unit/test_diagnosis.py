@@ -368,14 +368,18 @@ CASES: dict[str, Expected] = {
     # Not a quota: the raw message says which policy and what to set.
     "pod-security": Expected(
         S.QUEUED,
-        R.CONTAINER_CONFIG_ERROR,
+        R.POLICY_REFUSED,
         False,
-        ((R.CONTAINER_CONFIG_ERROR, None),),
+        ((R.POLICY_REFUSED, None),),
         "FailedCreate",
         'violates PodSecurity "restricted:latest": allowPrivilegeEscalation != false',
         attempts=0,
-        chain={Link.RUNTIME: ChainState.BLOCKING, Link.SCHEDULER: ChainState.NOT_REACHED},
-        explanation="The API server refuses to create the job's Pod; the raw message says why",
+        chain={
+            Link.QUOTA: ChainState.BLOCKING,
+            Link.SCHEDULER: ChainState.NOT_REACHED,
+            Link.RUNTIME: ChainState.NOT_REACHED,
+        },
+        explanation="an admission policy of the namespace (PodSecurity",
     ),
     "image-pull-failed": Expected(
         S.QUEUED,

@@ -92,6 +92,17 @@ CATALOG: dict[ReasonCode, Reason] = {
             waitable=True,
         ),
         _r(
+            R.POLICY_REFUSED,
+            L.QUOTA,
+            "The API server refuses to create the job's Pod: an admission policy of the "
+            "namespace (PodSecurity, a validating webhook or policy) forbids it; the raw "
+            "message names the rule.",
+            "Change the job to meet the rule (for PodSecurity: the container's securityContext), "
+            "or ask the platform whether the namespace's policy is meant to refuse it.",
+            U,
+            waitable=False,
+        ),
+        _r(
             R.NO_GPU_NODES,
             L.DEVICE_PLUGIN,
             "No node in the cluster advertises the requested GPU resource at all: the device "
@@ -381,6 +392,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.JOB_DELETED,
     R.JOB_NOT_CREATED,
     R.WAITING_FOR_QUOTA,
+    R.POLICY_REFUSED,
     R.PVC_NOT_FOUND,
     R.PVC_UNBOUND,
     R.SCHEDULING_GATED,

@@ -50,11 +50,9 @@ def _quota(reader: _Reader) -> list[_Finding]:
 
 def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
     if not refusal.is_quota:
-        return _Finding(
-            R.CONTAINER_CONFIG_ERROR,
-            "the API server refuses to create the job's Pod; the raw message says why",
-            waitable=False,
-        )
+        # "pods \"kt-…\" is forbidden: violates PodSecurity …": the rule is after it.
+        rule = refusal.message.partition("forbidden: ")[2] or refusal.message
+        return _Finding(R.POLICY_REFUSED, f"the rule: {rule[:300]}", waitable=False)
     numbers: dict[str, str] = {}
     details = []
     for res in refusal.resources:
