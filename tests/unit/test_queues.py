@@ -119,3 +119,16 @@ def test_a_stopped_local_queue_is_the_platforms_to_restart() -> None:
     d = run(data)
     assert (d.reason, d.waitable, str(d.actor)) == (R.QUEUE_INACTIVE, False, "platform")
     assert "LocalQueue held is stopped (stopPolicy HoldAndDrain)" in d.explanation
+
+
+def test_what_admitted_jobs_reserve_is_read_from_their_workloads_not_the_lagging_status() -> None:
+    # Live, Kueue updates the ClusterQueue's status a moment after it admits a Workload:
+    # the testbed caught `flavorsReservation` at 0 with the first job already admitted.
+    data = dump("kueue-waiting")
+    (cluster_queue,) = items(data, "ClusterQueue")
+    for flavor in cluster_queue["status"]["flavorsReservation"]:
+        for resource in flavor["resources"]:
+            resource["total"] = "0"
+    d = run(data)
+    assert d.blockers[0].used == "8"
+    assert "8 reserved by first-in-line" in d.explanation

@@ -73,6 +73,9 @@ class QueuedWorkload:
     finished: bool
     active: bool  # spec.active is not false (a deactivated one leaves the queue)
     requests: Mapping[str, Decimal]  # summed over its pod sets
+    # What its admission reserves, by (flavor, resource): Kueue's own cache counts a
+    # ClusterQueue's use from these; the ClusterQueue's status follows them a moment later.
+    reserves: Mapping[tuple[str, str], Decimal]
 
     @property
     def pending(self) -> bool:
@@ -115,6 +118,13 @@ def queued(
             amount = _quantity(value)
             if amount is not None:
                 requests[resource] = requests.get(resource, Decimal(0)) + amount
+    reserves: dict[tuple[str, str], Decimal] = {}
+    for assignment in as_list(workload, "status", "admission", "podSetAssignments"):
+        flavors = as_map(assignment, "flavors")
+        for resource, value in as_map(assignment, "resourceUsage").items():
+            amount, flavor = _quantity(value), flavors.get(resource)
+            if amount is not None and isinstance(flavor, str):
+                reserves[(flavor, resource)] = reserves.get((flavor, resource), Decimal(0)) + amount
     labels = as_map(workload, "metadata", "labels")
     return QueuedWorkload(
         namespace=namespace,
@@ -130,6 +140,7 @@ def queued(
         finished=_true(workload, "Finished"),
         active=as_map(workload, "spec").get("active") is not False,
         requests=requests,
+        reserves=reserves,
     )
 
 
@@ -148,7 +159,7 @@ class FlavorQuota:
     nominal: Decimal | None
     borrowing_limit: Decimal | None  # None: unlimited within its cohort, or no cohort
     reserved: Decimal | None  # status.flavorsReservation: what admitted Workloads hold
-    borrowed: Decimal | None
+    borrowed: Decimal | None  # of it, borrowed from the cohort
     cohort: str | None
 
     @property

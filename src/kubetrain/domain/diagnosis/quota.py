@@ -230,10 +230,17 @@ def _pending(reader: _Reader, workload: Mapping[str, Any], refusal: AdmissionRef
             else f", plus what cohort {quota.cohort} lends"
         )
         quota_words = f"its nominal quota is {format_quantity(quota.nominal)}{borrow}"
-        if quota.reserved is not None:
-            numbers["used"] = format_quantity(quota.reserved)
+        # What admitted Workloads reserve, from the Workloads themselves where the
+        # snapshot holds any (the ClusterQueue's status lags them); else its status.
+        held = (
+            sum((w.reserves.get((flavor, resource), Decimal(0)) for w in holders), Decimal(0))
+            if holders
+            else quota.reserved
+        )
+        if held is not None:
+            numbers["used"] = format_quantity(held)
             borrowed = f" ({format_quantity(quota.borrowed)} borrowed)" if quota.borrowed else ""
-            quota_words += f", {format_quantity(quota.reserved)}{borrowed} reserved"
+            quota_words += f", {format_quantity(held)}{borrowed} reserved"
             if holders:
                 quota_words += f" by {_named(holders, reader.job.namespace)}"
     else:
