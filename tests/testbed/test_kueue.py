@@ -133,6 +133,17 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
     assert "insufficient unused quota for nvidia.com/gpu in flavor default-flavor" in (
         d.raw_message or ""
     )
+    # Kueue's numbers and the queue: first in line, the first job holding the quota.
+    blocker = d.blockers[0]
+    assert (blocker.queue, blocker.flavor, blocker.requested, blocker.nominal, blocker.used) == (
+        "gpus",
+        "default-flavor",
+        "8",
+        "8",
+        "8",
+    )
+    assert (blocker.position, blocker.ahead) == (1, ())
+    assert f"reserved by {first}" in d.explanation
 
     # The visibility API, through the API server's aggregator: the second job is first
     # in line (position 0) behind the admitted one.
@@ -143,6 +154,8 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
         (w["metadata"]["namespace"], w["positionInClusterQueue"]) for w in pending_workloads
     ] == [(queue_ns, 0)]
     assert pending_workloads[0]["metadata"]["ownerReferences"][0]["name"] == second
+    # kubetrain's position, from the Workloads alone, is Kueue's (counted from 1).
+    assert blocker.position == pending_workloads[0]["positionInClusterQueue"] + 1
 
     big = submit(kk, queue_ns, "big", 16)
 
@@ -167,7 +180,9 @@ def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: s
     d = why(kk, queue_ns, low)
     assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.WAITING_FOR_QUOTA)
     assert d.raw_reason == "Preempted"
-    assert "The queue preempted the job (InClusterQueue)" in d.explanation
+    assert f"ClusterQueue gpus preempted the job for {high} (a higher-priority job" in (
+        d.explanation
+    )
     job = kk.get(Job, low, namespace=queue_ns)
     assert job.spec is not None
     assert job.spec.suspend is True

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 
 from kubetrain.cluster.cache import ClusterCache, job_id_of
@@ -29,6 +31,10 @@ RESOURCE = {
     "ResourceQuota": "quotas",
     "LimitRange": "limit_ranges",
     "PriorityClass": "priority_classes",
+    "Workload": "workloads",
+    "ClusterQueue": "cluster_queues",
+    "LocalQueue": "local_queues",
+    "ResourceFlavor": "resource_flavors",
 }
 
 
@@ -40,19 +46,18 @@ def _deliver(cache: ClusterCache, resource: str, item: dict[str, Any]) -> None:
 
 
 def feed(
-    cache: ClusterCache, name: str, job_id: str, *, ours: str | None = None
+    cache: ClusterCache, name: str, job_id: str, *, ours: Collection[str] | None = None
 ) -> list[dict[str, Any]]:
     """A recorded dump into the cache as its watches deliver it. Every Pod counts as
-    the job's (job-id label) unless `ours` names the Job whose Pods alone are."""
+    a job's (job-id label) unless `ours` names the Jobs whose Pods alone are."""
     items: list[dict[str, Any]] = json.loads((SNAPSHOTS / f"{name}.json").read_text())["items"]
-    # Ours (job-id label) first, as the watches deliver Jobs before their events.
-    for item in sorted(items, key=lambda i: i["kind"] == "Event"):
-        if item["kind"] not in RESOURCE:  # Workloads: the caches do not watch them yet
-            continue
+    # Ours (job-id label) first, as the watches deliver Jobs before their events (and
+    # before Kueue's Workloads, which the cache routes by the Job that owns them).
+    for item in sorted(items, key=lambda i: i["kind"] in ("Event", "Workload")):
         labels = item["metadata"].setdefault("labels", {})
         owner = item["metadata"]["name"] if item["kind"] == "Job" else labels.get("job-name")
         mine = item["kind"] == "Job" or (
-            item["kind"] == "Pod" and (ours is None or labels.get("job-name") == ours)
+            item["kind"] == "Pod" and (ours is None or labels.get("job-name") in ours)
         )
         if mine:
             # Kueue's fixtures hold other Jobs of the queue: each Job its own id.
@@ -196,13 +201,18 @@ def test_the_server_diagnoses_each_recorded_job_as_its_dump_does(name: str) -> N
     # Only the Job's own Pods carry kubetrain's label: other teams' Pods (holding
     # GPUs), PersistentVolumes, StorageClasses, LimitRanges, PriorityClasses, the
     # volume binder's events and those about Pods already gone reach the server
-    # through its cluster-wide watches, as they reach a dump.
+    # through its cluster-wide watches, as they reach a dump. Kueue's fixtures hold
+    # other kubetrain Jobs of the same queue: each is its own job, with its own Pods,
+    # and every Workload, queue and flavor comes through the Kueue watches.
     data = json.loads((SNAPSHOTS / f"{name}.json").read_text())
     jobs = [i for i in data["items"] if i["kind"] == "Job"]
     cache = ClusterCache(http=None)
-    feed(cache, name, "job-x", ours=jobs[0]["metadata"]["name"])
+    fed = feed(cache, name, "job-x", ours={job["metadata"]["name"] for job in jobs})
     from_dump = _diagnoses(lambda job: Snapshot.from_list(data), jobs)
-    assert _diagnoses(lambda job: cache.snapshot(["job-x"]), jobs) == from_dump
+    fed_jobs = [i for i in fed if i["kind"] == "Job"]
+    assert {job_id_of(job) for job in fed_jobs} >= {"job-x"}
+    by_id = _diagnoses(lambda job: cache.snapshot([job_id_of(job) or ""]), fed_jobs)
+    assert by_id == from_dump
 
 
 def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
@@ -228,6 +238,11 @@ def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
     for name, reflector in cache.reflectors.items():
         reflector.run = fake_run(name)  # type: ignore[method-assign]
 
+    async def no_kueue() -> None:
+        return None
+
+    cache.discover_kueue = no_kueue  # type: ignore[method-assign]
+
     async def main() -> None:
         task = asyncio.create_task(cache.run())
         await asyncio.wait_for(events_listed.wait(), 30)  # 30 s: a hang guard
@@ -235,7 +250,79 @@ def test_events_are_listed_only_once_jobs_and_pods_are() -> None:
         await asyncio.gather(task, return_exceptions=True)
 
     asyncio.run(main())
-    # By the time the events list, every other resource has listed, once.
-    assert sorted(order) == sorted(f"{name} lists" for name in cache.reflectors)
+    # By the time the events list, every other resource has listed, once (Kueue's
+    # kinds only where the cluster serves them: here it does not).
+    kueue = {"workloads", "cluster_queues", "local_queues", "resource_flavors"}
+    assert sorted(order) == sorted(
+        f"{name} lists" for name in cache.reflectors if name not in kueue
+    )
     assert order[-1] == "events lists"
     assert {"jobs", "pods"} <= set(synced_before)
+
+
+def _cache_over(served: dict[str, Any] | None, seen: list[str]) -> ClusterCache:
+    """A cache whose API server serves `served` as Kueue's discovery document (None:
+    no such group) and answers every list empty, every watch with nothing, ever."""
+
+    async def nothing() -> AsyncIterator[bytes]:
+        await asyncio.Event().wait()
+        yield b""
+
+    def answer(request: httpx.Request) -> httpx.Response:
+        seen.append(request.url.path)
+        if request.url.path == "/apis/kueue.x-k8s.io":
+            return httpx.Response(404) if served is None else httpx.Response(200, json=served)
+        if request.url.params.get("watch"):
+            return httpx.Response(200, content=nothing())
+        return httpx.Response(200, json={"metadata": {"resourceVersion": "1"}, "items": []})
+
+    http = httpx.AsyncClient(transport=httpx.MockTransport(answer), base_url="https://k8s")
+    return ClusterCache(http)
+
+
+def _run_until_synced(cache: ClusterCache) -> None:
+    async def main() -> None:
+        task = asyncio.create_task(cache.run())
+        try:
+            await cache.wait_synced(timeout=5)
+        finally:
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+    asyncio.run(main())
+
+
+def test_without_kueue_its_kinds_are_a_note_and_count_as_listed() -> None:
+    seen: list[str] = []
+    cache = _cache_over(None, seen)
+    _run_until_synced(cache)  # readiness waits on nothing that is not there
+    assert cache.notes == [
+        "Kueue is not installed (the cluster serves no kueue.x-k8s.io API): "
+        "its Workloads and queues are not watched"
+    ]
+    assert not [path for path in seen if path.startswith("/apis/kueue.x-k8s.io/")]
+    assert cache.snapshot([]).workloads == ()
+
+
+def test_kueue_is_watched_at_the_version_the_cluster_serves() -> None:
+    seen: list[str] = []
+    served = {
+        "kind": "APIGroup",
+        "name": "kueue.x-k8s.io",
+        "versions": [{"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"}],
+        "preferredVersion": {"groupVersion": "kueue.x-k8s.io/v1beta1", "version": "v1beta1"},
+    }
+    cache = _cache_over(served, seen)
+    _run_until_synced(cache)
+    assert cache.notes == []
+    for plural in ("workloads", "clusterqueues", "localqueues", "resourceflavors"):
+        assert f"/apis/kueue.x-k8s.io/v1beta1/{plural}" in seen
+    assert cache.kinds["workloads"] == ("kueue.x-k8s.io/v1beta1", "Workload")
+
+
+def test_a_workload_marks_the_job_that_owns_it() -> None:
+    marked: list[tuple[str, str | None]] = []
+    cache = ClusterCache(http=None, listener=lambda r, k, o, job_id: marked.append((r, job_id)))
+    feed(cache, "kueue-waiting", "job-w")
+    workloads = {job_id for resource, job_id in marked if resource == "workloads"}
+    assert workloads == {"job-w", "job-w-first-in-line"}

@@ -285,16 +285,27 @@ class DumpKube:
         self.items = dump(name)["items"]
         self.refuse = refuse
         self.asked: set[str] = set()
+        self.versions: set[str | None] = set()
+
+    def served_version(self, group: str) -> str | None:
+        """Kueue's group is served where the dump holds Kueue's objects."""
+        kinds = {i["apiVersion"].split("/")[-1] for i in self.items if group in i["apiVersion"]}
+        return min(kinds) if kinds else None
 
     def job(self, namespace: str, name: str) -> dict[str, object] | None:
-        return next((i for i in self.items if i["kind"] == "Job"), None)
+        jobs = [i for i in self.items if i["kind"] == "Job"]
+        return next((j for j in jobs if j["metadata"]["name"] == name), jobs[0] if jobs else None)
 
-    def list(self, resource: str, namespace: str | None = None, **_: object) -> list[Any]:
+    def list(
+        self, resource: str, namespace: str | None = None, version: str | None = None, **_: object
+    ) -> list[Any]:
         from kubetrain.cluster.direct import KINDS
         from kubetrain.cluster.errors import ClusterRefused
 
         self.asked.add(resource)
-        if resource in self.refuse:
+        if version is not None:
+            self.versions.add(version)
+        if resource in self.refuse and namespace is None:
             raise ClusterRefused(403, "Forbidden", f"the Kubernetes API refused {resource}")
         return [i for i in self.items if i["kind"] == KINDS[resource][1]]
 
@@ -315,3 +326,27 @@ def test_why_direct_reads_what_a_dump_holds_and_diagnoses_alike(
     refused = DumpKube("volume-node-conflict", frozenset({"storageclasses"}))
     read_job_listing(refused, "kt-x", "ns")
     assert "read without storageclasses" in capsys.readouterr().err
+
+
+def test_why_direct_reads_kueues_objects_where_kueue_is_installed(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    from kubetrain.cli.why import read_job_listing
+    from tests.unit.diagnosis_helpers import run
+
+    kube = DumpKube("kueue-waiting")
+    listing = read_job_listing(kube, "kt-kueue-waiting", "ns")
+    assert {"workloads", "clusterqueues", "localqueues", "resourceflavors"} <= kube.asked
+    assert kube.versions == {"v1beta2"}  # the one the cluster serves
+    kinds = [i["kind"] for i in listing["items"]]
+    assert kinds.count("Workload") == 2  # the job's and the one ahead of it
+    assert run(listing).to_json("x") == run(dump("kueue-waiting")).to_json("x")
+    # Where the kubeconfig may read only its namespace's Workloads, it says so and goes on.
+    narrow = DumpKube("kueue-waiting", frozenset({"workloads"}))
+    read_job_listing(narrow, "kt-kueue-waiting", "ns")
+    assert "workloads of this namespace only" in capsys.readouterr().err
+    # No Kueue: nothing asked of it, and no note for a Job that names no queue.
+    plain = DumpKube("running")
+    read_job_listing(plain, "kt-running", "ns")
+    assert not {"workloads", "clusterqueues"} & plain.asked
+    assert "Kueue" not in capsys.readouterr().err

@@ -31,7 +31,7 @@ class Expected:
     nodes: dict[str, tuple[bool, str]] = field(default_factory=dict)  # name -> (fits, a "why")
     attempts: int = 1
     explanation: str = ""  # a part of it
-    numbers: dict[str, str] = field(default_factory=dict)  # the primary blocker's
+    numbers: dict[str, object] = field(default_factory=dict)  # the primary blocker's
 
 
 SCHEDULER_BLOCKING = {Link.QUOTA: ChainState.PASSED, Link.SCHEDULER: ChainState.BLOCKING}
@@ -688,7 +688,20 @@ CASES: dict[str, Expected] = {
         "Pending",
         "insufficient unused quota for nvidia.com/gpu in flavor default-flavor, 8 more needed",
         attempts=0,
-        explanation="The ClusterQueue's flavor default-flavor",
+        explanation="ClusterQueue gpus (flavor default-flavor): the job needs 8 nvidia.com/gpu; "
+        "its nominal quota is 8, 8 reserved by first-in-line; position 1 in the queue, "
+        "nothing pending ahead of it",
+        numbers={
+            "resource": "nvidia.com/gpu",
+            "requested": "8",
+            "limit": "8",
+            "used": "8",
+            "queue": "gpus",
+            "flavor": "default-flavor",
+            "nominal": "8",
+            "position": 1,
+            "ahead": [],
+        },
     ),
     "kueue-never-fits": Expected(
         S.QUEUED,
@@ -698,8 +711,17 @@ CASES: dict[str, Expected] = {
         "Pending",
         "> maximum capacity (8)",
         attempts=0,
-        explanation="needs 16 nvidia.com/gpu; the limit is 8",
-        numbers={"resource": "nvidia.com/gpu", "requested": "16", "limit": "8"},
+        explanation="ClusterQueue gpus (flavor default-flavor) can never admit the job: it needs "
+        "16 nvidia.com/gpu, more than the 8 the queue may ever hold (its nominal quota is 8",
+        numbers={
+            "resource": "nvidia.com/gpu",
+            "requested": "16",
+            "limit": "8",
+            "queue": "gpus",
+            "flavor": "default-flavor",
+            "nominal": "8",
+            "position": None,  # never-fits: no place in a line it can never leave
+        },
     ),
     "kueue-preempted": Expected(
         S.QUEUED,
@@ -708,25 +730,32 @@ CASES: dict[str, Expected] = {
         ((R.WAITING_FOR_QUOTA, None),),
         "Preempted",
         "Preempted to accommodate a workload",
-        explanation="The queue preempted the job (InClusterQueue)",
+        explanation="ClusterQueue gpus preempted the job for urgent (a higher-priority job of "
+        "the same ClusterQueue); it waits for quota again; position 1 in the queue",
+        numbers={"queue": "gpus", "position": 1, "ahead": []},
     ),
     "kueue-missing-cluster-queue": Expected(
         S.QUEUED,
-        R.WAITING_FOR_QUOTA,
+        R.QUEUE_INACTIVE,
         False,
-        ((R.WAITING_FOR_QUOTA, None),),
+        ((R.QUEUE_INACTIVE, None),),
         "Inadmissible",
         "ClusterQueue no-such-queue doesn't exist",
         attempts=0,
+        explanation="LocalQueue orphan sends its jobs to ClusterQueue no-such-queue, which does "
+        "not exist",
+        numbers={"queue": "no-such-queue"},
     ),
     "kueue-stopped-cluster-queue": Expected(
         S.QUEUED,
-        R.WAITING_FOR_QUOTA,
+        R.QUEUE_INACTIVE,
         False,
-        ((R.WAITING_FOR_QUOTA, None),),
+        ((R.QUEUE_INACTIVE, None),),
         "Inadmissible",
         "ClusterQueue stopped is inactive",
         attempts=0,
+        explanation="ClusterQueue stopped is stopped (stopPolicy Hold)",
+        numbers={"queue": "stopped"},
     ),
 }
 

@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kubetrain.cli._errors import CommandError
 from kubetrain.cli._output import printable
 from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
-from kubetrain.domain.manifest import LABEL_NAME
+from kubetrain.domain.manifest import LABEL_NAME, LABEL_QUEUE
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
 from kubetrain.errors import KubetrainError
@@ -113,7 +113,8 @@ def _from_file(
 def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
     """The `kubectl get job,pods,events,nodes,pvc,pv,storageclass,resourcequota,limitrange,
     priorityclass -n NS -o json` view of one Kubernetes Job, plus every Pod bound to a
-    node (node usage counts them all)."""
+    node (node usage counts them all) and, where Kueue is installed, its Workloads,
+    queues and flavors."""
     from kubetrain.cluster.direct import BOUND_PODS, as_list
     from kubetrain.cluster.errors import ClusterError
 
@@ -144,7 +145,45 @@ def read_job_listing(kube: Kube, name: str, namespace: str) -> dict[str, Any]:
         print(f"kubetrain: note: node usage counts this namespace only: {exc}", file=sys.stderr)
         bound = kube.list("pods", namespace, field_selector=BOUND_PODS)
     items += [p for p in bound if (p.get("metadata") or {}).get("uid") not in seen]
+    items += _kueue_objects(kube, job, namespace)
     return as_list(items)
+
+
+def _kueue_objects(kube: Kube, job: dict[str, Any], namespace: str) -> list[dict[str, Any]]:
+    """Kueue's Workloads, queues and flavors where Kueue is installed: every Workload
+    and LocalQueue of the cluster (a job's place in its ClusterQueue is among all of
+    them), or the namespace's alone where the kubeconfig may read no more."""
+    from kubetrain.cluster.direct import KUEUE_GROUP
+    from kubetrain.cluster.errors import ClusterError
+
+    queued = LABEL_QUEUE in ((job.get("metadata") or {}).get("labels") or {})
+    try:
+        version = kube.served_version(KUEUE_GROUP)
+    except ClusterError as exc:
+        if queued:
+            print(f"kubetrain: note: read without Kueue's objects: {exc}", file=sys.stderr)
+        return []
+    if version is None:
+        if queued:
+            print(
+                f"kubetrain: note: the Job names a Kueue queue, but the cluster serves no "
+                f"{KUEUE_GROUP} API (Kueue is not installed)",
+                file=sys.stderr,
+            )
+        return []
+    items: list[dict[str, Any]] = []
+    for resource in ("workloads", "localqueues"):
+        try:
+            items += kube.list(resource, version=version)
+        except ClusterError as exc:
+            print(f"kubetrain: note: {resource} of this namespace only: {exc}", file=sys.stderr)
+            items += kube.list(resource, namespace, version=version)
+    for resource in ("clusterqueues", "resourceflavors"):
+        try:
+            items += kube.list(resource, version=version)
+        except ClusterError as exc:
+            print(f"kubetrain: note: read without {resource}: {exc}", file=sys.stderr)
+    return items
 
 
 def _direct(name: str, kubeconfig: str | None, namespace: str | None, output: str) -> int:

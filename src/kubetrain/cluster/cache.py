@@ -4,8 +4,11 @@ Jobs and Pods are watched by our labels; Events cluster-wide but kept only
 when they are about one of our Jobs or Pods; Nodes, PersistentVolumes and
 their claims, StorageClasses, ResourceQuotas, LimitRanges and PriorityClasses
 whole (they decide scheduling and admission), so that the server reads what a
-dump of the same cluster shows. A snapshot for one job is the same `List`
-shape that `kubectl get … -o json` prints, so the live path and
+dump of the same cluster shows. Kueue's Workloads, ClusterQueues, LocalQueues and
+ResourceFlavors are watched whole too, at the version the cluster serves, when
+Kueue is installed: without its CRDs there is nothing to watch, which is a note,
+not a failure (the group is looked for again now and then). A snapshot for one
+job is the same `List` shape that `kubectl get … -o json` prints, so the live path and
 `kubetrain why --from-file` feed the diagnosis alike.
 """
 
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+import logging
 from collections import defaultdict
 from collections.abc import Callable, Iterable
 from decimal import Decimal
@@ -20,10 +24,19 @@ from typing import Any
 
 import httpx2 as httpx
 
-from kubetrain.cluster.reflector import Obj, Reflector
+from kubetrain.cluster.reflector import Obj, Reflector, served_version
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 from kubetrain.domain.nodes import NodeInfo, parse_node
 from kubetrain.domain.snapshot import NodeState, Snapshot, bound_requests
+
+log = logging.getLogger(__name__)
+
+KUEUE_GROUP = "kueue.x-k8s.io"
+# The version the paths name until discovery says which one the cluster serves
+# (Kueue v0.17 serves v1beta2, earlier releases v1beta1; the fields read are in both).
+KUEUE_VERSION = "v1beta2"
+KUEUE_RECHECK = 300.0  # seconds between looks for a Kueue installed after start
+_KUEUE = ("workloads", "cluster_queues", "local_queues", "resource_flavors")
 
 # (name, path, label selector) — order matters only for start-up logging.
 _RESOURCES: tuple[tuple[str, str, str | None], ...] = (
@@ -40,6 +53,11 @@ _RESOURCES: tuple[tuple[str, str, str | None], ...] = (
     ("quotas", "/api/v1/resourcequotas", None),
     ("limit_ranges", "/api/v1/limitranges", None),
     ("priority_classes", "/apis/scheduling.k8s.io/v1/priorityclasses", None),
+    # Kueue's, all of them: a job's place in its queue is among everyone's Workloads.
+    ("workloads", f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/workloads", None),
+    ("cluster_queues", f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/clusterqueues", None),
+    ("local_queues", f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/localqueues", None),
+    ("resource_flavors", f"/apis/{KUEUE_GROUP}/{KUEUE_VERSION}/resourceflavors", None),
 )
 _FIELD_SELECTORS = {"bound_pods": "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"}
 # Kinds whose change can alter the verdict of every waiting job.
@@ -53,10 +71,19 @@ CLUSTER_WIDE = frozenset(
         "quotas",
         "limit_ranges",
         "priority_classes",
+        *_KUEUE,  # an admission or a queue's change moves every job behind it
     }
 )
 # Held whole and put in every snapshot as they are (Nodes go through the node state).
-_WHOLE = ("pvcs", "pvs", "storage_classes", "quotas", "limit_ranges", "priority_classes")
+_WHOLE = (
+    "pvcs",
+    "pvs",
+    "storage_classes",
+    "quotas",
+    "limit_ranges",
+    "priority_classes",
+    *_KUEUE,
+)
 
 _KIND = {
     "jobs": ("batch/v1", "Job"),
@@ -69,6 +96,10 @@ _KIND = {
     "quotas": ("v1", "ResourceQuota"),
     "limit_ranges": ("v1", "LimitRange"),
     "priority_classes": ("scheduling.k8s.io/v1", "PriorityClass"),
+    "workloads": (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "Workload"),
+    "cluster_queues": (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "ClusterQueue"),
+    "local_queues": (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "LocalQueue"),
+    "resource_flavors": (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "ResourceFlavor"),
 }
 
 # Called with (resource name, watch event type, object, job id or None).
@@ -83,7 +114,11 @@ def job_id_of(obj: Obj) -> str | None:
 
 class ClusterCache:
     def __init__(self, http: httpx.AsyncClient, listener: Listener | None = None) -> None:
+        self.http = http
         self.listener = listener
+        self.kinds = dict(_KIND)  # Kueue's apiVersion: the one discovery finds
+        # What is not watched and why ("Kueue is not installed ..."): said, not failed on.
+        self.notes: list[str] = []
         self.reflectors: dict[str, Reflector] = {}
         # (namespace, involved object name) -> events, for our Jobs and Pods only
         self._events: dict[tuple[str, str], dict[str, Obj]] = defaultdict(dict)
@@ -152,6 +187,8 @@ class ClusterCache:
                 else:
                     self._parsed[uid] = parse_node(obj)
                 self._node_state = None
+            elif resource == "workloads":
+                job_id = self._job_of_workload(ns, obj)
             elif resource == "events":
                 involved = obj.get("involvedObject") or {}
                 key = (involved.get("namespace") or ns, involved.get("name") or "")
@@ -184,6 +221,13 @@ class ClusterCache:
 
         return handle
 
+    def _job_of_workload(self, namespace: str, workload: Obj) -> str | None:
+        """Our job whose Workload this is: Kueue makes one per Job, owned by it."""
+        for ref in (workload.get("metadata") or {}).get("ownerReferences") or []:
+            if ref.get("kind") == "Job" and str(ref.get("apiVersion", "")).startswith("batch/"):
+                return self._job_by_name.get((namespace, ref.get("name") or ""))
+        return None
+
     def _job_of_pod_name(self, key: tuple[str, str]) -> str | None:
         """Our job whose Pod this name is, from the name alone (the Job controller
         names a Pod `<job>-<random>`, or `<job>-<index>-<random>` when indexed): an
@@ -202,8 +246,11 @@ class ClusterCache:
         # Events are routed by the Job or Pod they name, so they are listed only once
         # the Jobs and Pods are: an Event listed first would be dropped as not ours
         # (and a Job controller's "Created pod" lost for good, though a dump holds it).
-        others = [r for name, r in self.reflectors.items() if name != "events"]
+        others = [
+            r for name, r in self.reflectors.items() if name != "events" and name not in _KUEUE
+        ]
         running = [asyncio.create_task(r.run()) for r in others]
+        running.append(asyncio.create_task(self._run_kueue()))
         try:
             await asyncio.gather(*(self.reflectors[n].synced.wait() for n in ("jobs", "pods")))
             running.append(asyncio.create_task(self.reflectors["events"].run()))
@@ -212,6 +259,46 @@ class ClusterCache:
             for task in running:
                 task.cancel()
             await asyncio.gather(*running, return_exceptions=True)
+
+    async def discover_kueue(self) -> str | None:
+        """The version of Kueue's API the cluster serves; None when it is not installed."""
+        return await served_version(self.http, KUEUE_GROUP)
+
+    async def _run_kueue(self) -> None:
+        """Watch Kueue's kinds at the version the cluster serves, once it serves one.
+        Until then they count as listed (empty), so that readiness does not wait on a
+        Kueue that is not there, and the group is looked for again every few minutes."""
+        delay = 0.5
+        while True:
+            try:
+                version = await self.discover_kueue()
+            except (httpx.HTTPError, OSError, ValueError) as exc:
+                log.warning("cannot read the %s API group, retrying: %s", KUEUE_GROUP, exc)
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 10.0)
+                continue
+            if version is not None:
+                break
+            if not self.notes:
+                note = (
+                    f"Kueue is not installed (the cluster serves no {KUEUE_GROUP} API): "
+                    "its Workloads and queues are not watched"
+                )
+                log.info("%s", note)
+                self.notes.append(note)
+            for name in _KUEUE:
+                self.reflectors[name].synced.set()
+            await asyncio.sleep(KUEUE_RECHECK)
+        if self.notes:
+            log.info("Kueue is installed now: watching its Workloads and queues")
+        self.notes.clear()
+        for name in _KUEUE:
+            reflector = self.reflectors[name]
+            reflector.path = reflector.path.replace(
+                f"/{KUEUE_GROUP}/{KUEUE_VERSION}/", f"/{KUEUE_GROUP}/{version}/"
+            )
+            self.kinds[name] = (f"{KUEUE_GROUP}/{version}", self.kinds[name][1])
+        await asyncio.gather(*(self.reflectors[name].run() for name in _KUEUE))
 
     async def wait_synced(self, timeout: float = 30.0) -> None:
         await asyncio.wait_for(
@@ -229,17 +316,19 @@ class ClusterCache:
         """Everything cached, as one `List`: the syncer diagnoses a whole batch of
         jobs from it (`Snapshot.for_job` narrows it per job while node usage
         still counts every Pod), instead of re-reading every node per job."""
-        items: list[Obj] = [_typed("jobs", o) for o in self._jobs.values()]
-        items += [_typed("pods", o) for pods in self._pods.values() for o in pods.values()]
+        items: list[Obj] = [self._typed("jobs", o) for o in self._jobs.values()]
+        items += [self._typed("pods", o) for pods in self._pods.values() for o in pods.values()]
         items += [
-            _typed(r, o) for r in ("nodes", *_WHOLE) for o in self.reflectors[r].items.values()
+            self._typed(r, o) for r in ("nodes", *_WHOLE) for o in self.reflectors[r].items.values()
         ]
-        items += [_typed("events", e) for kept in self._events.values() for e in kept.values()]
+        items += [self._typed("events", e) for kept in self._events.values() for e in kept.values()]
         items += self._claim_event_items()
         return {"apiVersion": "v1", "kind": "List", "items": items}
 
     def _claim_event_items(self) -> list[Obj]:
-        return [_typed("events", e) for kept in self._claim_events.values() for e in kept.values()]
+        return [
+            self._typed("events", e) for kept in self._claim_events.values() for e in kept.values()
+        ]
 
     def snapshot(self, job_ids: Iterable[str]) -> Snapshot:
         """A snapshot to diagnose these jobs: their Jobs, Pods and kept Events, every
@@ -251,17 +340,24 @@ class ClusterCache:
             key = self._job_keys.get(job_id)
             job = self._jobs.get(key) if key is not None else None
             if job is not None:
-                items.append(_typed("jobs", job))
-            items += (_typed("pods", pod) for pod in self._pods.get(job_id, {}).values())
+                items.append(self._typed("jobs", job))
+            items += (self._typed("pods", pod) for pod in self._pods.get(job_id, {}).values())
             for involved in self._event_keys.get(job_id, ()):
-                items += (_typed("events", e) for e in self._events.get(involved, {}).values())
+                items += (self._typed("events", e) for e in self._events.get(involved, {}).values())
         items += self._claim_event_items()
         for resource in _WHOLE:
-            items += (_typed(resource, o) for o in self.reflectors[resource].items.values())
+            items += (self._typed(resource, o) for o in self.reflectors[resource].items.values())
         snapshot = Snapshot.from_list({"apiVersion": "v1", "kind": "List", "items": items})
         # The diagnosis reads Nodes parsed, from the node state; no need to copy each.
-        nodes = tuple(_typed("nodes", o) for o in self.reflectors["nodes"].items.values())
+        nodes = tuple(self._typed("nodes", o) for o in self.reflectors["nodes"].items.values())
         return dataclasses.replace(snapshot, nodes=nodes, node_state=self.node_state())
+
+    def _typed(self, resource: str, obj: Obj) -> Obj:
+        # Watch and list items carry no apiVersion/kind; a List's items do.
+        api_version, kind = self.kinds[resource]
+        if obj.get("kind") == kind:
+            return obj
+        return {"apiVersion": api_version, "kind": kind, **obj}
 
     def _claim(self, uid: str, claim: tuple[str, dict[str, Decimal]] | None) -> None:
         """Record what a Pod holds on its node (None: nothing, or gone)."""
@@ -310,11 +406,3 @@ class ClusterCache:
             self._event_keys.pop(job_id, None)
             for uid in self._pods.pop(job_id, {}):
                 self.reflectors["pods"].stub(uid)
-
-
-def _typed(resource: str, obj: Obj) -> Obj:
-    # Watch and list items carry no apiVersion/kind; a List's items do.
-    api_version, kind = _KIND[resource]
-    if obj.get("kind") == kind:
-        return obj
-    return {"apiVersion": api_version, "kind": kind, **obj}

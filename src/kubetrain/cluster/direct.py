@@ -25,6 +25,7 @@ from kubetrain.cluster.errors import (
 )
 
 TIMEOUT = 15.0  # seconds per request
+KUEUE_GROUP = "kueue.x-k8s.io"
 # Pods that hold resources on a node: bound, not finished (what the scheduler counts).
 BOUND_PODS = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
 
@@ -39,6 +40,11 @@ KINDS = {
     "resourcequotas": ("v1", "ResourceQuota"),
     "limitranges": ("v1", "LimitRange"),
     "priorityclasses": ("scheduling.k8s.io/v1", "PriorityClass"),
+    # Kueue's, at the version `served_version` finds (v0.17 serves v1beta2).
+    "workloads": (f"{KUEUE_GROUP}/v1beta2", "Workload"),
+    "clusterqueues": (f"{KUEUE_GROUP}/v1beta2", "ClusterQueue"),
+    "localqueues": (f"{KUEUE_GROUP}/v1beta2", "LocalQueue"),
+    "resourceflavors": (f"{KUEUE_GROUP}/v1beta2", "ResourceFlavor"),
 }
 
 
@@ -114,6 +120,13 @@ class Kube:
             )
         return body
 
+    def served_version(self, group: str) -> str | None:
+        """The version of API `group` the cluster prefers; None when it serves no such
+        group (a CRD not installed)."""
+        found = self.get(f"/apis/{quote(group, safe='.')}") or {}
+        preferred = (found.get("preferredVersion") or {}).get("version")
+        return preferred if isinstance(preferred, str) and preferred else None
+
     def list(
         self,
         resource: str,
@@ -121,9 +134,13 @@ class Kube:
         *,
         label_selector: str | None = None,
         field_selector: str | None = None,
+        version: str | None = None,
     ) -> list[dict[str, Any]]:
-        """Every object of `resource` (all pages), each with its apiVersion and kind."""
+        """Every object of `resource` (all pages), each with its apiVersion and kind;
+        `version` replaces the version KINDS names (one discovery found)."""
         api_version, kind = KINDS[resource]
+        if version is not None:
+            api_version = f"{api_version.split('/', 1)[0]}/{version}"
         base = "/api/v1" if api_version == "v1" else f"/apis/{api_version}"
         where = f"/namespaces/{quote(namespace, safe='')}" if namespace else ""
         path = f"{base}{where}/{resource}"

@@ -218,6 +218,22 @@ class Reflector:
             await result
 
 
+async def served_version(http: httpx.AsyncClient, group: str) -> str | None:
+    """The version of API `group` the cluster prefers (its discovery document), or None
+    when the cluster serves no such group (a CRD not installed). Discovery is readable by
+    every authenticated user (system:discovery): no RBAC rule of kubetrain's grants it."""
+    resp = await http.get(f"/apis/{group}")
+    if resp.status_code == 404:
+        return None
+    resp.raise_for_status()
+    body = resp.json()
+    preferred = (body.get("preferredVersion") or {}).get("version")
+    if isinstance(preferred, str) and preferred:
+        return preferred
+    versions = [v.get("version") for v in body.get("versions") or [] if isinstance(v, dict)]
+    return next((v for v in versions if isinstance(v, str) and v), None)
+
+
 # Enough for a relist to compare and for a handler to route a DELETED.
 _STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion", "labels")
 

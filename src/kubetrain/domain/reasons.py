@@ -103,6 +103,16 @@ CATALOG: dict[ReasonCode, Reason] = {
             waitable=False,
         ),
         _r(
+            R.QUEUE_INACTIVE,
+            L.QUOTA,
+            "The job's Kueue queue admits nothing: its LocalQueue or ClusterQueue is missing "
+            "or stopped, named below.",
+            "The platform must create or restart the queue, or point the LocalQueue at a "
+            "ClusterQueue that exists; or submit to another queue. Waiting alone will not help.",
+            P,
+            waitable=False,
+        ),
+        _r(
             R.NO_GPU_NODES,
             L.DEVICE_PLUGIN,
             "No node in the cluster advertises the requested GPU resource at all: the device "
@@ -391,6 +401,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.CANCELLED,
     R.JOB_DELETED,
     R.JOB_NOT_CREATED,
+    R.QUEUE_INACTIVE,
     R.WAITING_FOR_QUOTA,
     R.POLICY_REFUSED,
     R.PVC_NOT_FOUND,

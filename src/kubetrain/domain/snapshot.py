@@ -54,6 +54,9 @@ _KINDS: dict[str, str] = {
     "LimitRange": "limit_ranges",
     "PriorityClass": "priority_classes",
     "Workload": "workloads",
+    "ClusterQueue": "cluster_queues",
+    "LocalQueue": "local_queues",
+    "ResourceFlavor": "resource_flavors",
 }
 # API groups each kind must come from when the object names one; a `Job` of
 # another group (a JobSet's, a CI system's) is not a batch/v1 Job.
@@ -69,9 +72,14 @@ _GROUPS: dict[str, frozenset[str]] = {
     "LimitRange": frozenset({""}),
     "PriorityClass": frozenset({"scheduling.k8s.io"}),
     "Workload": frozenset({"kueue.x-k8s.io"}),
+    "ClusterQueue": frozenset({"kueue.x-k8s.io"}),
+    "LocalQueue": frozenset({"kueue.x-k8s.io"}),
+    "ResourceFlavor": frozenset({"kueue.x-k8s.io"}),
 }
 _TERMINAL_PHASES = frozenset({"Succeeded", "Failed"})
-_CLUSTER_SCOPED = frozenset({"Node", "PersistentVolume", "StorageClass", "PriorityClass"})
+_CLUSTER_SCOPED = frozenset(
+    {"Node", "PersistentVolume", "StorageClass", "PriorityClass", "ClusterQueue", "ResourceFlavor"}
+)
 
 
 class SnapshotError(KubetrainError, ValueError):
@@ -180,7 +188,12 @@ class Snapshot:
     quotas: tuple[dict[str, Any], ...] = ()
     limit_ranges: tuple[dict[str, Any], ...] = ()
     priority_classes: tuple[dict[str, Any], ...] = ()
+    # Kueue's: every Workload (a job's place in its queue is among the others'), its
+    # ClusterQueues, LocalQueues and ResourceFlavors.
     workloads: tuple[dict[str, Any], ...] = ()
+    cluster_queues: tuple[dict[str, Any], ...] = ()
+    local_queues: tuple[dict[str, Any], ...] = ()
+    resource_flavors: tuple[dict[str, Any], ...] = ()
     # What from_list could not use, in words ("2 objects of kinds kubetrain does
     # not read: Deployment, Service").
     skipped: tuple[str, ...] = ()
@@ -260,6 +273,9 @@ class Snapshot:
             limit_ranges=grouped["limit_ranges"],
             priority_classes=grouped["priority_classes"],
             workloads=grouped["workloads"],
+            cluster_queues=grouped["cluster_queues"],
+            local_queues=grouped["local_queues"],
+            resource_flavors=grouped["resource_flavors"],
             skipped=tuple(skipped),
         )
 
@@ -271,8 +287,9 @@ class Snapshot:
         return self.index.jobs.get((namespace, job_name))
 
     def for_job(self, job_name: str, namespace: str) -> Snapshot:
-        """Narrowed to one Job: its Pods, Events, Workloads; all Nodes; the namespace's
-        quotas, PVCs and LimitRanges. Node usage still counts every Pod of `self`."""
+        """Narrowed to one Job: its Pods, Events, Workloads; all Nodes and Kueue queues;
+        the namespace's quotas, PVCs and LimitRanges. Node usage and the queues' other
+        Workloads (`index.all_workloads`) are still those of `self`."""
         root = self.base or self
         idx = root.index
         key = (namespace, job_name)
@@ -317,6 +334,9 @@ class Snapshot:
             limit_ranges=tuple(idx.limit_ranges_by_ns.get(namespace, ())),
             priority_classes=root.priority_classes,
             workloads=workloads,
+            cluster_queues=root.cluster_queues,
+            local_queues=root.local_queues,
+            resource_flavors=root.resource_flavors,
             skipped=root.skipped,
             base=root,
         )
@@ -444,11 +464,17 @@ class SnapshotIndex:
         self.limit_ranges_by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for limit_range in snap.limit_ranges:
             self.limit_ranges_by_ns[meta_namespace(limit_range)].append(limit_range)
+        self.cluster_queues = {meta_name(cq) or "": cq for cq in snap.cluster_queues}
+        self.local_queues = {
+            (meta_namespace(lq), meta_name(lq) or ""): lq for lq in snap.local_queues
+        }
         if snap.base is not None:
             base = snap.base.index
+            self.all_workloads: tuple[dict[str, Any], ...] = base.all_workloads
             self.nodes: tuple[NodeInfo, ...] = base.nodes
             self.usage: Mapping[str, Mapping[str, Decimal]] = base.usage
         else:
+            self.all_workloads = snap.workloads
             state = snap.node_state or NodeState.of(map(parse_node, snap.nodes), _usage(snap))
             self.nodes, self.usage = state.nodes, state.usage
             self.problems.extend(state.problems)

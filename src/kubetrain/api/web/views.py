@@ -26,6 +26,7 @@ R = ReasonCode
 REASON_WORDS: dict[ReasonCode, str] = {
     R.JOB_NOT_CREATED: "not created yet",
     R.WAITING_FOR_QUOTA: "waiting for quota",
+    R.QUEUE_INACTIVE: "queue inactive",
     R.NO_GPU_NODES: "no GPU nodes",
     R.INSUFFICIENT_GPU: "waiting for GPU",
     R.INSUFFICIENT_CPU: "waiting for CPU",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
@@ -21,8 +22,9 @@ from kubetrain.domain.diagnosis.reading import (
     _Reader,
     _true,
 )
-from kubetrain.domain.objects import text, timestamp
+from kubetrain.domain.objects import meta_namespace, text, timestamp
 from kubetrain.domain.quantity import format_quantity
+from kubetrain.domain.queues import QueuedWorkload, flavor_quota, pending_in_order, queued
 from kubetrain.domain.states import ReasonCode
 
 R = ReasonCode
@@ -110,45 +112,34 @@ def _suspended(reader: _Reader) -> list[_Finding]:
         if evicted is not None and text(evicted, "reason") == "Preempted":
             # Kueue took the quota back for another workload and requeued this one: that
             # is why it waits, whatever its new place in the queue says.
-            preempted = _true(conditions, "Preempted")
-            said = text(preempted, "message") if preempted else text(evicted, "message")
-            how = f" ({text(preempted, 'reason')})" if preempted else ""
-            return [
-                _Finding(
-                    R.WAITING_FOR_QUOTA,
-                    f"the queue preempted the job{how}: {said}; it waits for quota again",
-                    raw_reason=text(evicted, "reason"),
-                    raw_message=said,
-                    since=timestamp(evicted, "lastTransitionTime") or since,
-                )
-            ]
+            return [_preempted(reader, workload, conditions, evicted, since)]
         if reserved is not None and text(reserved, "status") == "False":
             message = text(reserved, "message") or ""
             refusal = parse_kueue_message(message)
             uncovered = _KUEUE_UNCOVERED.search(message)
-            if uncovered:
+            if text(reserved, "reason") == "Inadmissible":
+                finding = _inactive(reader, workload, message)
+            elif uncovered:
                 finding = _uncovered(workload, uncovered["resource"])
             elif refusal:
-                finding = _refusal_finding(refusal)
+                finding = _pending(reader, workload, refusal)
             else:
                 finding = _Finding(R.WAITING_FOR_QUOTA, message)
-            inadmissible = text(reserved, "reason") == "Inadmissible"
-            if inadmissible:
-                finding.waitable = False
+                _place(reader, workload, finding)
             finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
             finding.since = timestamp(reserved, "lastTransitionTime") or since
             return [finding]
         if evicted is not None:
             said = text(evicted, "message")
-            return [
-                _Finding(
-                    R.WAITING_FOR_QUOTA,
-                    f"the queue evicted the job: {said or text(evicted, 'reason')}",
-                    raw_reason=text(evicted, "reason"),
-                    raw_message=said,
-                    since=timestamp(evicted, "lastTransitionTime"),
-                )
-            ]
+            finding = _Finding(
+                R.WAITING_FOR_QUOTA,
+                f"the queue evicted the job: {said or text(evicted, 'reason')}",
+                raw_reason=text(evicted, "reason"),
+                raw_message=said,
+                since=timestamp(evicted, "lastTransitionTime"),
+            )
+            _place(reader, workload, finding)
+            return [finding]
     if not workloads:
         reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
     return [
@@ -160,6 +151,202 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             since=since,
         )
     ]
+
+
+def _queued(reader: _Reader, workload: Mapping[str, Any]) -> QueuedWorkload:
+    return queued(workload, reader.index.local_queues)
+
+
+def _named(workloads: list[QueuedWorkload], namespace: str, most: int = 5) -> str:
+    """Jobs by name (with their namespace where it is not the job's own), at most `most`."""
+    names = [_who(w, namespace) for w in workloads]
+    shown = ", ".join(names[:most])
+    return shown + (f" and {len(names) - most} more" if len(names) > most else "")
+
+
+def _who(workload: QueuedWorkload, namespace: str) -> str:
+    return (
+        workload.who if workload.namespace == namespace else f"{workload.namespace}/{workload.who}"
+    )
+
+
+def _place(reader: _Reader, workload: Mapping[str, Any], finding: _Finding) -> None:
+    """The job's position among its ClusterQueue's pending Workloads and the jobs ahead
+    of it, in the finding's numbers and words, where the snapshot says its queue."""
+    me = _queued(reader, workload)
+    if me.cluster_queue is None or not me.pending:
+        return
+    everyone = [_queued(reader, w) for w in reader.index.all_workloads]
+    line = pending_in_order(everyone, me.cluster_queue)
+    at = next((n for n, w in enumerate(line) if w.uid == me.uid and w.name == me.name), None)
+    if at is None:
+        return
+    ahead = line[:at]
+    ns = reader.job.namespace
+    finding.position = at + 1
+    finding.ahead = tuple(_who(w, ns) for w in ahead)
+    finding.numbers["queue"] = me.cluster_queue
+    behind = f", behind {_named(ahead, ns)}" if ahead else ", nothing pending ahead of it"
+    finding.detail += f"; position {at + 1} in the queue{behind}"
+
+
+def _pending(reader: _Reader, workload: Mapping[str, Any], refusal: AdmissionRefusal) -> _Finding:
+    """Kueue's flavor assigner found no room: requested against the ClusterQueue's
+    nominal quota (and what it may borrow), and what admitted jobs hold of it."""
+    finding = _refusal_finding(refusal)
+    me = _queued(reader, workload)
+    queue_name, flavor = me.cluster_queue, refusal.name
+    resource = refusal.resources[0].resource if refusal.resources else None
+    cluster_queue = reader.index.cluster_queues.get(queue_name or "")
+    if queue_name is None or resource is None or flavor is None:
+        return finding
+    quota = flavor_quota(cluster_queue, flavor, resource) if cluster_queue else None
+    requested = me.requests.get(resource) or refusal.resources[0].requested
+    numbers = {"resource": resource, "queue": queue_name, "flavor": flavor}
+    if requested is not None:
+        numbers["requested"] = format_quantity(requested)
+    where = f"ClusterQueue {queue_name} (flavor {flavor})"
+    needs = f"needs {format_quantity(requested)} {resource}" if requested is not None else ""
+    holders = [
+        w
+        for w in (_queued(reader, w) for w in reader.index.all_workloads)
+        if w.cluster_queue == queue_name and w.reserved and not w.finished and w.uid != me.uid
+    ]
+    quota_words = ""
+    if quota is not None and quota.nominal is not None:
+        numbers["nominal"] = format_quantity(quota.nominal)
+        if quota.borrowing_limit is not None:
+            numbers["borrowing_limit"] = format_quantity(quota.borrowing_limit)
+        most = quota.most
+        numbers["limit"] = format_quantity(most if most is not None else quota.nominal)
+        borrow = (
+            ""
+            if quota.cohort is None
+            else f", plus up to {format_quantity(quota.borrowing_limit)} borrowed from cohort "
+            f"{quota.cohort}"
+            if quota.borrowing_limit is not None
+            else f", plus what cohort {quota.cohort} lends"
+        )
+        quota_words = f"its nominal quota is {format_quantity(quota.nominal)}{borrow}"
+        # What admitted Workloads reserve, from the Workloads themselves where the
+        # snapshot holds any (the ClusterQueue's status lags them); else its status.
+        held = (
+            sum((w.reserves.get((flavor, resource), Decimal(0)) for w in holders), Decimal(0))
+            if holders
+            else quota.reserved
+        )
+        if held is not None:
+            numbers["used"] = format_quantity(held)
+            borrowed = f" ({format_quantity(quota.borrowed)} borrowed)" if quota.borrowed else ""
+            quota_words += f", {format_quantity(held)}{borrowed} reserved"
+            if holders:
+                quota_words += f" by {_named(holders, reader.job.namespace)}"
+    else:
+        limit = refusal.resources[0].limit if refusal.resources else None
+        if limit is not None:
+            numbers["limit"] = format_quantity(limit)
+    finding.numbers = numbers
+    if refusal.waitable is False:
+        most_words = numbers.get("limit")
+        finding.detail = (
+            f"{where} can never admit the job: it {needs}, more than the "
+            f"{most_words} the queue may ever hold" + (f" ({quota_words})" if quota_words else "")
+        )
+        if most_words is not None:
+            finding.action = (
+                f"Ask for at most {most_words} {resource}, or ask the platform to raise "
+                f"ClusterQueue {queue_name}'s quota; waiting will not help."
+            )
+        return finding
+    finding.detail = f"{where}: the job {needs}" + (f"; {quota_words}" if quota_words else "")
+    _place(reader, workload, finding)
+    return finding
+
+
+# Kueue's preemption message names the preemptor by its Workload's and its Job's UIDs
+# (pkg/scheduler/preemption, Kueue v0.9-v0.17).
+_PREEMPTOR = re.compile(r"\(UID: (?P<uid>[^,)\s]+), JobUID: (?P<job_uid>[^,)\s]+)\)")
+# Why Kueue preempted (the Preempted condition's reason).
+_PREEMPTION_WHY = {
+    "InClusterQueue": "a higher-priority job of the same ClusterQueue",
+    "InCohortReclamation": "a job of another ClusterQueue of the cohort reclaiming its quota",
+    "InCohortFairSharing": "fair sharing within the cohort",
+    "InCohortReclaimWhileBorrowing": "a higher-priority job of the cohort, while borrowing",
+}
+
+
+def _preempted(
+    reader: _Reader,
+    workload: Mapping[str, Any],
+    conditions: Mapping[str, Mapping[str, Any]],
+    evicted: Mapping[str, Any],
+    since: datetime | None,
+) -> _Finding:
+    preempted = _true(conditions, "Preempted")
+    said = text(preempted, "message") if preempted else text(evicted, "message")
+    why = text(preempted, "reason") if preempted else None
+    found = _PREEMPTOR.search(said or "")
+    preemptor = None
+    if found:
+        for other in (_queued(reader, w) for w in reader.index.all_workloads):
+            if other.uid == found["uid"] or (other.job_uid and other.job_uid == found["job_uid"]):
+                preemptor = _who(other, reader.job.namespace)
+                break
+    me = _queued(reader, workload)
+    by = f" for {preemptor}" if preemptor else ""
+    because = f" ({_PREEMPTION_WHY.get(why or '', why)})" if why else ""
+    queue = f"ClusterQueue {me.cluster_queue}" if me.cluster_queue else "the queue"
+    detail = f"{queue} preempted the job{by}{because}; it waits for quota again"
+    requeue_at = timestamp(workload, "status", "requeueState", "requeueAt")
+    if requeue_at is not None:
+        detail += f", requeued at {requeue_at.strftime('%Y-%m-%d %H:%M:%SZ')}"
+    finding = _Finding(
+        R.WAITING_FOR_QUOTA,
+        detail,
+        raw_reason=text(evicted, "reason"),
+        raw_message=said,
+        since=timestamp(evicted, "lastTransitionTime") or since,
+    )
+    if me.cluster_queue:
+        finding.numbers["queue"] = me.cluster_queue
+    _place(reader, workload, finding)
+    return finding
+
+
+def _inactive(reader: _Reader, workload: Mapping[str, Any], message: str) -> _Finding:
+    """Kueue will not consider the job at all (Inadmissible): its LocalQueue or
+    ClusterQueue is missing, stopped or closed to the namespace — the platform's to fix.
+    Said from the queues' own objects where the snapshot holds them, else Kueue's words."""
+    namespace = meta_namespace(workload)
+    local_name = text(workload, "spec", "queueName")
+    local = reader.index.local_queues.get((namespace, local_name or ""))
+    queue_name = text(local, "spec", "clusterQueue") if local else None
+    cluster = reader.index.cluster_queues.get(queue_name or "")
+    detail = message
+    if local is not None and _stopped(local):
+        detail = f"LocalQueue {local_name} is stopped (stopPolicy {_stopped(local)})"
+    elif local is not None and queue_name and cluster is None and reader.index.cluster_queues:
+        detail = (
+            f"LocalQueue {local_name} sends its jobs to ClusterQueue {queue_name}, "
+            "which does not exist"
+        )
+    elif cluster is not None and _stopped(cluster):
+        detail = f"ClusterQueue {queue_name} is stopped (stopPolicy {_stopped(cluster)})"
+    elif (
+        cluster is not None
+        and (active := _conditions(cluster).get("Active")) is not None
+        and text(active, "status") == "False"
+    ):
+        detail = f"ClusterQueue {queue_name} is inactive: {text(active, 'message') or message}"
+    finding = _Finding(R.QUEUE_INACTIVE, detail, waitable=False)
+    if queue_name:
+        finding.numbers["queue"] = queue_name
+    return finding
+
+
+def _stopped(queue: Mapping[str, Any]) -> str | None:
+    policy = text(queue, "spec", "stopPolicy")
+    return policy if policy and policy != "None" else None
 
 
 def _uncovered(workload: Mapping[str, Any], resource: str) -> _Finding:

@@ -46,6 +46,8 @@ class _Finding:
     nodes: int | None = None
     action: str | None = None  # said instead of the catalog's when the numbers say more
     numbers: dict[str, str] = field(default_factory=dict)
+    position: int | None = None  # in a Kueue queue (1: next), with the jobs ahead
+    ahead: tuple[str, ...] | None = None
     current: bool = True  # False: about an earlier attempt (not marked on the chain)
 
     def blocker(self) -> Blocker:
@@ -56,6 +58,8 @@ class _Finding:
             nodes=self.nodes,
             detail=self.detail,
             waitable=waitable,
+            position=self.position,
+            ahead=self.ahead,
             **self.numbers,
         )
 

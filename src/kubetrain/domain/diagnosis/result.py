@@ -126,8 +126,16 @@ class Blocker:
     requested: str | None = None  # quantities in Kubernetes notation ("16", "8Gi", "500m")
     free: str | None = None  # the most free on a node every rule admits
     allocatable: str | None = None  # the largest allocatable such a node has
-    limit: str | None = None  # a quota's hard limit
+    limit: str | None = None  # a quota's hard limit (a ClusterQueue's: nominal + borrowing)
     used: str | None = None  # a quota's use
+    # Kueue's: the ClusterQueue and flavor, its nominal quota and borrowing limit, the
+    # job's position among the queue's pending jobs (1: next) and the jobs ahead of it.
+    queue: str | None = None
+    flavor: str | None = None
+    nominal: str | None = None
+    borrowing_limit: str | None = None
+    position: int | None = None
+    ahead: tuple[str, ...] | None = None
 
     def to_json(self) -> dict[str, Any]:
         data: dict[str, Any] = {
@@ -137,10 +145,24 @@ class Blocker:
             "detail": self.detail,
             "waitable": self.waitable,
         }
-        for key in ("resource", "requested", "free", "allocatable", "limit", "used"):
+        for key in (
+            "resource",
+            "requested",
+            "free",
+            "allocatable",
+            "limit",
+            "used",
+            "queue",
+            "flavor",
+            "nominal",
+            "borrowing_limit",
+            "position",
+        ):
             value = getattr(self, key)
             if value is not None:
                 data[key] = value
+        if self.ahead is not None:
+            data["ahead"] = list(self.ahead)
         return data
 
 

@@ -1,0 +1,134 @@
+"""A job's place in its Kueue queue, from the Workloads recorded from the real Kueue
+(kueue-*.json), with more of the queue's Workloads made from the recorded pending one."""
+
+from __future__ import annotations
+
+import copy
+from decimal import Decimal
+from typing import Any
+
+import pytest
+
+from kubetrain.domain.queues import flavor_quota, pending_in_order, queued
+from kubetrain.domain.states import ReasonCode
+from tests.unit.diagnosis_helpers import dump, items, run
+
+pytestmark = pytest.mark.unit
+
+R = ReasonCode
+
+
+def _pending(data: dict[str, Any]) -> dict[str, Any]:
+    """The fixture's own pending Workload (its Job's is kt-<fixture>)."""
+    (workload,) = [
+        w
+        for w in items(data, "Workload")
+        if w["metadata"]["ownerReferences"][0]["name"].startswith("kt-")
+    ]
+    return workload
+
+
+def _another(
+    data: dict[str, Any], name: str, *, priority: int, created: str, namespace: str | None = None
+) -> dict[str, Any]:
+    """One more pending Workload of the queue, as Kueue makes it for a Job `name`."""
+    workload = copy.deepcopy(_pending(data))
+    meta = workload["metadata"]
+    meta["name"], meta["uid"], meta["creationTimestamp"] = f"job-{name}-0", f"uid-{name}", created
+    meta["ownerReferences"][0].update(name=name, uid=f"job-uid-{name}")
+    if namespace is not None:
+        meta["namespace"] = namespace
+        local = copy.deepcopy(items(data, "LocalQueue")[0])
+        local["metadata"]["namespace"] = namespace
+        data["items"].append(local)
+    workload["spec"]["priority"] = priority
+    data["items"].append(workload)
+    return workload
+
+
+def test_the_queue_orders_by_priority_then_creation_as_kueue_does() -> None:
+    data = dump("kueue-waiting")
+    mine = _pending(data)["metadata"]["creationTimestamp"]  # 2026-12-04T22:27:07Z
+    _another(data, "urgent", priority=1000, created="2026-12-04T22:30:00Z")
+    _another(data, "older", priority=0, created="2026-12-04T22:00:00Z", namespace="other-team")
+    _another(data, "newer", priority=0, created="2026-12-04T23:00:00Z")
+    assert mine < "2026-12-04T23:00:00Z"
+    d = run(data)
+    assert (d.reason, d.waitable) == (R.WAITING_FOR_QUOTA, True)
+    blocker = d.blockers[0].to_json()
+    assert blocker["position"] == 3
+    # A higher priority first, whatever its age; then the older; another namespace named.
+    assert blocker["ahead"] == ["urgent", "other-team/older"]
+    assert "position 3 in the queue, behind urgent, other-team/older" in d.explanation
+    assert "reserved by first-in-line" in d.explanation
+
+
+def test_a_pending_workload_of_another_cluster_queue_is_not_ahead() -> None:
+    data = dump("kueue-waiting")
+    elsewhere = _another(data, "elsewhere", priority=1000, created="2026-12-04T22:00:00Z")
+    elsewhere["spec"]["queueName"] = "no-such-local-queue"
+    assert run(data).blockers[0].position == 1
+
+
+def test_queued_reads_the_cluster_queue_through_the_local_queue() -> None:
+    data = dump("kueue-waiting")
+    locals_ = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q for q in items(data, "LocalQueue")
+    }
+    workloads = [queued(w, locals_) for w in items(data, "Workload")]
+    assert {w.cluster_queue for w in workloads} == {"gpus"}
+    assert [w.job for w in pending_in_order(workloads, "gpus")] == ["kt-kueue-waiting"]
+    assert [w.job for w in workloads if w.reserved] == ["first-in-line"]
+    (cluster_queue,) = items(data, "ClusterQueue")
+    quota = flavor_quota(cluster_queue, "default-flavor", "nvidia.com/gpu")
+    assert quota is not None
+    assert (quota.nominal, quota.reserved, quota.most) == (Decimal(8), Decimal(8), Decimal(8))
+    assert flavor_quota(cluster_queue, "default-flavor", "example.com/fpga") is None
+
+
+def test_borrowing_in_a_cohort_raises_what_the_queue_may_ever_hold() -> None:
+    data = dump("kueue-never-fits")
+    (cluster_queue,) = items(data, "ClusterQueue")
+    cluster_queue["spec"]["cohort"] = "research"
+    gpu = cluster_queue["spec"]["resourceGroups"][0]["flavors"][0]["resources"][2]
+    assert gpu["name"] == "nvidia.com/gpu"
+    gpu["borrowingLimit"] = "4"
+    d = run(data)
+    blocker = d.blockers[0].to_json()
+    assert (blocker["nominal"], blocker["borrowing_limit"], blocker["limit"]) == ("8", "4", "12")
+    assert "plus up to 4 borrowed from cohort research" in d.explanation
+
+
+def test_a_preemptor_not_in_the_snapshot_goes_unnamed() -> None:
+    data = dump("kueue-preempted")
+    data["items"] = [
+        i
+        for i in data["items"]
+        if not (i["kind"] == "Workload" and "urgent" in i["metadata"]["name"])
+    ]
+    d = run(data)
+    assert "ClusterQueue gpus preempted the job (a higher-priority job" in d.explanation
+
+
+def test_a_stopped_local_queue_is_the_platforms_to_restart() -> None:
+    data = dump("kueue-stopped-cluster-queue")
+    for queue in items(data, "ClusterQueue"):
+        queue["spec"]["stopPolicy"] = "None"
+    for queue in items(data, "LocalQueue"):
+        queue["spec"]["stopPolicy"] = "HoldAndDrain"
+    d = run(data)
+    assert (d.reason, d.waitable, str(d.actor)) == (R.QUEUE_INACTIVE, False, "platform")
+    assert "LocalQueue held is stopped (stopPolicy HoldAndDrain)" in d.explanation
+
+
+def test_what_admitted_jobs_reserve_is_read_from_their_workloads_not_the_lagging_status() -> None:
+    # Live, Kueue updates the ClusterQueue's status a moment after it admits a Workload:
+    # the testbed caught `flavorsReservation` at 0 with the first job already admitted.
+    data = dump("kueue-waiting")
+    (cluster_queue,) = items(data, "ClusterQueue")
+    for flavor in cluster_queue["status"]["flavorsReservation"]:
+        for resource in flavor["resources"]:
+            resource["total"] = "0"
+    d = run(data)
+    assert d.blockers[0].used == "8"
+    assert "8 reserved by first-in-line" in d.explanation
