@@ -39,6 +39,40 @@ def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 
 
 @pytest.fixture(scope="session")
+def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """`kubetrain testbed up --pool real`; KUBETRAIN_TEST_REAL_TESTBED=DIR reuses one."""
+    if reuse := os.environ.get("KUBETRAIN_TEST_REAL_TESTBED"):
+        yield Testbed(Path(reuse))
+        return
+    if not installed().complete():
+        pytest.fail("testbed binaries are not built: run `make testbed` (tests never skip this)")
+    bed = Testbed.up(tmp_path_factory.mktemp("testbed") / "real", "real")
+    try:
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture(scope="session")
+def real_kube(real_testbed: Testbed) -> Client:
+    return Client(config=KubeConfig.from_file(real_testbed.kubeconfig), field_manager="tests")
+
+
+@pytest.fixture(scope="session")
+def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A `default`-pool testbed with Kueue (`testbed up --kueue`) and the recording
+    scenarios' queues: ClusterQueue `gpus` (8 GPUs) behind LocalQueues `team`."""
+    from tests.fixtures.record import kueue_setup
+
+    bed = Testbed.up(tmp_path_factory.mktemp("kueue") / "bed", "default", kueue=True)
+    try:
+        kueue_setup(bed)
+        yield bed
+    finally:
+        bed.down()
+
+
+@pytest.fixture(scope="session")
 def kube(testbed: Testbed) -> Client:
     return Client(config=KubeConfig.from_file(testbed.kubeconfig), field_manager="tests")
 

@@ -1,38 +1,14 @@
-"""The real-node pool for the whole session, and a `kubetrain serve` its Pods can reach."""
+"""A `kubetrain serve` the real-node pool's Pods can reach (the pool itself, `real_testbed`,
+is a session fixture of tests/conftest.py, shared with the scenario replays)."""
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from lightkube import Client
-from lightkube.config.kubeconfig import KubeConfig
 
 from kubetrain.local_server import LocalServer
-from kubetrain.testbed.build import installed
 from kubetrain.testbed.cluster import Testbed
-
-
-@pytest.fixture(scope="session")
-def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    """`kubetrain testbed up --pool real`; KUBETRAIN_TEST_REAL_TESTBED=DIR reuses one."""
-    if reuse := os.environ.get("KUBETRAIN_TEST_REAL_TESTBED"):
-        yield Testbed(Path(reuse))
-        return
-    if not installed().complete():
-        pytest.fail("testbed binaries are not built: run `make testbed` (tests never skip this)")
-    bed = Testbed.up(tmp_path_factory.mktemp("testbed") / "real", "real")
-    try:
-        yield bed
-    finally:
-        bed.down()
-
-
-@pytest.fixture(scope="session")
-def real_kube(real_testbed: Testbed) -> Client:
-    return Client(config=KubeConfig.from_file(real_testbed.kubeconfig), field_manager="tests")
 
 
 @pytest.fixture(scope="module")

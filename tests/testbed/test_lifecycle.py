@@ -92,11 +92,11 @@ def test_bad_pool_file_is_refused_before_anything_starts(tmp_path: Path):
     pool = tmp_path / "pool.yaml"
     pool.write_text(
         "apiVersion: testbed.kubetrain.io/v1\nkind: NodePool\nname: odd\ngroups:\n"
-        "  - {name: g, count: 1, gpus: 8, capacity: {cpu: '8', memory: 8GB, pods: '10'}}\n"
+        "  - {name: g, count: 1, accelerators: 8, capacity: {cpu: '8', memory: 8GB, pods: '10'}}\n"
     )
     result = kubetrain("testbed", "up", "--state-dir", str(tmp_path / "s"), "--pool", str(pool))
     assert result.returncode == 1
-    assert "groups.0.gpus: unknown field" in result.stderr
+    assert "groups.0.accelerators: unknown field" in result.stderr
     assert "capacity.memory: '8GB' is not a Kubernetes quantity" in result.stderr
     assert "Traceback" not in result.stderr
     assert not (tmp_path / "s").exists()

@@ -16,7 +16,7 @@ from lightkube.config.kubeconfig import KubeConfig
 from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import SCENARIOS, Scenario, clean_up, kueue_setup, reproduce
+from tests.fixtures.record import SCENARIOS, Scenario, clean_up, reproduce
 from tests.unit.test_diagnosis import CASES
 
 pytestmark = pytest.mark.testbed
@@ -32,20 +32,15 @@ def no_gpu_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
 
 
 @pytest.fixture(scope="module")
-def kueue_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
-    bed = Testbed.up(Path(tmp_path_factory.mktemp("kueue")) / "bed", "default", kueue=True)
-    try:
-        kueue_setup(bed)
-        yield Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="scenarios")
-    finally:
-        bed.down()
+def kueue_kube(kueue_testbed: Testbed) -> Client:
+    return Client(config=KubeConfig.from_file(kueue_testbed.kubeconfig), field_manager="scenarios")
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
 def test_the_scenario_reproduces_live_with_its_recorded_diagnosis(
     scenario: Scenario, request: pytest.FixtureRequest
 ) -> None:
-    pool_kube = {"default": "kube", "no-gpu": "no_gpu_kube"}[scenario.pool]
+    pool_kube = {"default": "kube", "no-gpu": "no_gpu_kube", "real": "real_kube"}[scenario.pool]
     if scenario.queue is not None:
         pool_kube = "kueue_kube"
     kube: Client = request.getfixturevalue(pool_kube)

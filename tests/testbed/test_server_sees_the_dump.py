@@ -27,7 +27,14 @@ from kubetrain.cluster.client import http_client, load_config
 from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import SCENARIOS, Scenario, clean_up, reproduce, snapshot
+from tests.fixtures.record import (
+    SCENARIOS,
+    Scenario,
+    clean_up,
+    kueue_snapshot,
+    reproduce,
+    snapshot,
+)
 
 pytestmark = pytest.mark.testbed
 
@@ -45,9 +52,10 @@ def no_gpu_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
         bed.down()
 
 
-def dump(kube: Client, ns: str) -> dict[str, Any]:
-    """What `why --kubeconfig` reads: the namespace's dump and every bound Pod."""
-    listing = snapshot(kube, ns)
+def dump(kube: Client, ns: str, scenario: Scenario) -> dict[str, Any]:
+    """What `why --kubeconfig` reads: the namespace's dump (with Kueue's objects for a
+    queued scenario) and every bound Pod."""
+    listing = kueue_snapshot(kube, ns) if scenario.queue else snapshot(kube, ns)
     seen = {i["metadata"]["uid"] for i in listing["items"] if i["kind"] == "Pod"}
     for pod in kube.list(Pod, namespace="*", fields={"spec.nodeName": operators.not_equal("")}):
         data: dict[str, Any] = pod.to_dict()
@@ -70,7 +78,9 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     scenario: Scenario, request: pytest.FixtureRequest
 ) -> None:
     bed: Testbed = request.getfixturevalue(
-        {"default": "testbed", "no-gpu": "no_gpu_bed"}[scenario.pool]
+        "kueue_testbed"
+        if scenario.queue is not None
+        else {"default": "testbed", "no-gpu": "no_gpu_bed", "real": "real_testbed"}[scenario.pool]
     )
     kube = Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="one-truth")
     name = f"kt-{scenario.name}"
@@ -89,7 +99,7 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
             facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
             for _ in range(20):
                 before = answer(facts, cache.snapshot(job_ids))
-                listing = await asyncio.to_thread(dump, kube, ns)
+                listing = await asyncio.to_thread(dump, kube, ns, scenario)
                 await asyncio.sleep(0.5)  # what the dump saw has reached the watches
                 after = answer(facts, cache.snapshot(job_ids))
                 if before == after:
