@@ -14,7 +14,9 @@ import base64
 import os
 import subprocess
 import sys
+import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -83,20 +85,21 @@ def claim(kube: Client, namespace: str, name: str, path: Path, mode: str) -> Non
     )
 
 
-def namespace(testbed: Testbed, name: str) -> None:
-    kubectl(testbed, "create", "namespace", name)
+@pytest.fixture
+def namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
+    """A project's namespace, made before its claims; deleted with its volumes after."""
+    name = project()
+    kubectl(real_testbed, "create", "namespace", name)
     eventually(
-        lambda: "default" in kubectl(testbed, "get", "sa", "-n", name, "-o", "name"),
+        lambda: "default" in kubectl(real_testbed, "get", "sa", "-n", name, "-o", "name"),
         30,
         what="the default ServiceAccount",
     )
-
-
-def clean_up(kube: Client, testbed: Testbed, name: str) -> None:
-    kubectl(testbed, "delete", "namespace", name, "--wait=false")
-    for volume in kube.list(PersistentVolume):
+    yield name
+    kubectl(real_testbed, "delete", "namespace", name, "--wait=false")
+    for volume in real_kube.list(PersistentVolume):
         if str(volume.metadata.name).startswith(f"{name}-"):
-            kube.delete(PersistentVolume, volume.metadata.name)
+            real_kube.delete(PersistentVolume, volume.metadata.name)
 
 
 def uninterrupted(tmp: Path) -> list[str]:
@@ -116,15 +119,21 @@ def uninterrupted(tmp: Path) -> list[str]:
     return done.stdout.splitlines()
 
 
+def assert_never_queued_once_running(path: list[tuple[str, str]]) -> None:
+    """A real kubelet writes a container's end before the Pod's phase: that moment is
+    the attempt finishing, not a job back in the queue."""
+    running = next(i for i, (state, _) in enumerate(path) if state == "RUNNING")
+    assert all(state != "QUEUED" for state, _ in path[running:]), path
+
+
 def checkpoint_step(job_doc: dict[str, Any]) -> int:
     return int(((job_doc.get("progress") or {}).get("checkpoint") or {}).get("step") or 0)
 
 
 def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
-    real_server: Server, real_kube: Client, real_testbed: Testbed, tmp_path: Path
+    real_server: Server, real_kube: Client, real_testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
-    p = project()
-    namespace(real_testbed, p)
+    p = namespace
     checkpoints = tmp_path / "checkpoints"
     checkpoints.mkdir()
     claim(real_kube, p, "checkpoints", checkpoints, "ReadWriteMany")
@@ -144,6 +153,7 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
         retries=0,
     )
     job_id = submit(real_server, body)
+    began = time.monotonic()
 
     def checkpointed() -> dict[str, Any] | None:
         doc: dict[str, Any] = get(real_server, p, job_id)
@@ -151,6 +161,7 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
 
     first = eventually(checkpointed, 120, interval=0.1, what="attempt 1's second checkpoint")
     lost = str(first["node"])
+    killed = time.monotonic()
     real_testbed.stop_real_node(lost)
     try:
         # What attempt 1 left: the newest checkpoint whose files all hold.
@@ -160,17 +171,24 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
         real_kube.delete(Node, lost)
         reference = uninterrupted(tmp_path)  # while Pod garbage collection waits
         wait_for(real_server, p, job_id, "QUEUED", "NODE_LOST", timeout=60)
+        node_lost = time.monotonic() - killed
         done = wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED", timeout=AFTER_LOSS)
+        succeeded = time.monotonic() - killed
+        # Read while the node is still gone: attempt 1's last word is that it is.
+        attempts = get(real_server, p, job_id, "/attempts")["items"]
     finally:
         real_testbed.start_real_node(lost)
+    print(
+        f"attempt 1 checkpointed step {newest.step} {killed - began:.0f} s after the submit; "
+        f"NODE_LOST {node_lost:.0f} s after the kill, SUCCEEDED {succeeded:.0f} s after"
+    )
 
     # Kubernetes replaced the Pod on the other node, and kept the retry: retries is 0.
-    attempts = get(real_server, p, job_id, "/attempts")["items"]
     assert [a["attempt"] for a in attempts] == [1, 2], attempts
     one, two = attempts
     assert one["node"] == lost
     assert two["node"] not in (None, lost)
-    assert one["raw_reason"] in ("DeletionByPodGC", "NotFound"), one
+    assert one["raw_reason"] in ("DeletionByPodGC", "NotFound"), attempts
     k8s: Any = real_kube.get(Job, f"kt-{job_id}", namespace=p)
     assert not k8s.status.failed, k8s.status
 
@@ -180,9 +198,11 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
     at = path.index(("QUEUED", "NODE_LOST"))
     assert ("RUNNING", "TRAINING") in path[:at]
     assert ("RUNNING", "TRAINING") in path[at:]
+    assert path[-1] == ("SUCCEEDED", "COMPLETED")
+    assert_never_queued_once_running(path[at:])
     history = get(real_server, p, job_id, "/history")["items"]
-    node_lost = next(r for r in history if r["to_reason"] == "NODE_LOST")
-    assert node_lost["attempt"] in (None, 1), node_lost
+    node_lost_row = next(r for r in history if r["to_reason"] == "NODE_LOST")
+    assert node_lost_row["attempt"] == 1, node_lost_row
     resumes = done["progress"]["resumes"]
     assert [(r["attempt"], r["from_step"], r["from_attempt"]) for r in resumes] == [
         (2, newest.step, 1)
@@ -216,14 +236,12 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
         "fromPod": one["pod"],
         "allowedMismatch": [],
     }
-    clean_up(real_kube, real_testbed, p)
 
 
 def test_a_dataset_of_another_version_fails_the_preflight_and_the_job_at_once(
-    real_server: Server, real_kube: Client, real_testbed: Testbed, tmp_path: Path
+    real_server: Server, real_kube: Client, real_testbed: Testbed, namespace: str, tmp_path: Path
 ) -> None:
-    p = project()
-    namespace(real_testbed, p)
+    p = namespace
     dataset = tmp_path / "dataset"
     (dataset / "train").mkdir(parents=True)
     (dataset / "train" / "part-0").write_bytes(b"0123456789" * 100)
@@ -262,6 +280,10 @@ def test_a_dataset_of_another_version_fails_the_preflight_and_the_job_at_once(
     assert message.startswith("preflight failed: dataset-version: "), message
     assert "the volume holds dataset tiny@v1, the job asks for tiny@v2" in message, message
 
+    path = business_path(real_server, p, job_id)
+    assert_valid_path(path)
+    assert_never_queued_once_running(path)
+
     # The podFailurePolicy failed the Job at once: one Pod, no retry used.
     attempts = get(real_server, p, job_id, "/attempts")["items"]
     assert len(attempts) == 1, attempts
@@ -298,4 +320,3 @@ def test_a_dataset_of_another_version_fails_the_preflight_and_the_job_at_once(
         for credential in credentials:
             assert credential not in output
     assert "training on the wrong data" not in outputs[0]
-    clean_up(real_kube, real_testbed, p)

@@ -545,3 +545,24 @@ def test_of_several_main_containers_the_failing_one_is_named() -> None:
     d = run(data)
     assert (d.state, d.reason) == (S.QUEUED, R.CONTAINER_CONFIG_ERROR)
     assert 'container logger: secret "wandb" not found' in d.blockers[0].detail
+
+
+@pytest.mark.parametrize(
+    "name", ["real-succeeded", "real-exit-nonzero", "real-oom-killed", "real-preflight-failed"]
+)
+def test_a_pod_whose_container_ended_before_its_phase_is_still_running(name: str) -> None:
+    """A real kubelet writes the main container's terminated state about a second
+    before the Pod's terminal phase (seen in every real-node run): the attempt that
+    ran is finishing, and the job does not go back to the queue meanwhile."""
+    data = dump(name)
+    pod = items(data, "Pod")[-1]
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    pod["status"]["phase"] = "Running"
+    job = the_job(data)
+    job["status"] = {
+        "active": 1,
+        "startTime": job["status"]["startTime"],
+        "uncountedTerminatedPods": {},
+    }
+    d = run(data)
+    assert (d.state, d.reason) == (S.RUNNING, R.TRAINING), (d.state, d.reason, d.explanation)

@@ -399,6 +399,9 @@ class Testbed:
         state = self.state()
         node = _real_node(state, node_name)
         real.make_cgroups(node)
+        # A containerd that was killed leaves its socket: waiting for it must wait for
+        # the new one's.
+        node.socket.unlink(missing_ok=True)
         self._launch(node.component("containerd"), real.containerd_argv(node), state)
         self._wait_containerd(state, node, deadline)
         self._start_kubelet(state, node)
