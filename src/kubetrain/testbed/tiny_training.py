@@ -86,11 +86,11 @@ def main(argv: Sequence[str] | None = None) -> int:
         y = x @ target + 0.1 * torch.randn(16, 1)
         loss = torch.nn.functional.mse_loss(model(x), y)
         optimizer.zero_grad()
-        loss.backward()
+        loss.backward()  # type: ignore[no-untyped-call]
         optimizer.step()
         scheduler.step()
         print(f"step {step} loss {loss.item()!r}", flush=True)
-        progress.step(step, loss=loss.item(), lr=scheduler.get_last_lr()[0])
+        progress.step(step, loss=loss.item(), lr=float(scheduler.get_last_lr()[0]))
         if step % args.every == 0 or step == args.steps:
             manager.save(
                 step, model=model, optimizer=optimizer, scheduler=scheduler, blocking=False
