@@ -7,20 +7,21 @@ from collections.abc import Iterator
 
 import pytest
 
-from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
+from tests.e2e.conftest import Server
 
 
 @pytest.fixture(scope="module")
 def real_server(
     real_testbed: Testbed, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[LocalServer]:
+) -> Iterator[Server]:
     """kubetrain serve on the Pod network's gateway: the Pods' preflight and progress
-    reports reach it there (their 127.0.0.1 is their own)."""
+    reports reach it there (their 127.0.0.1 is their own); `cli` runs kubetrain's CLI
+    against it."""
     network = real_testbed.state().network
     assert network is not None
     tmp = tmp_path_factory.mktemp("real-server")
-    srv = LocalServer(
+    srv = Server(
         database_url=f"sqlite:///{tmp / 'kubetrain.db'}",
         log=tmp / "serve.log",
         kubeconfig=real_testbed.kubeconfig,

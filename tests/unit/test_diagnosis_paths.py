@@ -628,3 +628,24 @@ def test_an_attempt_is_bound_when_its_pod_scheduled_condition_turned_true() -> N
     assert attempt.to_json()["bound_at"] == "2026-12-02T15:14:40Z"
     # Never bound (the scheduler refused it): nothing held.
     assert all(a.bound_at is None for a in run(dump("insufficient-gpu")).attempts)
+
+
+@pytest.mark.parametrize(
+    "name", ["real-succeeded", "real-exit-nonzero", "real-oom-killed", "real-preflight-failed"]
+)
+def test_a_pod_whose_container_ended_before_its_phase_is_still_running(name: str) -> None:
+    """A real kubelet writes the main container's terminated state about a second
+    before the Pod's terminal phase (seen in every real-node run): the attempt that
+    ran is finishing, and the job does not go back to the queue meanwhile."""
+    data = dump(name)
+    pod = items(data, "Pod")[-1]
+    assert pod["status"]["containerStatuses"][0]["state"]["terminated"]
+    pod["status"]["phase"] = "Running"
+    job = the_job(data)
+    job["status"] = {
+        "active": 1,
+        "startTime": job["status"]["startTime"],
+        "uncountedTerminatedPods": {},
+    }
+    d = run(data)
+    assert (d.state, d.reason) == (S.RUNNING, R.TRAINING), (d.state, d.reason, d.explanation)

@@ -365,6 +365,63 @@ class Testbed:
         containerd = state.pids[node.component("containerd")]
         self._launch(node.component(what), real.in_namespace(containerd, argv[what]()), state)
 
+    def stop_real_node(self, node_name: str) -> None:
+        """Lose a real node the way a machine that dies is lost: its device plugin and
+        kubelet SIGKILLed, its Pods' processes killed (everything in its cgroups),
+        containerd's shims and containerd stopped. Its Node object stays (the
+        node-lifecycle controller marks it NotReady in time); deleting it has Pod
+        garbage collection fail its Pods (DisruptionTarget) 40-60 s later.
+        `start_real_node` brings it back."""
+        state = self.state()
+        node = _real_node(state, node_name)
+        named = state.components()
+        for what in ("device-plugin", "kubelet", "containerd"):
+            component = node.component(what)
+            pid = state.pids.pop(component, None)
+            if what == "containerd":
+                real.remove_cgroups(node)
+                real.kill_shims(node)
+            if pid:
+                processes.stop(pid, named[component], timeout=0)
+        real.remove_cgroups(node)
+        state.save(self.state_file)
+
+    def start_real_node(self, node_name: str, timeout: float = 60.0) -> None:
+        """Start a node `stop_real_node` stopped: its cgroups, containerd (a new mount
+        namespace; the images are still in its root), kubelet and device plugin; returns
+        once its Node (registered again if it was deleted) is Ready with its GPUs."""
+        from lightkube import Client
+        from lightkube.config.kubeconfig import KubeConfig
+        from lightkube.core.exceptions import ApiError
+        from lightkube.resources.core_v1 import Node
+
+        deadline = time.monotonic() + timeout
+        state = self.state()
+        node = _real_node(state, node_name)
+        real.make_cgroups(node)
+        # A containerd that was killed leaves its socket: waiting for it must wait for
+        # the new one's.
+        node.socket.unlink(missing_ok=True)
+        self._launch(node.component("containerd"), real.containerd_argv(node), state)
+        self._wait_containerd(state, node, deadline)
+        self._start_kubelet(state, node)
+        client = Client(config=KubeConfig.from_file(self.kubeconfig))
+        while time.monotonic() < deadline:
+            try:
+                found = client.get(Node, node_name)
+            except ApiError as exc:
+                if exc.status.code != 404:
+                    raise
+            else:
+                if _node_ready(found) and _gpus(found) >= node.gpus:
+                    return
+            self._check_alive(state, [node.component(w) for w in ("containerd", "kubelet")])
+            time.sleep(0.2)
+        raise TestbedError(
+            f"{node_name} was not Ready again before the timeout; "
+            f"see {self.log_path(node.component('kubelet'))}"
+        )
+
     # -- nodes -----------------------------------------------------------------------------
 
     def create_nodes(self, pool: Pool) -> None:
@@ -612,26 +669,34 @@ class Testbed:
             real.make_cgroups(node)
             self._launch(node.component("containerd"), real.containerd_argv(node), state)
         for node in state.real_nodes:
-            component = node.component("containerd")
-            while not node.socket.exists():
-                processes.reap(state.pids[component])
-                if not Path(f"/proc/{state.pids[component]}").exists():
-                    raise TestbedError(
-                        f"{component} exited during start; last lines of its log:\n"
-                        f"{processes.log_tail(self.log_path(component))}"
-                    )
-                if time.monotonic() > deadline:
-                    raise TestbedError(f"{component} made no socket before the timeout")
-                time.sleep(0.05)
+            self._wait_containerd(state, node, deadline)
         with ThreadPoolExecutor(max_workers=4) as pool_exec:
             list(pool_exec.map(lambda n: real.import_images(n, images), state.real_nodes))
         for node in state.real_nodes:
-            pid = state.pids[node.component("containerd")]
-            kubelet = real.kubelet_argv(node, bin_dir, self.kubeconfig)
-            self._launch(node.component("kubelet"), real.in_namespace(pid, kubelet), state)
-            if node.gpus:
-                plugin = real.device_plugin_argv(node, bin_dir)
-                self._launch(node.component("device-plugin"), real.in_namespace(pid, plugin), state)
+            self._start_kubelet(state, node)
+
+    def _wait_containerd(self, state: State, node: real.RealNode, deadline: float) -> None:
+        component = node.component("containerd")
+        while not node.socket.exists():
+            processes.reap(state.pids[component])
+            if not Path(f"/proc/{state.pids[component]}").exists():
+                raise TestbedError(
+                    f"{component} exited during start; last lines of its log:\n"
+                    f"{processes.log_tail(self.log_path(component))}"
+                )
+            if time.monotonic() > deadline:
+                raise TestbedError(f"{component} made no socket before the timeout")
+            time.sleep(0.05)
+
+    def _start_kubelet(self, state: State, node: real.RealNode) -> None:
+        """The node's kubelet and device plugin, in its containerd's mount namespace."""
+        bin_dir = Path(state.bin_dir)
+        pid = state.pids[node.component("containerd")]
+        kubelet = real.kubelet_argv(node, bin_dir, self.kubeconfig)
+        self._launch(node.component("kubelet"), real.in_namespace(pid, kubelet), state)
+        if node.gpus:
+            plugin = real.device_plugin_argv(node, bin_dir)
+            self._launch(node.component("device-plugin"), real.in_namespace(pid, plugin), state)
 
     def _stop_real_nodes(self, state: State) -> list[str]:
         """Device plugins and kubelets, then what they leave running (the Pods' processes,

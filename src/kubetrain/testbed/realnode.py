@@ -363,9 +363,9 @@ def remove_cgroups(node: RealNode) -> None:
     for _ in range(50):
         pids: set[int] = set()
         for hierarchy in cgroup_hierarchies():
-            for procs in (hierarchy / node.cgroup).rglob("cgroup.procs"):
+            for path in _cgroup_tree(hierarchy / node.cgroup):
                 with contextlib.suppress(OSError, ValueError):
-                    pids.update(int(p) for p in procs.read_text().split())
+                    pids.update(int(p) for p in (path / "cgroup.procs").read_text().split())
         if not pids:
             break
         for pid in pids:
@@ -376,11 +376,16 @@ def remove_cgroups(node: RealNode) -> None:
         root = hierarchy / node.cgroup
         if not root.exists():
             continue
-        for path in sorted((p for p in root.rglob("*") if p.is_dir()), key=lambda p: -len(p.parts)):
+        for path in reversed(_cgroup_tree(root)):  # deepest first
             with contextlib.suppress(OSError):
                 path.rmdir()
-        with contextlib.suppress(OSError):
-            root.rmdir()
+
+
+def _cgroup_tree(root: Path) -> list[Path]:
+    """`root` and every cgroup under it, parents first. os.walk skips a directory
+    that vanishes while it looks (the runtime removes a dead container's cgroup
+    meanwhile), where Path.rglob raised."""
+    return [Path(top) for top, _, _ in os.walk(root)]
 
 
 # -- processes -------------------------------------------------------------------------

@@ -61,7 +61,7 @@ def _active(reader: _Reader) -> _Outcome:
     running = [p for p in pods if _running(p) and not text(p, "metadata", "deletionTimestamp")]
     if running:
         pod = running[-1]
-        _, detail = _state(_main_status(pod))
+        state, detail = _state(_main_status(pod))
         since = timestamp(detail, "startedAt") or timestamp(pod, "status", "startTime")
         node = text(pod, "spec", "nodeName")
         if reader.node_gone(node):
@@ -76,9 +76,11 @@ def _active(reader: _Reader) -> _Outcome:
                 [_Finding(R.PREFLIGHT, f"preflight checks on node {node}", since=reported[2])],
                 Link.PREFLIGHT,
             )
-        return _Outcome(
-            S.RUNNING, [_Finding(R.TRAINING, f"on node {node}", since=since)], Link.TRAINING
-        )
+        where = f"on node {node}"
+        if state == "terminated":
+            code = detail.get("exitCode")
+            where = f"the training process exited {code}; the kubelet is finishing the Pod {where}"
+        return _Outcome(S.RUNNING, [_Finding(R.TRAINING, where, since=since)], Link.TRAINING)
     live = [p for p in pods if not _gone(p)]
     if not live and pods and text(pods[-1], "status", "phase") == "Succeeded":
         # The last Pod succeeded and the Job controller has not written Complete

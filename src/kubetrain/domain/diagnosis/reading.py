@@ -170,11 +170,16 @@ def _index(value: str | None) -> int | None:
 
 
 def _running(pod: Mapping[str, Any]) -> bool:
+    """The main container runs, or has just ended: a real kubelet writes the container's
+    terminated state about a second before the Pod's terminal phase, and with
+    restartPolicy Never (kubetrain's Pods) it is not started again. That Pod is the
+    attempt that ran, finishing; never one waiting for its container to be created."""
     if text(pod, "status", "phase") in ("Succeeded", "Failed"):
         return False
-    status = _main_status(pod)
-    state, _ = _state(status)
-    return state == "running"
+    state, _ = _state(_main_status(pod))
+    return state == "running" or (
+        state == "terminated" and text(pod, "spec", "restartPolicy") == "Never"
+    )
 
 
 def _gone(pod: Mapping[str, Any]) -> bool:
