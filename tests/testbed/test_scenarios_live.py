@@ -16,7 +16,13 @@ from lightkube.config.kubeconfig import KubeConfig
 from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import SCENARIOS, Scenario, clean_up, reproduce
+from tests.fixtures.record import (
+    SCENARIOS,
+    Scenario,
+    clean_up,
+    device_plugin_stopped,
+    reproduce,
+)
 from tests.unit.test_diagnosis import CASES
 
 pytestmark = pytest.mark.testbed
@@ -44,7 +50,11 @@ def test_the_scenario_reproduces_live_with_its_recorded_diagnosis(
     if scenario.queue is not None:
         pool_kube = "kueue_kube"
     kube: Client = request.getfixturevalue(pool_kube)
-    ns, dump = reproduce(kube, scenario)
+    if scenario.stop_device_plugin:
+        with device_plugin_stopped(request.getfixturevalue("real_testbed"), scenario):
+            ns, dump = reproduce(kube, scenario)
+    else:
+        ns, dump = reproduce(kube, scenario)
     try:
         name = f"kt-{scenario.name}"
         facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)

@@ -31,6 +31,7 @@ from tests.fixtures.record import (
     SCENARIOS,
     Scenario,
     clean_up,
+    device_plugin_stopped,
     kueue_snapshot,
     reproduce,
     snapshot,
@@ -94,7 +95,8 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
         running = asyncio.create_task(cache.run())
         try:
             await cache.wait_synced(60)
-            ns, _ = await asyncio.to_thread(reproduce, kube, scenario)
+            with device_plugin_stopped(bed, scenario):
+                ns, _ = await asyncio.to_thread(reproduce, kube, scenario)
             made.append(ns)
             facts = JobFacts(name=name, k8s_name=name, namespace=ns, dispatched=True)
             for _ in range(20):
