@@ -30,7 +30,7 @@ from kubetrain.api.jobs import cancel_job, progress_view
 from kubetrain.api.logs import read_tail
 from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError
-from kubetrain.api.queues import queue_boards, queues_view
+from kubetrain.api.queues import queue_boards, queues_view, visible_namespaces
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
 from kubetrain.api.usage import usage_answer
 from kubetrain.api.web import views
@@ -572,7 +572,7 @@ async def queues_page(request: Request, signed: Signed, context: Context) -> Res
     listing = _listing(context)
     answer = None
     if listing is not None:
-        boards = queue_boards(listing, _namespaces(context, signed.principal))
+        boards = queue_boards(listing, visible_namespaces(signed.principal, context.settings))
         answer = await run_in_threadpool(queues_view, context, boards, signed.principal)
     queues = answer.cluster_queues if answer is not None else []
     return render(
