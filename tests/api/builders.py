@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import copy
+import json
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import httpx2 as httpx
@@ -14,6 +16,7 @@ from kubetrain.cluster.errors import ClusterRefused
 from kubetrain.cluster.logs import LogRequest
 from kubetrain.store import ALL_PROJECTS, Database, Role, create_token
 
+SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
 PROJECT = "ai-training"
 OTHER = "other-team"
 JOBS = f"/api/v1/projects/{PROJECT}/jobs"
@@ -109,3 +112,41 @@ class FakeLogs:
             raise ClusterRefused(404, "NotFound", "")
         for line in self.output[request.pod]:
             yield line
+
+
+# Three dumps recorded from the real Kueue, whose Workloads share ClusterQueue `gpus`:
+# in WAITING's namespace one job admitted (8 GPUs) and one pending behind it; in
+# NEVER_FITS' one asking for 16; in STOPPED's one held by the stopped ClusterQueue.
+KUEUE_DUMPS = ("kueue-waiting", "kueue-never-fits", "kueue-stopped-cluster-queue")
+WAITING_NAMESPACE = "fixture-kueue-waiting-a775"
+NEVER_FITS_NAMESPACE = "fixture-kueue-never-fits-b504"
+STOPPED_NAMESPACE = "fixture-kueue-stopped-cluster-queue-9f99"
+
+
+def kueue_cluster() -> dict[str, Any]:
+    """The three dumps as one List, as the watch caches hold them: the objects without a
+    namespace (ClusterQueues, ResourceFlavors, Nodes) once."""
+    items: list[dict[str, Any]] = []
+    seen: set[tuple[str, str]] = set()
+    for name in KUEUE_DUMPS:
+        for item in json.loads((SNAPSHOTS / f"{name}.json").read_text())["items"]:
+            meta = item["metadata"]
+            if "namespace" not in meta:
+                if (item["kind"], meta["name"]) in seen:
+                    continue
+                seen.add((item["kind"], meta["name"]))
+            items.append(item)
+    return {"apiVersion": "v1", "kind": "List", "items": items}
+
+
+def own(listing: dict[str, Any], namespace: str, k8s_name: str, job_id: str) -> None:
+    """Make a recorded Job the Kubernetes Job of kubetrain job `job_id` (the recorder
+    labels every Job with the id `fixture`)."""
+    (job,) = [
+        i
+        for i in listing["items"]
+        if i["kind"] == "Job"
+        and i["metadata"]["namespace"] == namespace
+        and i["metadata"]["name"] == k8s_name
+    ]
+    job["metadata"]["labels"]["kubetrain.io/job-id"] = job_id

@@ -10,6 +10,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import pytest
 import yaml
@@ -20,7 +21,13 @@ from kubetrain.cli.main import main
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import Job, PodObservation, find_token, list_tokens
 from kubetrain.store.sync import SyncedJob, record_synced
-from tests.api.builders import FakeLogs
+from tests.api.builders import (
+    NEVER_FITS_NAMESPACE,
+    WAITING_NAMESPACE,
+    FakeLogs,
+    kueue_cluster,
+    own,
+)
 from tests.cli.conftest import PROJECT, Server
 
 pytestmark = pytest.mark.db
@@ -457,3 +464,79 @@ def test_logs_prints_the_newest_attempts_output_and_says_when_a_pod_is_gone(
     code, _, err = run(capsys, "logs", job_id, "--since", "2d")
     assert code == 1
     assert "--since: '2d' is not a duration" in err
+
+
+@pytest.fixture
+def kueue_listing() -> dict[str, Any]:
+    return kueue_cluster()
+
+
+@pytest.fixture
+def with_queues(
+    monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest, kueue_listing: dict[str, Any]
+) -> Server:
+    """The server, its caches holding the dumps recorded from the real Kueue, PROJECT's
+    namespace the one where a job waits."""
+    monkeypatch.setattr(
+        "tests.cli.conftest.create_app",
+        lambda settings, db: create_app(
+            settings.model_copy(update={"namespaces": {PROJECT: WAITING_NAMESPACE}}),
+            db,
+            cluster=lambda: kueue_listing,
+        ),
+    )
+    server: Server = request.getfixturevalue("server")
+    return server
+
+
+def test_queues_prints_each_cluster_queues_quota_and_pending_jobs_in_order(
+    with_queues: Server,
+    kueue_listing: dict[str, Any],
+    use,
+    capsys: pytest.CaptureFixture[str],
+    tmp_path: Path,
+) -> None:
+    code, out, err = run(capsys, "submit", "-f", job_file(tmp_path), "-o", "json")
+    assert code == 0, err
+    own(kueue_listing, WAITING_NAMESPACE, "kt-kueue-waiting", json.loads(out)["id"])
+    use("viewer@*", project=None)
+    code, out, err = run(capsys, "queues")
+    assert (code, err) == (0, "")
+    lines = out.splitlines()
+    assert lines[0] == "ClusterQueue gpus (active): 1 admitted, 2 pending"
+    assert lines[1].split() == [
+        "FLAVOR",
+        "RESOURCE",
+        "RESERVED",
+        "NOMINAL",
+        "BORROWING",
+        "LIMIT",
+        "BORROWED",
+    ]
+    assert ["default-flavor", "nvidia.com/gpu", "8", "8", "-", "0"] in [
+        line.split() for line in lines
+    ]
+    pending = [line.split()[:2] for line in lines if line.split()[:1] in (["1"], ["2"])]
+    assert pending[:2] == [
+        ["1", f"{PROJECT}/train-policy-v12"],
+        ["2", f"{NEVER_FITS_NAMESPACE}/kt-kueue-never-fits"],
+    ]
+    assert "ClusterQueue stopped (INACTIVE: Can't admit new workloads: is stopped.)" in out
+    use(f"viewer@{PROJECT}")
+    code, out, err = run(capsys, "queues", "-o", "json")
+    assert code == 0, err
+    gpus = json.loads(out)["cluster_queues"][0]
+    assert [(p["position"], p["job_name"]) for p in gpus["pending"]] == [(1, "train-policy-v12")]
+    code, out, _ = run(capsys, "queues")
+    assert "(1 pending jobs of other projects not shown)" in out
+    assert "kt-kueue-never-fits" not in out
+
+
+def test_queues_on_a_server_without_control_loops_says_why(
+    server: Server, use, capsys: pytest.CaptureFixture[str]
+) -> None:
+    use(f"viewer@{PROJECT}")
+    code, out, err = run(capsys, "queues")
+    assert (code, out) == (1, "")
+    assert "HTTP 503" in err
+    assert "runs no control loops" in err

@@ -29,9 +29,11 @@ from schemathesis.specs.openapi.checks import (
     status_code_conformance,
 )
 
+from kubetrain.api import create_app
 from kubetrain.domain.manifest import job_name
+from kubetrain.settings import ServerSettings
 from kubetrain.store import ALL_PROJECTS, Database, Role, set_status_token
-from tests.api.builders import JOBS, PROJECT, Tokens, submitted, training_job
+from tests.api.builders import JOBS, PROJECT, Tokens, kueue_cluster, submitted, training_job
 from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
@@ -76,6 +78,15 @@ EXTREME_INTS = st.one_of(
     st.integers(),
 )
 TEXTS = st.one_of(st.text(max_size=20), st.sampled_from(["\x1b[31m", "a\x00b", "\x9b", "\u202e"]))
+
+
+@pytest.fixture
+def app(settings: ServerSettings, db: Database) -> FastAPI:
+    """The API with a view of a cluster (dumps recorded from the real Kueue), as where the
+    control loops run, so that /api/v1/queues answers from it; its 503 where none run
+    is tests/api/test_queues.py's."""
+    listing = kueue_cluster()
+    return create_app(settings, db, cluster=lambda: listing)
 
 
 @pytest.fixture

@@ -26,7 +26,14 @@ from tests.web.conftest import csrf_of, plaintext, sign_in
 
 pytestmark = pytest.mark.db
 
-PAGES = [f"/ui/projects/{PROJECT}/jobs", "/ui/nodes", "/ui/quotas", "/ui/"]
+PAGES = [
+    f"/ui/projects/{PROJECT}/jobs",
+    "/ui/nodes",
+    "/ui/quotas",
+    "/ui/queues",
+    "/ui/usage",
+    "/ui/",
+]
 HOSTILE = '<script>window.__xss=1</script><img src=x onerror="window.__xss=2">'
 
 
@@ -355,7 +362,7 @@ def test_without_control_loops_the_cluster_pages_say_so(db: Database, tokens: To
     app = create_app(ServerSettings(database_url=db.url.render_as_string(hide_password=False)), db)
     with TestClient(app) as plain:
         sign_in(plain, plaintext(tokens, "viewer"))
-        for url in ("/ui/nodes", "/ui/quotas"):
+        for url in ("/ui/nodes", "/ui/quotas", "/ui/queues"):
             resp = plain.get(url)
             assert resp.status_code == 200
             assert "does not watch the cluster" in resp.text

@@ -27,7 +27,7 @@ from starlette.responses import Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from kubetrain import __version__
-from kubetrain.api import datasets, jobs, logs, reports, usage, web, webhooks
+from kubetrain.api import datasets, jobs, logs, queues, reports, usage, web, webhooks
 from kubetrain.api.body import BodyLimit
 from kubetrain.api.context import ApiContext
 from kubetrain.api.headers import SecurityHeaders
@@ -99,6 +99,7 @@ def create_app(
     app.include_router(reports.router)
     app.include_router(webhooks.router)
     app.include_router(usage.router)
+    app.include_router(queues.router)
     web.install(app)
     app.add_middleware(PlainParameters)
     # Added last, so outermost: it also answers errors raised by the body limit.
@@ -115,10 +116,18 @@ def create_probe_app(
     db: Database,
     *,
     watch_problems: Callable[..., list[str]] | None = None,
+    cluster: Callable[[], dict[str, Any] | None] | None = None,
 ) -> FastAPI:
     """What a replica that runs the control loops only (`serve --no-api`) serves:
-    the probes and /metrics, for its Deployment's kubelet and Prometheus; no API."""
-    app = _base_app(settings, db, title="kubetrain control loops", watch_problems=watch_problems)
+    the probes and /metrics, for its Deployment's kubelet and Prometheus; no API.
+    `cluster` (its caches) gives /metrics the jobs pending per ClusterQueue."""
+    app = _base_app(
+        settings,
+        db,
+        title="kubetrain control loops",
+        watch_problems=watch_problems,
+        cluster=cluster,
+    )
     app.add_middleware(CatchAll)
     app.add_middleware(SecurityHeaders)
     return app
@@ -158,7 +167,7 @@ def _base_app(
         tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)
-    add_metrics(app, db)
+    add_metrics(app, db, cluster)
     _add_error_handlers(app)
     return app
 

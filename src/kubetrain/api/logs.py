@@ -9,11 +9,16 @@ What cannot be streamed is said as a problem, before any byte: a Pod that is gon
 (410, with the termination message the Job's `FallbackToLogsOnError` policy kept:
 the last lines of a crash), a Pod on a KWOK fake node, which runs no containers
 (409), a process without a cluster connection (503: it runs no control loops).
+
+`read_tail` gives the job page its logs panel: the last lines, or the same words on why
+there are none.
 """
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Annotated, Any
 
 from fastapi import APIRouter, Depends, Path, Query
@@ -209,3 +214,72 @@ async def _stream(first: str | None, rest: AsyncGenerator[str]) -> AsyncIterator
         return  # the stream broke after the answer began: the client sees it end
     finally:
         await rest.aclose()
+
+
+# -- the job page's logs panel -------------------------------------------------------
+
+PAGE_TAIL = 100  # lines the job page shows
+PAGE_TAIL_SECONDS = 3.0  # the page waits no longer for them
+PAGE_TAIL_CHARS = 64 * 1024  # a line can be long: the page keeps the end of the text
+
+
+@dataclass(frozen=True, slots=True)
+class LogTail:
+    """The last lines of one attempt's log, or why there are none, in words."""
+
+    attempt: int | None
+    pod: str | None
+    lines: str | None  # the text, when it was read ("" for a Pod that printed nothing)
+    said: str | None  # why not, when it was not
+    fake_node: bool = False
+    termination_message: str | None = None
+
+
+async def read_tail(
+    context: ApiContext,
+    namespace: str,
+    attempt: Attempt | None,
+    *,
+    tail: int = PAGE_TAIL,
+    timeout: float = PAGE_TAIL_SECONDS,
+) -> LogTail:
+    """The last `tail` lines of `attempt`'s Pod, as the logs endpoint would stream them;
+    what the endpoint would refuse with is said instead (its same words)."""
+    if attempt is None or not attempt.pod_name:
+        return LogTail(None, None, None, "no Pod yet: the job has not started an attempt")
+    number, pod, kept = attempt.number, attempt.pod_name, attempt.termination_message
+    logs = context.pod_logs
+    if logs is None:
+        return LogTail(
+            number,
+            pod,
+            None,
+            "this server has no cluster connection (it runs no control loops), so it "
+            "cannot read logs",
+            termination_message=kept,
+        )
+    if attempt.node:
+        try:
+            fake = await asyncio.wait_for(logs.is_fake_node(attempt.node), timeout)
+        except (ClusterError, TimeoutError):
+            fake = False  # the log's own error, below, says more
+        if fake:
+            said = _fake_node(attempt).detail
+            return LogTail(number, pod, None, said, fake_node=True, termination_message=kept)
+    request = LogRequest(namespace=namespace, pod=pod, container=CONTAINER_NAME, tail=tail)
+    chunks: list[str] = []
+    lines = logs.lines(request)
+    try:
+        async with asyncio.timeout(timeout):
+            async for line in lines:
+                chunks.append(line)
+    except ClusterError as exc:
+        return LogTail(number, pod, None, _why_not(exc, attempt).detail, termination_message=kept)
+    except TimeoutError:
+        if not chunks:
+            said = f"the logs of {_where(attempt)} did not come within {timeout:g} s"
+            return LogTail(number, pod, None, said, termination_message=kept)
+    finally:
+        await lines.aclose()
+    text = "".join(chunks)
+    return LogTail(number, pod, text[-PAGE_TAIL_CHARS:], None, termination_message=kept)

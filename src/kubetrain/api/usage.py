@@ -15,7 +15,7 @@ from pydantic import BaseModel, Field
 
 from kubetrain.api.auth import Caller, require_project, role_may
 from kubetrain.api.context import ApiContext, get_context
-from kubetrain.api.principal import Action
+from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError, problem_responses
 from kubetrain.api.schemas import GpuSecondsView
 from kubetrain.domain.usage import GpuSeconds
@@ -61,6 +61,13 @@ def get_usage(
         datetime | None, Query(description="RFC 3339 time: count only GPU time after it")
     ] = None,
 ) -> Usage:
+    return usage_answer(context, caller, project=project, since=since)
+
+
+def usage_answer(
+    context: ApiContext, caller: Principal, *, project: str | None, since: datetime | None
+) -> Usage:
+    """The answer for `caller` (the dashboard's Usage page shows the same); a DB read."""
     if since is not None and (since.tzinfo is None or since.utcoffset() is None):
         raise ProblemError(422, "since: give a time zone (an RFC 3339 time, such as …Z)")
     if project is not None:

@@ -37,6 +37,7 @@ def register(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         _webhooks,
         _usage,
         _logs,
+        _queues,
     ):
         add(subparsers)
     runtime_cli.add_run_arguments(subparsers.add_parser("run", help=runtime_cli.RUN_HELP))
@@ -353,6 +354,16 @@ def _usage(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> N
     parser.add_argument("-o", "--output", choices=FORMATS, default="table")
     add_client_options(parser, project=False)
     parser.set_defaults(func=_lazy("usage", "_usage"))
+
+
+def _queues(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    parser = subparsers.add_parser(
+        "queues",
+        help="Kueue's ClusterQueues: quota per flavor, what is reserved, who waits in what order",
+    )
+    parser.add_argument("-o", "--output", choices=FORMATS, default="table")
+    add_client_options(parser, project=False)
+    parser.set_defaults(func=_lazy("queues", "_queues"))
 
 
 def _choice(enum: type[BusinessState] | type[ReasonCode]) -> Any:

@@ -104,7 +104,12 @@ async def _run(
             )
         else:  # the control loops only: their probes and metrics, on the same address
             assert control is not None  # --no-api and --no-control exclude each other
-            app = create_probe_app(settings, db, watch_problems=control.watch_problems)
+            app = create_probe_app(
+                settings,
+                db,
+                watch_problems=control.watch_problems,
+                cluster=control.cluster_listing,
+            )
         server = uvicorn.Server(http_config(settings, app))
         serving = asyncio.create_task(server.serve(), name="http")
         done, _ = await asyncio.wait([serving, *tasks], return_when=asyncio.FIRST_COMPLETED)

@@ -1,4 +1,5 @@
-"""The dashboard's routes under /ui: sign-in, jobs, one job, nodes and quotas.
+"""The dashboard's routes under /ui: sign-in, jobs, one job, nodes, quotas, Kueue's
+queues and (for admins) GPU usage.
 
 Access is the REST API's, checked by the same functions (api/auth.py) on the
 same stored token: a session names its token, and each request reloads it.
@@ -26,9 +27,12 @@ from starlette.concurrency import run_in_threadpool
 from kubetrain.api.auth import require_job_access, require_project
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.jobs import cancel_job, progress_view
+from kubetrain.api.logs import read_tail
 from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError
+from kubetrain.api.queues import queue_boards, queues_view, visible_namespaces
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
+from kubetrain.api.usage import usage_answer
 from kubetrain.api.web import views
 from kubetrain.api.web.sessions import (
     CSRF_FIELD,
@@ -96,6 +100,7 @@ ENV.globals.update(
     reasons=list(ReasonCode),
     live_seconds=LIVE_SECONDS,
     csrf_field=CSRF_FIELD,
+    admin_action=Action.ADMIN,
 )
 
 Context = Annotated[ApiContext, Depends(get_context)]
@@ -401,14 +406,8 @@ def _manifest(context: ApiContext, db: Any, job: Any) -> str:
     return yaml.safe_dump(rendered, sort_keys=False, allow_unicode=True)
 
 
-@router.get("/projects/{project}/jobs/{job_id}")
-def job_page(
-    request: Request, project: str, job_id: str, signed: Signed, context: Context
-) -> Response:
-    _allowed(
-        lambda: require_job_access(signed.principal, project, job_id, Action.READ, context.settings)
-    )
-    now = _now()
+def _job_data(context: ApiContext, project: str, job_id: str) -> dict[str, Any]:
+    """What the job page shows from the database (a worker thread's read)."""
     with context.db.read_only() as db:
         job = get_job(db, project, job_id)
         if job is None:
@@ -420,6 +419,33 @@ def job_page(
         attempts = {a.pod_name: a.number for a in list_attempts(db, job.id) if a.pod_name}
         history = [HistoryEntry.of(row) for row in job_history(db, project, job.id)]
         manifest = _manifest(context, db, job)
+        if attempt is not None:
+            db.expunge(attempt)  # the logs panel reads it after the session
+        return {
+            "detail": detail,
+            "attempt": attempt,
+            "namespace": job.namespace,
+            "steps": steps,
+            "saved": saved,
+            "attempts": attempts,
+            "history": history,
+            "manifest": manifest,
+        }
+
+
+@router.get("/projects/{project}/jobs/{job_id}")
+async def job_page(
+    request: Request, project: str, job_id: str, signed: Signed, context: Context
+) -> Response:
+    _allowed(
+        lambda: require_job_access(signed.principal, project, job_id, Action.READ, context.settings)
+    )
+    now = _now()
+    data = await run_in_threadpool(_job_data, context, project, job_id)
+    detail: JobDetail = data["detail"]
+    saved = data["saved"]
+    # async: the Pod's log is read on the event loop, where the cluster client lives.
+    log_tail = await read_tail(context, data["namespace"], data["attempt"])
     diagnosis = detail.diagnosis or {}
     may_cancel = signed.principal.may(Action.CANCEL) and detail.business_status not in TERMINAL
     return render(
@@ -427,20 +453,21 @@ def job_page(
         "job.html",
         viewer=signed,
         project=project,
-        projects=_covered_projects(context, signed.principal),
+        projects=await run_in_threadpool(_covered_projects, context, signed.principal),
         job=detail,
         diagnosis=diagnosis,
         reason=CATALOG[detail.reason],
         since=views.age(_since(detail, detail.diagnosis), now),
-        timeline=views.timeline(history),
+        timeline=views.timeline(data["history"]),
         progress=detail.progress,
         chart=views.step_chart(
-            steps,
-            checkpoints=[int(data["step"]) for _, data, _ in saved],
+            data["steps"],
+            checkpoints=[int(d["step"]) for _, d, _ in saved],
             resumes=[r.from_step for r in (detail.progress.resumes if detail.progress else ())],
         ),
-        checkpoints=views.checkpoint_rows(saved, attempts),
-        manifest=manifest,
+        checkpoints=views.checkpoint_rows(saved, data["attempts"]),
+        logs=log_tail,
+        manifest=data["manifest"],
         gpus=_gpus(detail.spec),
         may_cancel=may_cancel,
         updated=now.strftime("%H:%M:%S UTC"),
@@ -536,5 +563,65 @@ async def quotas_page(request: Request, signed: Signed, context: Context) -> Res
         watching=listing is not None,
         no_cluster=NO_CLUSTER,
         quotas=quotas,
+        updated=_now().strftime("%H:%M:%S UTC"),
+    )
+
+
+@router.get("/queues")
+async def queues_page(request: Request, signed: Signed, context: Context) -> Response:
+    listing = _listing(context)
+    answer = None
+    if listing is not None:
+        boards = queue_boards(listing, visible_namespaces(signed.principal, context.settings))
+        answer = await run_in_threadpool(queues_view, context, boards, signed.principal)
+    queues = answer.cluster_queues if answer is not None else []
+    return render(
+        request,
+        "queues.html",
+        viewer=signed,
+        projects=await run_in_threadpool(_covered_projects, context, signed.principal),
+        watching=listing is not None,
+        no_cluster=NO_CLUSTER,
+        queues=queues,
+        cards=views.queue_cards(queues),
+        age=lambda moment: views.age(moment, _now()),
+        updated=_now().strftime("%H:%M:%S UTC"),
+    )
+
+
+# -- GPU usage ---------------------------------------------------------------------
+
+# The windows the Usage page offers: ?since= value -> (words, how far back).
+USAGE_WINDOWS: dict[str, tuple[str, timedelta | None]] = {
+    "": ("since the start", None),
+    "30d": ("the last 30 days", timedelta(days=30)),
+    "7d": ("the last 7 days", timedelta(days=7)),
+    "24h": ("the last 24 hours", timedelta(hours=24)),
+}
+
+
+@router.get("/usage")
+def usage_page(request: Request, signed: Signed, context: Context) -> Response:
+    """GPU-hours per project and GPU type: the usage endpoint's answer for every project
+    the caller's token covers, which takes an admin (as the endpoint does)."""
+    window = request.query_params.get("since", "")
+    if window not in USAGE_WINDOWS:
+        raise PageRefusal(422, f"since: {window!r} is not one of 24h, 7d, 30d")
+    words, back = USAGE_WINDOWS[window]
+    since = _now() - back if back is not None else None
+    try:
+        answer = usage_answer(context, signed.principal, project=None, since=since)
+    except ProblemError as exc:
+        raise PageRefusal(exc.status, exc.detail or exc.title) from None
+    return render(
+        request,
+        "usage.html",
+        viewer=signed,
+        projects=_covered_projects(context, signed.principal),
+        usage=answer,
+        bars=views.usage_bars(answer.items),
+        windows=[(key, label) for key, (label, _) in USAGE_WINDOWS.items()],
+        window=window,
+        window_words=words,
         updated=_now().strftime("%H:%M:%S UTC"),
     )

@@ -421,3 +421,110 @@ def checkpoint_rows(
         for pod, data, at in reports
     ]
     return rows[::-1]
+
+
+# -- Kueue's queues ----------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class QueueBar(Bar):
+    """What a ClusterQueue admitted of one flavor's resource, of its nominal quota;
+    above it, what the cohort lent."""
+
+    borrowed: Decimal = Decimal(0)
+    borrowing_limit: Decimal | None = None
+
+    def text(self) -> str:
+        q = format_quantity
+        words = f"{q(self.used)} of {q(self.total)} nominal admitted"
+        if self.borrowed:
+            words += f", {q(self.borrowed)} borrowed"
+        if self.borrowing_limit is not None:
+            words += f" (may borrow up to {q(self.borrowing_limit)})"
+        return words
+
+
+@dataclass(frozen=True)
+class QueueCard:
+    name: str
+    bars: list[QueueBar]  # the GPU resources, per flavor
+    others: list[str]  # the other resources in words: "cpu 2 of 100"
+
+
+def _amount(value: str | None) -> Decimal | None:
+    if value is None:
+        return None
+    try:
+        return parse_quantity(value)
+    except QuantityError:
+        return None
+
+
+def queue_cards(queues: Iterable[Any]) -> dict[str, QueueCard]:
+    """Per ClusterQueue (api/queues.py's ClusterQueueView), its GPUs as bars per flavor
+    and the rest of its quota in words."""
+    cards = {}
+    for queue in queues:
+        bars, others = [], []
+        for line in queue.resources:
+            reserved = _amount(line.reserved) or Decimal(0)
+            nominal = _amount(line.nominal)
+            if is_gpu_resource(line.resource) and nominal is not None:
+                bars.append(
+                    QueueBar(
+                        f"{line.flavor} · {line.resource}",
+                        reserved,
+                        nominal,
+                        borrowed=_amount(line.borrowed) or Decimal(0),
+                        borrowing_limit=_amount(line.borrowing_limit),
+                    )
+                )
+            else:
+                others.append(f"{line.resource} ({line.flavor}) {line.reserved} of {line.nominal}")
+        cards[queue.name] = QueueCard(queue.name, bars, others)
+    return cards
+
+
+# -- GPU usage ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class UsageBar:
+    """One project and GPU type's GPU-hours, split before training / training, drawn
+    to the scale of the largest row (SVG units 0..100)."""
+
+    project: str
+    gpu_type: str
+    jobs: int
+    before_hours: float
+    training_hours: float
+    before_width: float
+    training_width: float
+
+    @property
+    def total_hours(self) -> float:
+        return self.before_hours + self.training_hours
+
+    @property
+    def training_share(self) -> str:
+        total = self.total_hours
+        return f"{self.training_hours / total:.0%}" if total else "-"
+
+
+def usage_bars(items: Iterable[Any]) -> list[UsageBar]:
+    """The usage answer's rows (api/usage.py's UsageEntry) as bars, largest first."""
+    rows = [(i, i.before_training / 3600, i.training / 3600) for i in items]
+    widest = max((before + training for _, before, training in rows), default=0.0) or 1.0
+    bars = [
+        UsageBar(
+            project=item.project,
+            gpu_type=item.gpu_type,
+            jobs=item.jobs,
+            before_hours=before,
+            training_hours=training,
+            before_width=round(before / widest * 100, 2),
+            training_width=round(training / widest * 100, 2),
+        )
+        for item, before, training in rows
+    ]
+    return sorted(bars, key=lambda b: (-b.total_hours, b.project, b.gpu_type))
