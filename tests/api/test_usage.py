@@ -147,6 +147,13 @@ def test_usage_is_read_within_the_tokens_scope(
     )
     assert naive.status_code == 422
     assert "since" in naive.json()["detail"]
+    # Found by the OpenAPI fuzz: a time whose UTC is past year 9999 was a 500.
+    for edge in ("9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00+01:00"):
+        out = client.get(
+            "/api/v1/usage", params={"project": PROJECT, "since": edge}, headers=tokens("viewer")
+        )
+        assert out.status_code == 422, out.text
+        assert "since" in out.json()["detail"]
 
 
 def test_metrics_count_gpu_seconds_by_project_type_and_phase(

@@ -70,6 +70,13 @@ def usage_answer(
     """The answer for `caller` (the dashboard's Usage page shows the same); a DB read."""
     if since is not None and (since.tzinfo is None or since.utcoffset() is None):
         raise ProblemError(422, "since: give a time zone (an RFC 3339 time, such as …Z)")
+    if since is not None:
+        try:  # stored as UTC: a time past UTC's range (9999-12-31T23:59-01:00) has none
+            since = since.astimezone(UTC)
+        except OverflowError:
+            raise ProblemError(
+                422, "since: the time is outside the years 1 to 9999 in UTC"
+            ) from None
     if project is not None:
         require_project(caller, project, Action.READ, context.settings)
         projects: list[str] | None = [project]
