@@ -178,7 +178,7 @@ def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: s
     high = submit(kk, queue_ns, "high", 8, priority="fixture-high")
     eventually(lambda: running(kk, queue_ns, high), 90, what="the high-priority job to run")
     d = why(kk, queue_ns, low)
-    assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.WAITING_FOR_QUOTA)
+    assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.PREEMPTED)
     assert d.raw_reason == "Preempted"
     assert f"ClusterQueue gpus preempted the job for {high} (a higher-priority job" in (
         d.explanation

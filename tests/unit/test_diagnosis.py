@@ -725,9 +725,9 @@ CASES: dict[str, Expected] = {
     ),
     "kueue-preempted": Expected(
         S.QUEUED,
-        R.WAITING_FOR_QUOTA,
+        R.PREEMPTED,
         True,
-        ((R.WAITING_FOR_QUOTA, None),),
+        ((R.PREEMPTED, None),),
         "Preempted",
         "Preempted to accommodate a workload",
         explanation="ClusterQueue gpus preempted the job for urgent (a higher-priority job of "

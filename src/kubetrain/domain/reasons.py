@@ -364,7 +364,8 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.PREEMPTED,
             L.SCHEDULER,
-            "A higher-priority job preempted this one; Kubernetes replaces the Pod.",
+            "A higher-priority job preempted this one (the scheduler, or Kueue's ClusterQueue, "
+            "took its resources back); it runs again, as a new attempt, once they are free.",
             "Wait, or submit with a higher priority class.",
             N,
             waitable=True,

@@ -300,9 +300,12 @@ def _preempted(
     requeue_at = timestamp(workload, "status", "requeueState", "requeueAt")
     if requeue_at is not None:
         detail += f", requeued at {requeue_at.strftime('%Y-%m-%d %H:%M:%SZ')}"
+    # PREEMPTED, not a plain wait for quota: the history then says the job was
+    # preempted, and its re-admission follows it there.
     finding = _Finding(
-        R.WAITING_FOR_QUOTA,
+        R.PREEMPTED,
         detail,
+        waitable=True,
         raw_reason=text(evicted, "reason"),
         raw_message=said,
         since=timestamp(evicted, "lastTransitionTime") or since,
