@@ -1,5 +1,9 @@
 """The one settings object of each side: the server's and the client commands'.
 
+ServerSettings is here; ClientSettings and the config file's reader are in
+kubetrain/client_settings.py (the standard library alone, so that the client
+commands start fast) and re-exported here.
+
 Each value comes from, highest first: a command-line flag (passed as a keyword),
 the environment, the config file, the default.
 
@@ -60,18 +64,25 @@ a default).
 from __future__ import annotations
 
 import functools
-import os
-import tomllib
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import TYPE_CHECKING, Any, ClassVar, Literal
 
 from pydantic import AliasChoices, Field, SecretStr, field_validator, model_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, PydanticBaseSettingsSource, SettingsConfigDict
 
-from kubetrain.domain import names
-from kubetrain.domain.manifest import RenderOptions
+from kubetrain.client_settings import (
+    CONFIG_ENV,
+    DEFAULT_URL,
+    ClientSettings,
+    config_path,
+    config_table,
+)
+from kubetrain.domain import names, render_defaults
 from kubetrain.domain.projects import DEFAULT_RESERVED_NAMESPACES, namespace_refusal
+
+if TYPE_CHECKING:
+    from kubetrain.domain.manifest import RenderOptions
 
 __all__ = [
     "CONFIG_ENV",
@@ -82,19 +93,9 @@ __all__ = [
     "config_path",
 ]
 
-CONFIG_ENV = "KUBETRAIN_CONFIG"
-DEFAULT_URL = "http://127.0.0.1:8080"
 # A TrainingJob is at most 256 KiB (domain.spec.MAX_YAML_BYTES); its JSON is no
 # larger, and nothing else the API takes comes near.
 DEFAULT_MAX_BODY_BYTES = 256 * 1024
-
-
-def config_path() -> Path:
-    """Where the config file is looked for (it need not exist)."""
-    if explicit := os.environ.get(CONFIG_ENV):
-        return Path(explicit).expanduser()
-    base = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
-    return Path(base) / "kubetrain" / "config.toml"
 
 
 class _ConfigFileTable(PydanticBaseSettingsSource):
@@ -108,18 +109,7 @@ class _ConfigFileTable(PydanticBaseSettingsSource):
         return None, field_name, False  # unused: __call__ returns the whole table
 
     def __call__(self) -> dict[str, Any]:
-        path = config_path()
-        try:
-            with path.open("rb") as file:
-                document = tomllib.load(file)
-        except FileNotFoundError:
-            return {}
-        except (OSError, tomllib.TOMLDecodeError) as exc:
-            raise ValueError(f"config file {path}: {exc}") from None
-        table = document.get(self._table, {})
-        if not isinstance(table, dict):
-            raise ValueError(f"config file {path}: [{self._table}] must be a table")
-        return table
+        return config_table(self._table)
 
 
 class _Settings(BaseSettings):
@@ -191,8 +181,8 @@ class ServerSettings(_Settings):
     reserved_namespaces: list[str] = list(DEFAULT_RESERVED_NAMESPACES)
     queues: dict[str, str] = {}
     status_url: str | None = None
-    accelerator_label: str = RenderOptions.accelerator_label
-    gpu_resource: str = RenderOptions.gpu_resource
+    accelerator_label: str = render_defaults.ACCELERATOR_LABEL
+    gpu_resource: str = render_defaults.GPU_RESOURCE
     session_secret: SecretStr | None = Field(default=None, min_length=32)
     # Half an hour without a step is rare in healthy training (even a long checkpoint
     # save or evaluation); a job that needs longer says so in spec.stallAfter.
@@ -214,6 +204,9 @@ class ServerSettings(_Settings):
         return self
 
     def render_options(self) -> RenderOptions:
+        # Imported here: the renderer pulls in the TrainingJob models and PyYAML.
+        from kubetrain.domain.manifest import RenderOptions
+
         return RenderOptions(
             gpu_resource=self.gpu_resource,
             accelerator_label=self.accelerator_label,
@@ -251,14 +244,3 @@ class ServerSettings(_Settings):
     def namespace_refusal(self, namespace: str) -> str | None:
         reserved = [*self.reserved_namespaces, *_own_namespace()]
         return namespace_refusal(namespace, allowed=self.allowed_namespaces, reserved=reserved)
-
-
-class ClientSettings(_Settings):
-    """What the client commands (submit, get, history, cancel, dataset) read."""
-
-    _table = "client"
-
-    url: str = DEFAULT_URL
-    token: SecretStr | None = None
-    project: str | None = None
-    timeout: float = Field(default=30.0, gt=0)

@@ -4,8 +4,10 @@ traceback only with --debug; and importing the CLI pulls in no server-side libra
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -68,3 +70,29 @@ def test_importing_the_cli_imports_no_server_side_library() -> None:
     )
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
     assert loaded & {"fastapi", "sqlalchemy", "lightkube", "httpx2", "pydantic"} == set()
+
+
+def test_the_client_commands_load_no_pydantic_httpx_or_yaml(tmp_path: Path) -> None:
+    # What `kubetrain get jobs` and its kin import, and the settings and the client they
+    # make (bench/cli_start.py times it): the standard library's HTTP and TOML only.
+    script = (
+        "import json, sys\n"
+        "from kubetrain.cli import _client, datasets, jobs, logs, usage, webhooks\n"
+        "settings = _client.client_settings(__import__('argparse').Namespace())\n"
+        "_client.ApiClient(settings).__exit__()\n"
+        "print(json.dumps(sorted(sys.modules)))"
+    )
+    config = tmp_path / "config.toml"
+    config.write_text('[client]\nproject = "ai-training"\n')  # the file is read, too
+    env = {
+        **os.environ,
+        "KUBETRAIN_CONFIG": str(config),
+        "KUBETRAIN_TOKEN": "kt_x",
+        "KUBETRAIN_URL": "https://kubetrain.example",
+    }
+    done = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, check=True, env=env
+    )
+    loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
+    heavy = {"pydantic", "pydantic_core", "pydantic_settings", "httpx2", "httpcore2", "yaml"}
+    assert loaded & (heavy | {"fastapi", "sqlalchemy", "lightkube"}) == set()

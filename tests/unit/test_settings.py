@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import argparse
 from pathlib import Path
+from typing import Any
 
 import pytest
-from pydantic import ValidationError
+from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
+from kubetrain.cli._client import ApiClient, CommandError, client_settings
 from kubetrain.settings import DEFAULT_URL, ClientSettings, ServerSettings, config_path
 from tests.isolated import isolated_settings
 
@@ -126,3 +129,79 @@ def test_the_stall_threshold_defaults_to_half_an_hour_and_zero_turns_it_off(
     monkeypatch.setenv("KUBETRAIN_STALL_AFTER_SECONDS", "-1")
     with pytest.raises(ValidationError, match="stall_after_seconds"):
         ServerSettings()
+
+
+class _AsPydanticSaysIt(BaseModel):
+    """ClientSettings' fields as a pydantic model: its refusals are the words ClientSettings
+    must use (it does without pydantic to start fast, kubetrain/client_settings.py)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    url: str = DEFAULT_URL
+    token: SecretStr | None = None
+    project: str | None = None
+    timeout: float = Field(default=30.0, gt=0)
+
+
+@pytest.mark.parametrize(
+    "values",
+    [
+        {"timeout": "0"},
+        {"timeout": -1},
+        {"timeout": "nan"},
+        {"timeout": "ten"},
+        {"timeout": ""},
+        {"timeout": [1]},
+        {"url": 5, "projekt": "x"},
+        {"token": 3, "project": True, "url": None},
+    ],
+)
+def test_client_settings_refuse_in_pydantics_words(values: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as ours:
+        ClientSettings(**values)
+    with pytest.raises(ValidationError) as pydantics:
+        _AsPydanticSaysIt(**values)
+    assert ours.value.errors() == pydantics.value.errors()
+
+
+@pytest.mark.parametrize("timeout", ["1e3", " 30 ", "2.5", 5, 0.5, True])
+def test_client_settings_take_a_timeout_as_pydantic_does(timeout: object) -> None:
+    assert ClientSettings(timeout=timeout).timeout == _AsPydanticSaysIt(timeout=timeout).timeout
+
+
+def test_client_environment_names_are_not_case_sensitive(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    # As pydantic-settings reads them (and ServerSettings still does).
+    write_config(monkeypatch, tmp_path, "[client]\ntimeout = 5\n")
+    monkeypatch.setenv("kubetrain_project", "lower")
+    monkeypatch.setenv("Kubetrain_Timeout", "7")
+    client = ClientSettings()
+    assert (client.project, client.timeout) == ("lower", 7.0)
+
+
+def test_a_bad_client_setting_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("KUBETRAIN_TIMEOUT", "0")
+    with pytest.raises(CommandError) as refused:
+        client_settings(argparse.Namespace())
+    assert str(refused.value) == (
+        "client settings are not valid: timeout: Input should be greater than 0"
+    )
+
+
+@pytest.mark.parametrize(
+    ("variable", "value", "message"),
+    [
+        ("KUBETRAIN_URL", "localhost:8080", "URL 'localhost:8080' is not an http:// or https://"),
+        ("KUBETRAIN_TOKEN", "kt_secret\nX-Evil: 1", "KUBETRAIN_TOKEN is not a token"),
+        ("KUBETRAIN_TOKEN", "", "no API token"),
+    ],
+)
+def test_the_client_refuses_a_url_or_token_it_cannot_use(
+    monkeypatch: pytest.MonkeyPatch, variable: str, value: str, message: str
+) -> None:
+    monkeypatch.setenv("KUBETRAIN_TOKEN", "kt_secret")
+    monkeypatch.setenv(variable, value)
+    with pytest.raises(CommandError, match=message) as refused:
+        ApiClient(client_settings(argparse.Namespace()))
+    assert "kt_secret" not in str(refused.value)

@@ -10,6 +10,11 @@ this module; kubetrain/errors.py draws the whole tree.)
 
 No traceback and no token ever reaches the terminal: connection failures name
 the URL tried, refusals print the problem's title, detail and field errors.
+
+What this path imports is kept small (the standard library's HTTP in _http.py,
+the settings of kubetrain/client_settings.py): `kubetrain get jobs` answers in a
+few interpreter starts (bench/cli_start.py; tests/unit/test_cli_main.py checks
+that no pydantic, httpx or PyYAML is loaded).
 """
 
 from __future__ import annotations
@@ -17,22 +22,31 @@ from __future__ import annotations
 import argparse
 import re
 from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple, Protocol
 from urllib.parse import quote
 
-import httpx2 as httpx
-from pydantic import ValidationError
-
 from kubetrain import __version__
-from kubetrain.cli._errors import CommandError
-from kubetrain.settings import ClientSettings
+from kubetrain.cli import _http
+from kubetrain.cli._errors import CommandError, settings_error
+from kubetrain.client_settings import ClientSettings
 
 # Job ids are UUIDs; anything else given as NAME|ID is a name.
 _JOB_ID = re.compile(r"[0-9a-fA-F]{8}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{4}-[0-9a-fA-F]{12}")
 PAGE_SIZE = 500  # the API's largest page
 
 __all__ = ["ApiClient", "ApiError", "CommandError", "client_settings", "project_of"]
+
+
+class Answer(Protocol):
+    """An HTTP answer read whole (_http.Response; httpx's serves as well)."""
+
+    @property
+    def status_code(self) -> int: ...
+
+    @property
+    def text(self) -> str: ...
+
+    def json(self) -> Any: ...
 
 
 class ApiError(CommandError):
@@ -42,7 +56,7 @@ class ApiError(CommandError):
         self.problem = problem or {}
 
     @classmethod
-    def of(cls, response: httpx.Response) -> ApiError:
+    def of(cls, response: Answer) -> ApiError:
         try:
             problem = response.json()
         except ValueError:
@@ -63,24 +77,17 @@ class ApiError(CommandError):
         return cls(response.status_code, "\n".join(lines), problem)
 
 
-def settings_error(exc: ValidationError, what: str) -> CommandError:
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-        for error in exc.errors(include_url=False, include_input=False)
-    )
-    return CommandError(f"{what} settings are not valid: {problems}")
-
-
 def client_settings(args: argparse.Namespace) -> ClientSettings:
     try:
-        settings: ClientSettings = ClientSettings.load(
+        return ClientSettings.load(
             url=getattr(args, "url", None), project=getattr(args, "project", None)
         )
-    except ValidationError as exc:
-        raise settings_error(exc, "client") from None
-    except ValueError as exc:  # the config file itself
-        raise CommandError(str(exc)) from None
-    return settings
+    except ValueError as exc:
+        from pydantic_core import ValidationError  # only here: the settings do without it
+
+        if isinstance(exc, ValidationError):
+            raise settings_error(exc, "client") from None
+        raise CommandError(str(exc)) from None  # the config file itself
 
 
 def project_of(settings: ClientSettings) -> str:
@@ -89,8 +96,7 @@ def project_of(settings: ClientSettings) -> str:
     return settings.project
 
 
-@dataclass(frozen=True, slots=True)
-class Reply:
+class Reply(NamedTuple):  # not a dataclass: `dataclasses` alone is a tenth of the start-up
     status: int
     body: Any
 
@@ -104,17 +110,29 @@ class ApiClient:
                 "no API token: set KUBETRAIN_TOKEN (an admin makes one with "
                 "`kubetrain token create`)"
             )
+        token = settings.token.get_secret_value()
+        if not (token.isascii() and token.isprintable()) or " " in token:
+            # Said without the value: an error message must not show a credential.
+            raise CommandError(
+                "KUBETRAIN_TOKEN is not a token: it holds a space, a line break or a "
+                "character other than ASCII"
+            )
         self.url = settings.url.rstrip("/")
         self.timeout = settings.timeout
-        self._http = httpx.Client(
-            base_url=self.url,
-            timeout=settings.timeout,
-            headers={
-                "Authorization": f"Bearer {settings.token.get_secret_value()}",
-                "Accept": "application/json, application/problem+json",
-                "User-Agent": f"kubetrain-cli/{__version__}",
-            },
-        )
+        try:
+            self._http = _http.Client(
+                self.url,
+                timeout=settings.timeout,
+                headers={
+                    "Authorization": f"Bearer {token}",
+                    "Accept": "application/json, application/problem+json",
+                    "User-Agent": f"kubetrain-cli/{__version__}",
+                },
+            )
+        except ValueError as exc:
+            raise CommandError(
+                f"the kubetrain server's URL {exc} (KUBETRAIN_URL, --url or the config file)"
+            ) from None
 
     def __enter__(self) -> ApiClient:
         return self
@@ -133,17 +151,8 @@ class ApiClient:
     ) -> Reply:
         try:
             response = self._http.request(method, path, json=json, params=params, headers=headers)
-        except httpx.ConnectError as exc:
-            raise CommandError(
-                f"cannot reach the kubetrain server at {self.url} ({_reason(exc)}); "
-                "is it running, and is KUBETRAIN_URL right?"
-            ) from None
-        except httpx.TimeoutException:
-            raise CommandError(
-                f"the kubetrain server at {self.url} did not answer within {self.timeout:g} s"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise CommandError(f"the request to {self.url} failed: {_reason(exc)}") from None
+        except _http.TransportError as exc:
+            raise self._failure(exc, "the request to") from None
         if not response.is_success:
             raise ApiError.of(response)
         if response.status_code == 204:  # No Content, by definition
@@ -160,26 +169,27 @@ class ApiClient:
     ) -> Iterator[str]:
         """A text answer as it arrives, chunk by chunk; with `follow`, no read timeout
         (a quiet log is no failure)."""
-        timeout = httpx.Timeout(self.timeout, read=None) if follow else self.timeout
         try:
             with self._http.stream(
-                "GET", path, params=params, headers={"Accept": "text/plain"}, timeout=timeout
+                "GET", path, params=params, headers={"Accept": "text/plain"}, endless=follow
             ) as response:
                 if not response.is_success:
-                    response.read()
-                    raise ApiError.of(response)
+                    raise ApiError.of(response.read())
                 yield from response.iter_text()
-        except httpx.ConnectError as exc:
-            raise CommandError(
-                f"cannot reach the kubetrain server at {self.url} ({_reason(exc)}); "
+        except _http.TransportError as exc:
+            raise self._failure(exc, "the stream from") from None
+
+    def _failure(self, exc: _http.TransportError, what: str) -> CommandError:
+        if isinstance(exc, _http.Unreachable):
+            return CommandError(
+                f"cannot reach the kubetrain server at {self.url} ({exc}); "
                 "is it running, and is KUBETRAIN_URL right?"
-            ) from None
-        except httpx.TimeoutException:
-            raise CommandError(
+            )
+        if isinstance(exc, _http.TimedOut):
+            return CommandError(
                 f"the kubetrain server at {self.url} did not answer within {self.timeout:g} s"
-            ) from None
-        except httpx.HTTPError as exc:
-            raise CommandError(f"the stream from {self.url} failed: {_reason(exc)}") from None
+            )
+        return CommandError(f"{what} {self.url} failed: {exc}")
 
     # -- jobs -------------------------------------------------------------------
 
@@ -222,8 +232,3 @@ class ApiClient:
         if not found:
             raise CommandError(f"no job named {ref!r} (nor with that id) in project {project!r}")
         return found[0]
-
-
-def _reason(exc: Exception) -> str:
-    text = str(exc) or type(exc).__name__
-    return text.splitlines()[0]

@@ -9,8 +9,6 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
-import yaml
-
 CELL_LIMIT = 80  # a raw Kubernetes message can be kilobytes; tables show its start
 
 
@@ -38,6 +36,8 @@ def emit(data: Any, output: str, *, stream: TextIO | None = None) -> None:
     if output == "json":
         out.write(printable(json.dumps(data, indent=2, ensure_ascii=False)) + "\n")
     elif output == "yaml":
+        import yaml  # here: a table or JSON needs none of it
+
         out.write(yaml.safe_dump(data, sort_keys=False, allow_unicode=True))
     else:
         raise ValueError(f"unknown output format {output!r}")

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.cli._args import FORMATS, add_client_options, add_kube_options
-from kubetrain.domain.notifications import EventType
+from kubetrain.domain.events import EventType
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.runtime import cli as runtime_cli
 from kubetrain.testbed import state_root

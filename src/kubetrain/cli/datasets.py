@@ -11,13 +11,15 @@ import argparse
 
 from kubetrain.cli._client import ApiClient, CommandError, client_settings
 from kubetrain.cli._output import emit, short_time, table
-from kubetrain.domain.datasets import parse_dataset_version
-from kubetrain.domain.spec import SpecError
 
 DATASETS = "/api/v1/datasets"
 
 
 def _register(args: argparse.Namespace) -> int:
+    # Here: the check is the TrainingJob models' (pydantic), which `list` does without.
+    from kubetrain.domain.datasets import parse_dataset_version
+    from kubetrain.domain.spec import SpecError
+
     document = {
         "name": args.name,
         "version": args.version,

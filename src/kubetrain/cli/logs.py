@@ -8,7 +8,7 @@ import sys
 
 from kubetrain.cli._client import ApiClient, client_settings, project_of
 from kubetrain.cli._errors import CommandError
-from kubetrain.domain.spec import duration_seconds
+from kubetrain.domain.durations import duration_seconds
 
 
 def _logs(args: argparse.Namespace) -> int:

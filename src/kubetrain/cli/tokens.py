@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 from pydantic import ValidationError
 
-from kubetrain.cli._client import CommandError, settings_error
+from kubetrain.cli._errors import CommandError, settings_error
 from kubetrain.cli._output import emit, short_time, table
 from kubetrain.domain import names
 

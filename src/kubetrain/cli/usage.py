@@ -8,7 +8,7 @@ from datetime import UTC, datetime, timedelta
 from kubetrain.cli._client import ApiClient, client_settings
 from kubetrain.cli._errors import CommandError
 from kubetrain.cli._output import emit, short_time, table
-from kubetrain.domain.spec import duration_seconds
+from kubetrain.domain.durations import duration_seconds
 
 
 def since_time(text: str, *, now: datetime) -> datetime:

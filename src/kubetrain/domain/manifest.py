@@ -81,7 +81,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from kubetrain.domain import names
+from kubetrain.domain import names, render_defaults
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.quantity import QuantityError, canonical_bytes, canonical_cpu, parse_quantity
 from kubetrain.domain.spec import (
@@ -207,9 +207,9 @@ class RenderOptions:
 
     # The extended resource GPUs are counted in; also the key of the taint GPU
     # nodes carry (the NVIDIA GPU operator's convention).
-    gpu_resource: str = "nvidia.com/gpu"
+    gpu_resource: str = render_defaults.GPU_RESOURCE
     # The node label whose value is a GPU type (spec.resources.gpuType).
-    accelerator_label: str = "accelerator"
+    accelerator_label: str = render_defaults.ACCELERATOR_LABEL
     # Where the in-container reporter sends progress (kubetrain's base URL); no
     # credential in it. When set, every Job reads its own token from its own
     # Secret (status_secret_name) as KUBETRAIN_STATUS_TOKEN.

@@ -23,9 +23,10 @@ import secrets
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass
 from datetime import datetime
-from enum import StrEnum
 from typing import Any
 from urllib.parse import urlsplit
+
+from kubetrain.domain.events import EventType
 
 __all__ = [
     "SECRET_PREFIX",
@@ -41,13 +42,6 @@ SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
 SOURCE = "/kubetrain"
 CONTENT_TYPE = "application/cloudevents+json"
 MAX_URL_LENGTH = 2048
-
-
-class EventType(StrEnum):
-    STATE_CHANGED = "io.kubetrain.job.state_changed"
-    REASON_CHANGED = "io.kubetrain.job.reason_changed"
-    NOT_WAITABLE = "io.kubetrain.job.not_waitable"
-    NO_PROGRESS = "io.kubetrain.job.no_progress"
 
 
 def new_secret() -> str:

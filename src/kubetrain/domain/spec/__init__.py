@@ -47,7 +47,8 @@ Modules (this package's face re-exports what callers use):
     problems   FieldProblem, SpecError, MAX_PROBLEMS; fail and raise_at for checks;
                problems_from_validation_error (pydantic's errors, translated)
     fields     one value's types and checks: names, keys, image, env, quantities
-               (cpu_value, bytes_value), durations (duration_seconds), credentials;
+               (cpu_value, bytes_value), durations (duration_seconds, from
+               domain/durations.py), credentials;
                checked_by to make a validator of a check; utf8_size, how every
                size limit is counted; the per-field limits
     models     SpecModel and TrainingJob with its parts; cross-field checks and

@@ -16,6 +16,7 @@ from typing import Annotated, Any
 from pydantic import AfterValidator, BeforeValidator
 
 from kubetrain.domain import names
+from kubetrain.domain.durations import duration_seconds
 from kubetrain.domain.quantity import QuantityError, parse_quantity, quantity_text
 from kubetrain.domain.spec.problems import fail
 from kubetrain.runtime.credentials import holds_credential, is_credential_name
@@ -285,34 +286,6 @@ def cpu_value(text: str) -> Decimal:
 def bytes_value(text: str) -> int:
     """The bytes a validated memory or storage quantity stands for."""
     return int(parse_quantity(text))
-
-
-# Go's time.ParseDuration units, without the sign (a negative run time means nothing).
-_DURATION_UNITS_NS = {
-    "ns": 1,
-    "us": 10**3,
-    "µs": 10**3,  # U+00B5, as Go accepts
-    "μs": 10**3,  # U+03BC
-    "ms": 10**6,
-    "s": 10**9,
-    "m": 60 * 10**9,
-    "h": 3600 * 10**9,
-}
-_DURATION_PART = re.compile(r"([0-9]+(?:\.[0-9]*)?|\.[0-9]+)(ns|us|µs|μs|ms|s|m|h)")
-_DURATION = re.compile(rf"(?:{_DURATION_PART.pattern})+")
-_DURATION_HINT = "a duration such as 24h, 90m or 1h30m (units h, m, s; no days)"
-
-
-def duration_seconds(text: str) -> int:
-    """Seconds in a Go-style duration ("24h", "1h30m", "90m"); ValueError if it is not one."""
-    if len(text) > 64 or not _DURATION.fullmatch(text):
-        raise ValueError(f"{text!r} is not {_DURATION_HINT}")
-    nanos = sum(
-        Decimal(number) * _DURATION_UNITS_NS[unit] for number, unit in _DURATION_PART.findall(text)
-    )
-    if nanos % 10**9 != 0:
-        raise ValueError(f"{text!r} is not a whole number of seconds")
-    return int(nanos // 10**9)
 
 
 def _check_duration(value: str) -> str:

@@ -1,0 +1,8 @@
+"""RenderOptions' defaults (domain/manifest.py says what they mean) on their own, so
+that the settings can name them without importing the renderer, which pulls in the
+TrainingJob models and PyYAML."""
+
+from __future__ import annotations
+
+GPU_RESOURCE = "nvidia.com/gpu"
+ACCELERATOR_LABEL = "accelerator"
