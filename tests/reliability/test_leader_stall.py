@@ -254,7 +254,8 @@ def test_a_leader_cut_off_from_the_api_server_stops_acting_before_the_standby_ta
             token=token,
         )
         servers.append(server)
-        return server.start()
+        server.start()
+        return server
 
     stop = threading.Event()
     ids: list[str] = []
