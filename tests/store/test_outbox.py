@@ -22,6 +22,7 @@ from kubetrain.store import (
     job_history,
     lock_jobs,
     record_dispatch_outcomes,
+    release_claims,
     request_cancel,
     retry_backed_off_now,
 )
@@ -243,6 +244,30 @@ def test_after_an_outage_backed_off_jobs_are_due_at_once(db: Database) -> None:
     with db.transaction() as session:
         assert retry_backed_off_now(session, now=at(5)) == 3  # not the queued one
     assert sorted(claimed_ids(db, 5)) == sorted(job.id for job in failed)
+
+
+def test_a_new_term_releases_the_claims_and_backoffs_before_it(db: Database) -> None:
+    with db.transaction() as session:
+        held = new_job(session, name="held", now=at(0))
+        backed_off = new_job(session, name="backed-off", now=at(0))
+        record_dispatch_failure(
+            session, backed_off.id, raw_reason="ConnectError",
+            raw_message="connection refused", now=at(1), backoff=lambda _: timedelta(seconds=30),
+        )  # fmt: skip
+        deleting = new_job(session, name="deleting", now=at(0))
+        mark_dispatched(session, deleting.id, k8s_job_name="kt-x", now=at(1))
+        queued = new_job(session, name="queued", now=at(0), state=BusinessState.QUEUED)
+        cancel(session, deleting.id, 2)
+    assert claimed_ids(db, 2) == [held.id]  # the old leader's claim, held until 62 s;
+    # `backed-off` waits until 31 s
+    assert deletions(db, 2) == [deleting.id]
+    assert claimed_ids(db, 3) == deletions(db, 3) == []
+    with db.transaction() as session:
+        assert release_claims(session, now=at(3)) == 3  # not the queued one
+    assert sorted(claimed_ids(db, 3)) == sorted([held.id, backed_off.id])
+    assert deletions(db, 3) == [deleting.id]
+    with db.transaction() as session:
+        assert get_job(session, queued.project, queued.id).next_dispatch_at == at(0)  # untouched
 
 
 def cancel(session: Any, job_id: str, seconds: float) -> None:

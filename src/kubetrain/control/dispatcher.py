@@ -61,6 +61,7 @@ from kubetrain.store import (
     claim_due_deletions,
     claim_due_jobs,
     record_dispatch_outcomes,
+    release_claims,
     resolve_job_dataset,
     retry_backed_off_now,
     set_status_token,
@@ -135,8 +136,17 @@ class Dispatcher:
         self.wake.set()
 
     async def run(self) -> None:
+        released = False
         while True:
             try:
+                if not released:
+                    # This term's first act: what the dispatcher before us claimed is
+                    # ours now, not held until its claims' hold ends (it stopped acting
+                    # before our Lease began, or died).
+                    count = await asyncio.to_thread(self._release_claims)
+                    released = True
+                    if count:
+                        log.info("%d jobs held since before this term are due now", count)
                 busy = await self.dispatch_once()
             except sa_exc.SQLAlchemyError as exc:
                 # The database is down or restarting: the records wait there, so
@@ -199,6 +209,10 @@ class Dispatcher:
             for outcome in pending:
                 if isinstance(outcome, _Created):
                     self.on_dispatched(outcome.job_id)
+
+    def _release_claims(self) -> int:
+        with self.db.transaction() as session:
+            return release_claims(session)
 
     def _retry_backed_off(self) -> int:
         with self.db.transaction() as session:

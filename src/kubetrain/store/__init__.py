@@ -73,6 +73,7 @@ from kubetrain.store.outbox import (
     claim_due_jobs,
     dispatch_backoff,
     record_dispatch_outcomes,
+    release_claims,
     retry_backed_off_now,
 )
 from kubetrain.store.progress import (
@@ -174,6 +175,7 @@ __all__ = [
     "record_reports",
     "register_dataset",
     "register_dataset_version",
+    "release_claims",
     "request_cancel",
     "resolve_job_dataset",
     "resume_lineage",

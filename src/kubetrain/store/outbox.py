@@ -13,8 +13,9 @@ Creation is idempotent by the Job's deterministic name, so a retry after a lost
 answer is safe. Failures back off per job (1 s, 2 s, 4 s ...); when the API
 server answers again after an outage, `retry_backed_off_now` makes every job
 waiting out a backoff due at once, rather than each sleeping out its own
-(up to 32 s after a 30 s outage). A claimed job with `cancel_requested` set should be finished
-as `CANCELLED` rather than created.
+(up to 32 s after a 30 s outage). A dispatcher beginning its term first calls
+`release_claims`: the claims of the one before it are dead. A claimed job with
+`cancel_requested` set should be finished as `CANCELLED` rather than created.
 
 A gang's restart goes through the same outbox: the syncer sets `restart_job_uid`
 (the ended attempt's Job) and makes the job due while it stays `QUEUED`;
@@ -180,6 +181,25 @@ def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> in
     return int(getattr(result, "rowcount", 0) or 0)
 
 
+def release_claims(session: Session, *, now: datetime | None = None) -> int:
+    """Make due now every job of the outbox held for later, by a claim or by a backoff;
+    returns how many. For a dispatcher beginning its term as the only one acting (the
+    Lease's holder, or the one replica run without leader election): the dispatcher
+    before it has stopped acting, so its claims are dead, and waiting out their hold
+    (60 s) would only delay the jobs it held. A backed-off job is tried once sooner."""
+    now = now if now is not None else datetime.now(UTC)
+    result = session.execute(
+        update(Job)
+        .where(or_(_TO_CREATE, _TO_DELETE), Job.next_dispatch_at > now)
+        .values(next_dispatch_at=now)
+        .execution_options(synchronize_session=False)
+    )
+    return int(getattr(result, "rowcount", 0) or 0)
+
+
+_TO_DELETE = and_(Job.cancel_requested.is_(True), Job.k8s_job_name.is_not(None))
+
+
 def claim_due_deletions(
     session: Session,
     *,
@@ -188,5 +208,4 @@ def claim_due_deletions(
     now: datetime | None = None,
 ) -> list[Job]:
     """Claim cancelled jobs whose Kubernetes Job is still to be deleted."""
-    which = and_(Job.cancel_requested.is_(True), Job.k8s_job_name.is_not(None))
-    return _claim(session, which, limit, hold, now)
+    return _claim(session, _TO_DELETE, limit, hold, now)
