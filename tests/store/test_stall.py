@@ -56,7 +56,10 @@ def _running_job(db: Database, cache: ClusterCache) -> str:
 
 def _report(db: Database, job_id: str, seq: int, kind: str, at: datetime, **data: Any) -> None:
     with db.transaction() as session:
-        record_reports(session, job_id, "kt-running-7hzq9", [ReportEvent(seq, at, kind, data)])
+        # received when sent: the stall is judged on the server's receipt times
+        record_reports(
+            session, job_id, "kt-running-7hzq9", [ReportEvent(seq, at, kind, data)], now=at
+        )
 
 
 def _reason(db: Database, job_id: str) -> tuple[BusinessState, ReasonCode]:

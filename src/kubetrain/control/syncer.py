@@ -326,9 +326,11 @@ def _reported_phase(progress: Progress | None) -> tuple[str, str, datetime | Non
 
 
 def _last_step(progress: Progress | None) -> tuple[int, datetime] | None:
+    """The last step, and when this server last heard from the job's Pods: a stall is
+    judged on our clock, so a Pod whose clock runs behind is never taken for stalled."""
     if progress is None or progress.step is None or progress.step_at is None:
         return None
-    return (progress.step, progress.step_at)
+    return (progress.step, progress.updated_at)
 
 
 def _observation(attempt: AttemptView) -> PodObservation:
