@@ -35,13 +35,13 @@ from tests.realnode.test_real_pool import job, kubectl, project, submit, wait_fo
 
 pytestmark = pytest.mark.realnode
 
-STEPS = 80
+STEPS = 200
 EVERY = 5
-PACE = 0.2  # seconds per step: attempt 1 is killed ~2 s into a ~16 s run
+PACE = 0.2  # seconds per step: attempt 1 is killed ~2 s into a ~40 s run (slack for a busy CI)
 TRAIN = ["--steps", str(STEPS), "--every", str(EVERY)]
 # PodGC fails a vanished node's Pods 40-60 s after the Node went, then the
 # replacement starts (torch's import on a shared 2-core machine) and finishes.
-AFTER_LOSS = 150.0
+AFTER_LOSS = 240.0
 
 
 def claim(kube: Client, namespace: str, name: str, path: Path, mode: str) -> None:
