@@ -124,6 +124,18 @@ def require_job_access(
         raise job_not_found(project, job_id)
 
 
+def visible_namespaces(caller: Principal, settings: ServerSettings) -> set[str] | None:
+    """The namespaces whose cluster objects (quotas, nodes' Pods, pending queue entries)
+    the caller may see; None: every one. A closed project's namespace is none of them
+    (namespace_for refuses it)."""
+    if caller.project == ALL_PROJECTS:
+        return None
+    try:
+        return {settings.namespace_for(caller.project)}
+    except ValueError:
+        return set()
+
+
 def require_global_admin(caller: Principal) -> None:
     """Datasets are shared by every project, so writing them takes an admin of `*`."""
     role_may(caller, Action.ADMIN)

@@ -27,7 +27,7 @@ from prometheus_client.registry import Collector
 from pydantic import BaseModel, Field
 from starlette.concurrency import run_in_threadpool
 
-from kubetrain.api.auth import Caller, role_may
+from kubetrain.api.auth import Caller, role_may, visible_namespaces
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError, problem_responses
@@ -41,7 +41,6 @@ from kubetrain.domain.queues import (
     queued,
     workload_condition,
 )
-from kubetrain.settings import ServerSettings
 from kubetrain.store import ALL_PROJECTS, get_job_any_project
 
 router = APIRouter(
@@ -207,18 +206,6 @@ def pending_counts(listing: Mapping[str, Any]) -> dict[str, int]:
         meta_name(q) or "": len(pending_in_order(workloads, meta_name(q) or ""))
         for q in _items(listing, "ClusterQueue")
     }
-
-
-def visible_namespaces(caller: Principal, settings: ServerSettings) -> set[str] | None:
-    """The namespaces whose pending jobs the caller may see; None: every one."""
-    if caller.project == ALL_PROJECTS:
-        return None
-    if not settings.project_open(caller.project):
-        return set()
-    try:
-        return {settings.namespace_for(caller.project)}
-    except ValueError:
-        return set()
 
 
 # -- the answer ----------------------------------------------------------------------

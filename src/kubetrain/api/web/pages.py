@@ -24,13 +24,13 @@ from fastapi.responses import HTMLResponse, RedirectResponse, Response
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.concurrency import run_in_threadpool
 
-from kubetrain.api.auth import require_job_access, require_project
+from kubetrain.api.auth import require_job_access, require_project, visible_namespaces
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.jobs import cancel_job, progress_view
 from kubetrain.api.logs import read_tail
 from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError
-from kubetrain.api.queues import queue_boards, queues_view, visible_namespaces
+from kubetrain.api.queues import queue_boards, queues_view
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
 from kubetrain.api.usage import usage_answer
 from kubetrain.api.web import views
@@ -208,16 +208,6 @@ def _covered_projects(context: ApiContext, principal: Principal) -> list[str]:
         return [principal.project]
     with context.db.read_only() as db:
         return list_projects(db)
-
-
-def _namespaces(context: ApiContext, principal: Principal) -> set[str] | None:
-    """The namespaces whose cluster objects the caller may see; None: every one."""
-    if principal.project == ALL_PROJECTS:
-        return None
-    try:
-        return {context.settings.namespace_for(principal.project)}
-    except ValueError:
-        return set()
 
 
 # -- sign-in -----------------------------------------------------------------------
@@ -531,7 +521,7 @@ async def nodes_page(
         except SnapshotError as exc:
             raise PageRefusal(503, f"the cluster's objects cannot be read: {exc}") from None
         groups = views.node_groups(found, demand)
-        seen = _namespaces(context, signed.principal)
+        seen = visible_namespaces(signed.principal, context.settings)
         pending = [p for p in found.pending if seen is None or p.namespace in seen]
         problems = list(found.problems[:20])
     return render(
@@ -554,7 +544,9 @@ async def quotas_page(request: Request, signed: Signed, context: Context) -> Res
     listing = _listing(context)
     quotas = []
     if listing is not None:
-        quotas = views.quotas(listing.get("items", []), _namespaces(context, signed.principal))
+        quotas = views.quotas(
+            listing.get("items", []), visible_namespaces(signed.principal, context.settings)
+        )
     return render(
         request,
         "quotas.html",
