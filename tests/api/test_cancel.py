@@ -78,6 +78,10 @@ def test_a_finished_job_is_409_naming_its_state(
 ) -> None:
     job_id = submitted(client, tokens)
     with db.transaction() as session:
+        if state == BusinessState.SUCCEEDED:  # a Job ran: the syncer saw it queued first
+            apply_business_change(
+                session, job_id, BusinessState.QUEUED, ReasonCode.SCHEDULING, source=Source.SYNCER
+            )
         apply_business_change(session, job_id, state, reason, source=Source.SYNCER)
     changes.clear()
     response = client.post(f"{JOBS}/{job_id}/cancel", headers=tokens("submitter"))

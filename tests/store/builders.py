@@ -44,7 +44,10 @@ PATHS: dict[BusinessState, list[tuple[BusinessState, ReasonCode]]] = {
         (BusinessState.QUEUED, ReasonCode.SCHEDULING),
         (BusinessState.RUNNING, ReasonCode.TRAINING),
     ],
-    BusinessState.SUCCEEDED: [(BusinessState.SUCCEEDED, ReasonCode.COMPLETED)],
+    BusinessState.SUCCEEDED: [
+        (BusinessState.QUEUED, ReasonCode.SCHEDULING),
+        (BusinessState.SUCCEEDED, ReasonCode.COMPLETED),
+    ],
     BusinessState.FAILED: [(BusinessState.FAILED, ReasonCode.EXIT_NONZERO)],
     BusinessState.CANCELLED: [(BusinessState.CANCELLED, ReasonCode.CANCELLED)],
 }

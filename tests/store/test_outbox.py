@@ -121,9 +121,11 @@ def test_dispatched_jobs_leave_the_outbox_as_queued(db: Database) -> None:
 def test_marking_after_the_syncer_moved_on_only_records_the_name(db: Database) -> None:
     with db.transaction() as session:
         job = new_job(session)
-        apply_business_change(
-            session, job.id, BusinessState.RUNNING, ReasonCode.TRAINING, source=Source.SYNCER
-        )
+        for state, reason in (
+            (BusinessState.QUEUED, ReasonCode.SCHEDULING),
+            (BusinessState.RUNNING, ReasonCode.TRAINING),
+        ):  # the syncer's steps
+            apply_business_change(session, job.id, state, reason, source=Source.SYNCER)
         assert mark_dispatched(session, job.id, k8s_job_name="kt-abc12", now=at(1)) is None
         record_dispatch_failure(session, job.id, raw_reason="late", raw_message="late", now=at(2))
     with db.read_only() as session:
@@ -292,10 +294,13 @@ def test_a_round_records_every_outcome_at_once(db: Database) -> None:
     with db.transaction() as session:
         # While the creates are in flight: the syncer sees one Job run, a user cancels
         # one job being created and one whose Job exists.
-        apply_business_change(
-            session, overtaken.id, BusinessState.RUNNING, ReasonCode.TRAINING,
-            source=Source.SYNCER, now=at(3),
-        )  # fmt: skip
+        for state, reason in (
+            (BusinessState.QUEUED, ReasonCode.SCHEDULING),
+            (BusinessState.RUNNING, ReasonCode.TRAINING),
+        ):
+            apply_business_change(
+                session, overtaken.id, state, reason, source=Source.SYNCER, now=at(3)
+            )
         cancel(session, in_flight.id, 3)
         cancel(session, deleted.id, 3)
     assert deletions(db, 3) == [deleted.id]

@@ -162,6 +162,29 @@ def test_a_life_step_by_step(db: Database) -> None:
     ]
 
 
+def test_a_job_seen_running_before_its_create_is_recorded_passes_through_queued(
+    db: Database,
+) -> None:
+    """The watch can tell of a running Pod before the dispatcher records its create: the
+    Job exists, so the history still says CREATED -> QUEUED -> RUNNING, in order."""
+    with db.transaction() as session:
+        job = new_job(session, name="fast", state=BusinessState.CREATED).id
+    with db.transaction() as session:
+        results = record_synced(session, [synced(job, 3)], now=at(1))
+    assert results[job].changed and results[job].refused is None
+    final = state_of(db, job)
+    assert final["job"]["business_state"] == R
+    assert [
+        (row["from_state"], row["to_state"], row["to_reason"])
+        for row in final["history"]
+        if row["kind"] == BUSINESS
+    ] == [
+        (None, "CREATED", ReasonCode.JOB_NOT_CREATED),
+        ("CREATED", Q, ReasonCode.SCHEDULING),
+        (Q, R, ReasonCode.TRAINING),
+    ]
+
+
 def test_a_replayed_batch_writes_nothing(db: Database) -> None:
     with db.transaction() as session:
         ids = [new_job(session, name=f"j{i}", state=Q).id for i in range(3)]

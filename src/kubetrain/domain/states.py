@@ -27,10 +27,12 @@ class BusinessState(StrEnum):
 TERMINAL = frozenset({BusinessState.SUCCEEDED, BusinessState.FAILED, BusinessState.CANCELLED})
 
 _S = BusinessState
-# A Pod that Kubernetes recreates (node lost, preempted) takes RUNNING back to
-# QUEUED for the next attempt; nothing leaves a terminal state.
+# A job runs only once its Kubernetes Job exists, so it passes through QUEUED even
+# when the watch shows it running before the create is recorded (the syncer writes
+# both steps). A Pod that Kubernetes recreates (node lost, preempted) takes RUNNING
+# back to QUEUED for the next attempt; nothing leaves a terminal state.
 TRANSITIONS: dict[BusinessState, frozenset[BusinessState]] = {
-    _S.CREATED: frozenset({_S.QUEUED, _S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED}),
+    _S.CREATED: frozenset({_S.QUEUED, _S.FAILED, _S.CANCELLED}),
     _S.QUEUED: frozenset({_S.RUNNING, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED}),
     _S.RUNNING: frozenset({_S.QUEUED, _S.SUCCEEDED, _S.FAILED, _S.CANCELLED}),
     _S.SUCCEEDED: frozenset(),

@@ -129,7 +129,8 @@ def plan_synced(
             continue
         current = (job["business_state"], job["reason"])
         target = (synced.state, synced.reason)
-        refused = transitions.refusal(job_id, current, target)
+        via = transitions.passage(current, target)
+        refused = transitions.refusal(job_id, via or current, target)
         values: dict[str, Any] = {}
         rows: list[dict[str, Any]] = []
 
@@ -179,10 +180,24 @@ def plan_synced(
                 k8s_job_name=job["k8s_job_name"],
                 now=now,
             )
+            if via is not None:
+                rows.append(
+                    transitions.business_row(
+                        job_id,
+                        current,
+                        via,
+                        source=Source.SYNCER,
+                        raw_reason=None,
+                        raw_message=None,
+                        attempt=None,
+                        detail=None,
+                        now=now,
+                    )
+                )
             rows.append(
                 transitions.business_row(
                     job_id,
-                    current,
+                    via or current,
                     target,
                     source=Source.SYNCER,
                     raw_reason=synced.raw_reason,

@@ -79,6 +79,21 @@ def refusal(job_id: str, current: State, target: State) -> IllegalTransition | N
     return None
 
 
+def passage(current: State, target: State) -> State | None:
+    """The step a syncer's move from `current` to `target` passes through first, if any.
+
+    The syncer moves a job only once its Kubernetes Job is seen, so a job still
+    `CREATED` (the dispatcher had not yet recorded its create when the watch told
+    of a running Pod) was queued: it goes through `QUEUED` and the history says so.
+    """
+    if current[0] == BusinessState.CREATED and target[0] not in (
+        BusinessState.CREATED,
+        BusinessState.QUEUED,
+    ):
+        return (BusinessState.QUEUED, ReasonCode.SCHEDULING)
+    return None
+
+
 def moved(
     target: State,
     *,
