@@ -171,7 +171,8 @@ def test_a_job_seen_running_before_its_create_is_recorded_passes_through_queued(
         job = new_job(session, name="fast", state=BusinessState.CREATED).id
     with db.transaction() as session:
         results = record_synced(session, [synced(job, 3)], now=at(1))
-    assert results[job].changed and results[job].refused is None
+    assert results[job].changed
+    assert results[job].refused is None
     final = state_of(db, job)
     assert final["job"]["business_state"] == R
     assert [
