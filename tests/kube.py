@@ -21,9 +21,10 @@ def eventually(
     probe: Callable[[], T | None],
     timeout: float = 30.0,
     interval: float = 0.2,
-    what: str = "condition",
+    what: str | Callable[[], str] = "condition",
 ) -> T:
-    """Poll `probe` until it returns something truthy; fail with `what` otherwise."""
+    """Poll `probe` until it returns something truthy; fail with `what` otherwise (a
+    callable is asked at the end, so that it can say what was last seen)."""
     deadline = time.monotonic() + timeout
     last: T | None = None
     while time.monotonic() < deadline:
@@ -31,7 +32,8 @@ def eventually(
         if last:
             return last
         time.sleep(interval)
-    pytest.fail(f"timed out after {timeout:.0f} s waiting for {what} (last: {last!r})")
+    said = what() if callable(what) else what
+    pytest.fail(f"timed out after {timeout:.0f} s waiting for {said} (last: {last!r})")
 
 
 def get(kube: Client, kind: Any, name: str, namespace: str | None = None) -> Any:

@@ -155,11 +155,16 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
     job_id = submit(real_server, body)
     began = time.monotonic()
 
+    seen: dict[str, Any] = {}
+
     def checkpointed() -> dict[str, Any] | None:
         doc: dict[str, Any] = get(real_server, p, job_id)
+        seen.update({k: doc.get(k) for k in ("business_status", "reason", "message", "node")})
         return doc if checkpoint_step(doc) >= 2 * EVERY else None
 
-    first = eventually(checkpointed, 120, interval=0.1, what="attempt 1's second checkpoint")
+    first = eventually(
+        checkpointed, 180, interval=0.1, what=lambda: f"attempt 1's second checkpoint ({seen})"
+    )
     lost = str(first["node"])
     killed = time.monotonic()
     real_testbed.stop_real_node(lost)

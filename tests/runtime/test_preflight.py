@@ -14,6 +14,7 @@ import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+from typing import ClassVar
 
 import pytest
 
@@ -189,6 +190,7 @@ def _break(case: str, env: dict[str, str]) -> None:
         env["KUBETRAIN_OUTPUT_DIR"] = str(data.parent / "no-output")
     elif case == "status-down":
         env["KUBETRAIN_STATUS_URL"] = f"http://127.0.0.1:{_closed_port()}"
+        env["KUBETRAIN_STATUS_TIMEOUT_SECONDS"] = "1"
     elif case == "rank-contradicted":
         env["PET_NODE_RANK"] = "1"
     elif case == "rank-out-of-range":
@@ -228,7 +230,7 @@ FAILURES = {
     ),
     "output-full": ("output-writable", "MiB needed"),
     "output-absent": ("output-writable", "no-output does not exist or is not a directory"),
-    "status-down": ("status-reachable", "failed within 2 s"),
+    "status-down": ("status-reachable", "failed within 1 s"),
     "rank-contradicted": (
         "rendezvous-reachable",
         "KUBETRAIN_WORKER_INDEX is 0 but PET_NODE_RANK is 1",
@@ -282,6 +284,63 @@ def test_a_read_only_output_directory_fails_the_probe(job):
     output_check = next(r for r in report.results if r.name == "output-writable")
     assert output_check.status == "failed"
     assert "is not writable" in output_check.detail
+
+
+class _Starting(BaseHTTPRequestHandler):
+    """A server that is starting: 503 to its first two readiness probes, then 200."""
+
+    answers: ClassVar[list[int]] = [503, 503, 200]
+
+    def do_GET(self) -> None:
+        self.send_response(self.answers.pop(0) if len(self.answers) > 1 else self.answers[0])
+        self.end_headers()
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+def _serve(handler: type[BaseHTTPRequestHandler]) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    return server
+
+
+def _status_check(job: dict[str, str], url: str, timeout: str) -> tuple[str, str]:
+    job.update(KUBETRAIN_STATUS_URL=url, KUBETRAIN_STATUS_TIMEOUT_SECONDS=timeout)
+    report = run_preflight(Context(job), Redactor(job))
+    status = next(r for r in report.results if r.name == "status-reachable")
+    return status.status, status.detail
+
+
+def test_a_server_still_starting_is_waited_for_not_failed(job):
+    server = _serve(_Starting)
+    try:
+        status, detail = _status_check(job, f"http://127.0.0.1:{server.server_address[1]}", "30")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == "passed", detail
+    assert "answered 200" in detail
+    assert "after 3 tries" in detail
+
+
+def test_a_wrong_status_url_fails_at_once_without_waiting_out_the_deadline(job):
+    class NotHere(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            self.send_response(404)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = _serve(NotHere)
+    try:
+        status, detail = _status_check(job, f"http://127.0.0.1:{server.server_address[1]}", "600")
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert status == "failed"  # had it waited for the 600 s deadline, pytest's timeout ends it
+    assert detail.endswith("/readyz answered 404")
 
 
 def test_a_long_cause_is_cut_to_the_kubelets_limit(job):

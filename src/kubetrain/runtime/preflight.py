@@ -43,7 +43,11 @@ from kubetrain.runtime.stamp import StampError, parse_stamp, sha256_file
 HASH_BUDGET_BYTES = 64 << 20
 # Below this much free space a training run fails late, at its first write.
 MIN_FREE_BYTES = 1 << 30
-STATUS_TIMEOUT_SECONDS = 2.0
+# How long the status check waits for kubetrain's server to answer: a busy server or
+# one restarting (a rolling update) is no reason to fail a training run; one that
+# stays unreachable this long is. Each request gets at most STATUS_ATTEMPT_SECONDS.
+STATUS_TIMEOUT_SECONDS = 30.0
+STATUS_ATTEMPT_SECONDS = 5.0
 GPU_PROBE_TIMEOUT_SECONDS = 5.0  # nvidia-smi, the CUDA driver: a wedged GPU hangs both
 PROBE_NAME = ".kubetrain-preflight-probe"
 # How long a worker waits for rank 0's name to resolve and its port to answer: the
@@ -51,8 +55,8 @@ PROBE_NAME = ".kubetrain-preflight-probe"
 # image pull or a slow node can put minutes between them.
 RENDEZVOUS_TIMEOUT_SECONDS = 300.0
 RENDEZVOUS_ATTEMPT_SECONDS = 2.0  # one connection attempt (a dropped SYN never answers)
-RENDEZVOUS_RETRY_SECONDS = 0.5
-RENDEZVOUS_LAST_ATTEMPT_SECONDS = 0.1  # the least time an attempt is given
+RETRY_SECONDS = 0.5  # between attempts of the checks that wait (status, rendezvous)
+LAST_ATTEMPT_SECONDS = 0.1  # the least time an attempt is given
 
 Status = Literal["passed", "failed", "skipped"]
 
@@ -445,24 +449,38 @@ def _probe_write(directory: Path) -> None:
 
 
 def check_status_reachable(context: Context) -> str:
+    """kubetrain's server answers `GET /readyz`, within a bounded wait: a timeout, a
+    refused connection or a 5xx (a server starting) is tried again until the deadline;
+    any other answer fails at once, since asking again cannot change it."""
     base = context.require("KUBETRAIN_STATUS_URL").rstrip("/")
     url = f"{base}/readyz"
     if not url.startswith(("http://", "https://")):
         raise CheckFailed(f"KUBETRAIN_STATUS_URL must be an http(s) URL, not {base!r}")
-    started = time.perf_counter()
-    try:
-        with urllib.request.urlopen(url, timeout=STATUS_TIMEOUT_SECONDS) as reply:  # noqa: S310
-            status = reply.status
-    except urllib.error.HTTPError as exc:
-        raise CheckFailed(f"GET {url} answered {exc.code}") from None
-    except (urllib.error.URLError, OSError, ValueError) as exc:
-        reason = getattr(exc, "reason", exc)
-        raise CheckFailed(
-            f"GET {url} failed within {STATUS_TIMEOUT_SECONDS:g} s: {reason}"
-        ) from None
-    took = time.perf_counter() - started
+    timeout = _seconds(context, "KUBETRAIN_STATUS_TIMEOUT_SECONDS", STATUS_TIMEOUT_SECONDS)
+    started = time.monotonic()
+    deadline = started + timeout
+    tries = 0
+    while True:
+        tries += 1
+        attempt = max(0.05, min(STATUS_ATTEMPT_SECONDS, deadline - time.monotonic()))
+        try:
+            with urllib.request.urlopen(url, timeout=attempt) as reply:  # noqa: S310
+                status = reply.status
+            break
+        except urllib.error.HTTPError as exc:
+            if exc.code < 500 and exc.code not in (408, 429):
+                raise CheckFailed(f"GET {url} answered {exc.code}") from None
+            failure = f"answered {exc.code}"
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            failure = str(getattr(exc, "reason", exc))
+        if not _wait_to_retry(deadline):
+            raise CheckFailed(
+                f"GET {url} failed within {timeout:g} s ({tries} tries; last: {failure})"
+            )
+    took = time.monotonic() - started
     note = "" if context.get("KUBETRAIN_STATUS_TOKEN") else "; KUBETRAIN_STATUS_TOKEN is not set"
-    return f"GET {url} answered {status} in {took * 1000:.0f} ms{note}"
+    tried = f" after {tries} tries" if tries > 1 else ""
+    return f"GET {url} answered {status} in {took * 1000:.0f} ms{tried}{note}"
 
 
 # rendezvous-reachable ------------------------------------------------------------
@@ -583,10 +601,10 @@ def _connect_until(host: str, port: int, deadline: float, timeout: float) -> str
 
 def _wait_to_retry(deadline: float) -> bool:
     """Sleeps before the next attempt; False when too little time is left for one."""
-    left = deadline - time.monotonic() - RENDEZVOUS_LAST_ATTEMPT_SECONDS
+    left = deadline - time.monotonic() - LAST_ATTEMPT_SECONDS
     if left <= 0:
         return False
-    time.sleep(min(RENDEZVOUS_RETRY_SECONDS, left))
+    time.sleep(min(RETRY_SECONDS, left))
     return True
 
 
