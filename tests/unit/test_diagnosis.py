@@ -143,6 +143,7 @@ CASES: dict[str, Expected] = {
         None,
         (),
         None,
+        explanation="no report from kubetrain's runtime in the container yet",
         chain={
             Link.PREFLIGHT: ChainState.NOT_OBSERVED,  # nothing reported
             Link.TRAINING: ChainState.ACTIVE,

@@ -468,9 +468,13 @@ def test_a_running_pod_that_reports_preflight_is_in_preflight_not_training() -> 
     d = run(data, reported_phase=(pod, "PREFLIGHT", since))
     assert (d.state, d.reason, d.link, d.since) == (S.RUNNING, R.PREFLIGHT, Link.PREFLIGHT, since)
     # TRAINING reported, or PREFLIGHT from an earlier Pod of the job: training.
-    assert run(data, reported_phase=(pod, "TRAINING", since)).reason == R.TRAINING
-    assert run(data, reported_phase=("kt-old-pod", "PREFLIGHT", since)).reason == R.TRAINING
-    assert run(data).reason == R.TRAINING
+    said = run(data, reported_phase=(pod, "TRAINING", since))
+    assert said.reason == R.TRAINING
+    assert "no report" not in said.explanation
+    # Nothing reported by this Pod: counted as training, and the words say it is unconfirmed.
+    for unsaid in (run(data, reported_phase=("kt-old-pod", "PREFLIGHT", since)), run(data)):
+        assert unsaid.reason == R.TRAINING
+        assert "no report from kubetrain's runtime in the container yet" in unsaid.explanation
 
 
 # -- init containers and sidecars (a kubelet's doing; KWOK reports main containers only) --

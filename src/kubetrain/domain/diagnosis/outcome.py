@@ -77,6 +77,10 @@ def _active(reader: _Reader) -> _Outcome:
                 Link.PREFLIGHT,
             )
         where = f"on node {node}"
+        if not reported or reported[0] != text(pod, "metadata", "name"):
+            # Counted as training (an image without kubetrain's runtime never reports),
+            # but not claimed: nothing in the container has said it trains.
+            where += "; no report from kubetrain's runtime in the container yet"
         if state == "terminated":
             code = detail.get("exitCode")
             where = f"the training process exited {code}; the kubelet is finishing the Pod {where}"
