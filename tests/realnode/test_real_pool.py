@@ -15,10 +15,11 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 
-from kubetrain.local_server import LocalServer
+from kubetrain.local_server import CLI, LocalServer
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
 from kubetrain.testbed.processes import pick_free_ports
+from tests.e2e.conftest import Server
 from tests.kube import create, eventually
 
 pytestmark = pytest.mark.realnode
@@ -251,3 +252,60 @@ def test_a_gpu_job_fails_its_preflight_because_the_container_sees_no_gpu(
     done = wait_for(real_server, p, job_id, "FAILED", "PREFLIGHT_FAILED")
     assert "gpu-visible" in done["raw_message"]
     assert "expected 1 GPU, found 0" in done["raw_message"]
+
+
+def test_kubetrain_logs_follows_a_real_container_while_it_prints(real_server: Server):
+    """`kubetrain logs -f` streams the container's own output as the kubelet serves it:
+    lines arrive while the job still runs, in order, and the command ends with the
+    container. Afterwards the same lines come back without -f."""
+    p = project()
+    ticks = 8
+    script = (
+        "import time\n"
+        f"for i in range({ticks}):\n"
+        "    print(f'tick {i}', flush=True)\n"
+        "    time.sleep(1.5)\n"
+    )
+    job_id = submit(real_server, job("ticks", p, args=["python", "-c", script]))
+
+    def running() -> bool:
+        with real_server.client() as http:
+            doc = http.get(f"/api/v1/projects/{p}/jobs/{job_id}").json()
+        return bool(doc["business_status"] == "RUNNING")
+
+    eventually(running, 90, what="the job to run")
+    env = {
+        **real_server.env,
+        "KUBETRAIN_URL": real_server.url,
+        "KUBETRAIN_TOKEN": real_server.token,
+    }
+    follow = subprocess.Popen(
+        [*CLI, "logs", job_id, "--project", p, "-f"],
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert follow.stdout is not None
+        seen: list[str] = []
+        still_running_when_read: list[bool] = []
+        for line in follow.stdout:
+            if line.startswith("tick "):
+                seen.append(line.rstrip("\n"))
+                if len(seen) == 1:
+                    still_running_when_read.append(running())
+        code = follow.wait(timeout=60)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert code == 0, follow.stderr.read() if follow.stderr else ""
+    # The first line came while the job still ran: streamed, not read at the end.
+    assert still_running_when_read == [True]
+    assert seen[-ticks:] == [f"tick {i}" for i in range(ticks)], seen
+    wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED")
+    again = real_server.cli("logs", job_id, "--project", p)
+    assert again.returncode == 0, again.stderr
+    assert [x for x in again.stdout.splitlines() if x.startswith("tick ")] == [
+        f"tick {i}" for i in range(ticks)
+    ]
