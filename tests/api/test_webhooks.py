@@ -166,3 +166,40 @@ def test_a_webhook_hears_only_its_projects_jobs_and_its_event_types(
     mine = submitted(client, tokens, "mine")
     assert rounds(db, datetime.now(UTC)) == 1
     assert [e["data"]["job"]["id"] for e in receiver.events()] == [mine]
+
+
+def test_a_round_cut_short_sends_again_only_the_event_in_flight(
+    client: TestClient, tokens: Tokens, db: Database, receiver: Receiver
+):
+    """The leader's loops are cancelled when it loses its lease (a crash cuts them as short):
+    what the receiver answered before stays delivered; only the event in flight comes again."""
+    assert (
+        client.post(HOOKS, json={"url": receiver.url}, headers=tokens("admin")).status_code == 201
+    )
+    jobs = [submitted(client, tokens, f"job-{index}") for index in range(3)]
+    now = datetime.now(UTC)
+
+    async def cut_short() -> None:
+        async with webhook_poster() as post:
+            in_flight = asyncio.Event()
+
+            async def third_never_answered(url: str, body: bytes, headers: dict[str, str]) -> int:
+                if len(receiver.received) == 2:
+                    in_flight.set()
+                    await asyncio.Event().wait()
+                return await post(url, body, headers)
+
+            notifier = Notifier(db, third_never_answered, settle_seconds=0, clock=lambda: now)
+            round_ = asyncio.create_task(notifier.round())
+            await in_flight.wait()
+            round_.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await round_
+
+    asyncio.run(cut_short())
+    assert len(receiver.received) == 2
+    hook = client.get(HOOKS, headers=tokens("admin")).json()["items"][0]
+    assert (hook["status"], hook["delivered"]) == ("ok", 2)
+    receiver.received.clear()
+    assert rounds(db, now) == 1
+    assert [e["data"]["job"]["id"] for e in receiver.events()] == [jobs[2]]

@@ -4,9 +4,11 @@ Each round reads the webhooks that are not backing off and, for each (all at
 once, so a slow receiver holds up only itself), posts the CloudEvents of the
 business history rows after its cursor, in id order, one at a time: the order
 of one job's events is the order of its rows, because a job's changes are
-serialized by the lock on its row. The cursor moves after each 2xx; the first
-failure stops that webhook's round and schedules a retry with exponential
-backoff and full jitter.
+serialized by the lock on its row. The cursor moves, in its own transaction,
+as soon as a row's events are answered 2xx, so a crash or a lost lease sends
+again only the row then in flight, not the whole round. The first failure
+stops that webhook's round and schedules a retry with exponential backoff and
+full jitter.
 
 On PostgreSQL a history row can commit after one with a higher id (two
 transactions of different jobs in flight at once); a cursor moved past it
@@ -130,18 +132,22 @@ class Notifier:
             return work
 
     async def _deliver(self, work: _Work) -> int:
-        delivered, cursor = 0, None
-        error: str | None = None
+        delivered = 0
+        passed: int | None = None  # a row with no event for this webhook, not yet recorded
         for row_id, notifications in work.rows:
-            for notification in notifications:
+            if not notifications:
+                passed = row_id
+                continue
+            for sent, notification in enumerate(notifications):
                 error = await self._post_one(work, notification)
                 if error is not None:
-                    break
-                delivered += 1
-            if error is not None:
-                break
-            cursor = row_id
-        await asyncio.to_thread(self._record, work.hook_id, cursor, delivered, error)
+                    await asyncio.to_thread(self._record, work.hook_id, None, 0, error)
+                    return delivered + sent
+            await asyncio.to_thread(self._record, work.hook_id, row_id, len(notifications), None)
+            delivered += len(notifications)
+            passed = None
+        if passed is not None:
+            await asyncio.to_thread(self._record, work.hook_id, passed, 0, None)
         return delivered
 
     async def _post_one(self, work: _Work, notification: Notification) -> str | None:
