@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GOTOOLCHAIN ?= local
 
-.PHONY: setup system-packages demo test test-unit test-testbed testbed bench lint lock clean
+.PHONY: setup system-packages demo demo-real test test-unit test-testbed testbed bench lint lock clean
 
 # Debian packages the tests and the testbed use: PostgreSQL (the store tests start
 # a real server), Chromium (the browser tests), and the real-node pool's runtime:
@@ -41,6 +41,10 @@ testbed: setup
 
 demo: testbed
 	$(BIN)/python -m kubetrain.demo
+
+# The real-node pool: one real training run on real kubelets (see docs/testbed.md).
+demo-real: testbed
+	$(BIN)/python -m kubetrain.demo --real
 
 test: testbed
 	$(BIN)/pytest
