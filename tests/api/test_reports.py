@@ -234,8 +234,10 @@ def test_the_resume_lineage_names_attempts(
 ) -> None:
     first, second = pod(job_id, "aaaaa"), pod(job_id, "bbbbb")
     with db.transaction() as session:
-        for name in (first, second):
-            observe(session, job_id, PodObservation(pod_name=name, pod_uid=f"uid-{name}"))
+        for name, node in ((first, "node-1"), (second, "node-2")):
+            observe(
+                session, job_id, PodObservation(pod_name=name, pod_uid=f"uid-{name}", node=node)
+            )
     post(
         client,
         job_id,
@@ -247,7 +249,16 @@ def test_the_resume_lineage_names_attempts(
         batch(
             job_id,
             {"seq": 0, "time": T.format(5), "type": "phase", "phase": "PREFLIGHT"},
-            {"seq": 1, "time": T.format(6), "type": "resumed", "fromStep": 40, "fromPod": first},
+            {
+                "seq": 1,
+                "time": T.format(6),
+                "type": "resumed",
+                "fromStep": 40,
+                "fromPod": first,
+                "checkpointBinding": {"dataset_version": "v3", "code_version": "c1"},
+                "binding": {"dataset_version": "v3", "code_version": "c2"},
+                "allowedMismatch": ["code_version"],
+            },
             suffix="bbbbb",
         ),
     )
@@ -258,6 +269,42 @@ def test_the_resume_lineage_names_attempts(
         (r["attempt"], r["from_step"], r["from_attempt"], r["from_pod"])
         for r in progress["resumes"]
     ] == [(2, 40, 1, first)]
+    # What differed, from the attempts' nodes and the bindings the runtime reported.
+    assert [c["says"] for c in progress["resumes"][0]["compared"]] == [
+        "node: node-1 -> node-2 (allowed)",
+        "dataset version: v3 (same)",
+        "code version: c1 -> c2 (allowed by the run's allow_mismatch)",
+        "params digest: not compared (unset in the checkpoint or the run)",
+        "world size: 1 (same)",
+    ]
+
+
+def test_a_resume_without_a_binding_says_it_was_not_reported(
+    client: TestClient, tokens: Tokens, job_id: str
+) -> None:
+    # What a runtime from before the binding was reported sends.
+    event = {"seq": 0, "time": T.format(0), "type": "resumed", "fromStep": 4}
+    assert post(client, job_id, batch(job_id, event)).status_code == 202
+    (resume,) = detail(client, tokens, job_id)["progress"]["resumes"]
+    assert [c["says"] for c in resume["compared"]] == [
+        "node: not reported",
+        "binding: not reported",
+    ]
+
+
+def test_an_allowed_mismatch_names_binding_fields_only(client: TestClient, job_id: str) -> None:
+    event = {
+        "seq": 0,
+        "time": T.format(0),
+        "type": "resumed",
+        "fromStep": 4,
+        "checkpointBinding": {},
+        "binding": {},
+        "allowedMismatch": ["node"],
+    }
+    answer = post(client, job_id, batch(job_id, event))
+    assert answer.status_code == 422, answer.text
+    assert "events.0.resumed.allowedMismatch.0" in answer.text
 
 
 def test_step_history_is_capped(client: TestClient, job_id: str, db: Database) -> None:

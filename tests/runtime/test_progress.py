@@ -190,11 +190,15 @@ def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, mon
 
     monkeypatch.setenv("KUBETRAIN_POD_NAME", "job-9-0-first")
     model, optimizer, _ = tiny_training.build()
-    first = CheckpointManager(tmp_path, reporter=_reporter(peer))
+    bound = {"dataset_version": "v3", "code_version": "c1"}
+    writer = _reporter(peer)
+    first = CheckpointManager(tmp_path, binding=bound, reporter=writer)
     first.save(7, model=model, optimizer=optimizer)
+    assert writer.close(10)  # its checkpoint reaches the peer before the resume
     monkeypatch.setenv("KUBETRAIN_POD_NAME", "job-9-0-second")
     reporter = _reporter(peer)
-    assert CheckpointManager(tmp_path, reporter=reporter).resume(model=model) == 7
+    second = CheckpointManager(tmp_path, binding=bound | {"code_version": "c2"}, reporter=reporter)
+    assert second.resume(model=model, allow_mismatch=["code_version"]) == 7
     assert reporter.close(10)
     saved, resumed = peer.events()
     assert saved["type"] == "checkpoint"
@@ -202,6 +206,11 @@ def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, mon
     assert saved["sizeBytes"] > 0
     assert resumed["type"] == "resumed"
     assert (resumed["fromStep"], resumed["fromPod"]) == (7, "job-9-0-first")
+    # the checkpoint's binding and the run's, for the lineage's "what differed"
+    unset = {"params_sha256": None}
+    assert resumed["checkpointBinding"] == {"dataset_version": "v3", "code_version": "c1"} | unset
+    assert resumed["binding"] == {"dataset_version": "v3", "code_version": "c2"} | unset
+    assert resumed["allowedMismatch"] == ["code_version"]
 
 
 GANG = {"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "job-9-0.job-9"}

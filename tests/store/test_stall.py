@@ -14,7 +14,15 @@ import pytest
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.control.syncer import Syncer
 from kubetrain.domain.states import BusinessState, ReasonCode
-from kubetrain.store import Database, Job, ReportEvent, job_history, record_reports
+from kubetrain.store import (
+    Database,
+    Job,
+    ReportEvent,
+    Source,
+    cancel_stalled_job,
+    job_history,
+    record_reports,
+)
 from kubetrain.store.models import TransitionKind
 from kubetrain.store.sync import sync_facts
 from tests.store.builders import new_job
@@ -27,25 +35,28 @@ R = ReasonCode
 T0 = datetime(2026, 12, 2, 15, 20, tzinfo=UTC)
 PROJECT = "fixture-running-0e2d"  # the dump's namespace
 RUNNING_SPEC: dict[str, Any] = {"spec": {"image": "trainer:1", "stallAfter": "10m"}}
+CANCELLING_SPEC: dict[str, Any] = {"spec": RUNNING_SPEC["spec"] | {"cancelAfterStall": "30m"}}
 
 
 def test_stall_after_is_read_from_the_spec_in_the_database(db: Database) -> None:
     with db.transaction() as session:
-        named = new_job(session, name="a", spec=RUNNING_SPEC).id
+        named = new_job(session, name="a", spec=CANCELLING_SPEC).id
         unnamed = new_job(session, name="b").id
     with db.read_only() as session:
         facts = sync_facts(session, [named, unnamed])
     assert facts[named].stall_after == 600
+    assert facts[named].cancel_after_stall == 1800
     assert facts[unnamed].stall_after is None
+    assert facts[unnamed].cancel_after_stall is None
 
 
-def _running_job(db: Database, cache: ClusterCache) -> str:
+def _running_job(db: Database, cache: ClusterCache, spec: dict[str, Any] = RUNNING_SPEC) -> str:
     with db.transaction() as session:
         job = new_job(
             session,
             name="running",
             project=PROJECT,
-            spec=RUNNING_SPEC,
+            spec=spec,
             state=BusinessState.RUNNING,
         )
         job.k8s_job_name = "kt-running"
@@ -106,3 +117,77 @@ def test_the_resync_notices_a_stall_without_any_watch_event(db: Database) -> Non
     with db.read_only() as session:
         rows = job_history(session, PROJECT, job_id, kind=TransitionKind.BUSINESS)
         assert [t.to_reason for t in rows][-2:] == [R.NO_PROGRESS, R.TRAINING]
+
+
+def test_a_job_stalled_past_its_cancel_after_stall_is_cancelled_as_a_user_would(
+    db: Database,
+) -> None:
+    cache = ClusterCache(http=None)
+    job_id = _running_job(db, cache, CANCELLING_SPEC)
+    now = [T0]
+    woken: list[bool] = []
+    syncer = Syncer(
+        db,
+        cache,
+        resync_interval=0.05,
+        clock=lambda: now[0],
+        on_cancelled=lambda: woken.append(True),
+    )
+    _report(db, job_id, 1, "phase", T0, phase="TRAINING")
+    _report(db, job_id, 2, "step", T0 + timedelta(minutes=1), step=800, metrics={})
+
+    async def scenario() -> None:
+        loops = asyncio.gather(syncer._work(), syncer._resync())
+        try:
+            # No step since T0+1m: NO_PROGRESS from T0+11m; 30m of it runs out at T0+41m.
+            now[0] = T0 + timedelta(minutes=12)
+            await _until(db, job_id, R.NO_PROGRESS)
+            now[0] = T0 + timedelta(minutes=40)
+            await asyncio.sleep(0.3)  # resyncs, with the cancel not yet due
+            assert _reason(db, job_id) == (BusinessState.RUNNING, R.NO_PROGRESS)
+            now[0] = T0 + timedelta(minutes=42)
+            await _until(db, job_id, R.CANCELLED)
+        finally:
+            loops.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loops
+
+    asyncio.run(scenario())
+    assert _reason(db, job_id) == (BusinessState.CANCELLED, R.CANCELLED)
+    assert woken  # the dispatcher is told: it deletes the Kubernetes Job
+    with db.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        # What a user's cancel leaves: the flag, and the job back in the outbox for the
+        # dispatcher to delete its Kubernetes Job.
+        assert job.cancel_requested
+        assert job.next_dispatch_at == T0 + timedelta(minutes=42)
+        rows = job_history(session, PROJECT, job_id, kind=TransitionKind.BUSINESS)
+    last = rows[-1]
+    assert (last.from_reason, last.to_state, last.to_reason) == (
+        R.NO_PROGRESS,
+        BusinessState.CANCELLED,
+        R.CANCELLED,
+    )
+    assert last.source == Source.SYNCER
+    said = (
+        "cancelled for no progress: NO_PROGRESS for over 30m (spec.cancelAfterStall), "
+        "no step since 2026-12-02 15:21:00Z (stall threshold 10m)"
+    )
+    assert last.detail == {"message": said}
+    assert job.reason_message == said  # what kubetrain get job and the page say
+
+
+def test_a_job_whose_steps_came_back_is_not_cancelled_for_a_stale_stall(db: Database) -> None:
+    # The syncer read NO_PROGRESS; a step arrived (the job is TRAINING again) before it
+    # cancelled: the cancel, checked under the row's lock, does nothing.
+    with db.transaction() as session:
+        job = new_job(session, name="a", spec=CANCELLING_SPEC, state=BusinessState.RUNNING)
+        job.k8s_job_name = "kt-a"
+        job_id = job.id
+    with db.transaction() as session:
+        assert not cancel_stalled_job(session, job_id, message="stale", now=T0)
+    with db.read_only() as session:
+        after = session.get(Job, job_id)
+        assert after is not None
+        assert (after.business_state, after.cancel_requested) == (BusinessState.RUNNING, False)

@@ -77,6 +77,10 @@ def test_progress_shows_sub_phase_step_checkpoint_and_resume_lineage():
                 "from_pod": "kt-1-aaaaa",
                 "from_attempt": 1,
                 "at": "2026-12-02T10:01:00Z",
+                "compared": [
+                    {"says": "node: node-a -> node-b (allowed)"},
+                    {"says": "dataset version: v3 (same)"},
+                ],
             }
         ],
     }
@@ -86,6 +90,10 @@ def test_progress_shows_sub_phase_step_checkpoint_and_resume_lineage():
     assert "1200 (loss 0.125, lr 0.0003)" in text
     assert "step 1000, 3.0 MiB in 0.50 s" in text
     assert "attempt 2 from step 800 of attempt 1" in text
+    # what differed between the checkpoint and attempt 2, one line each, under it
+    after = text[text.index("attempt 2 from step 800 of attempt 1") :].splitlines()
+    assert after[1].strip() == "node: node-a -> node-b (allowed)"
+    assert after[2].strip() == "dataset version: v3 (same)"
     assert "2 dropped by the reporter" in text
 
 

@@ -14,10 +14,18 @@ from typing import Any
 
 import pytest
 
-from kubetrain.domain.diagnosis import ChainState, JobFacts
+from kubetrain.domain.diagnosis import ChainState, JobFacts, cancel_for_no_progress
 from kubetrain.domain.manifest import pod_failure_policy
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
-from tests.unit.diagnosis_helpers import dump, facts, items, recorded_kueue_message, run, the_job
+from tests.unit.diagnosis_helpers import (
+    NOW,
+    dump,
+    facts,
+    items,
+    recorded_kueue_message,
+    run,
+    the_job,
+)
 
 pytestmark = pytest.mark.unit
 
@@ -623,6 +631,37 @@ def test_silence_means_nothing_without_a_threshold_or_a_training_report() -> Non
     # Preflight has its own code; a report from an earlier Pod says nothing of this one.
     assert stalling(reported_phase=("x", "PREFLIGHT", old)).reason == R.TRAINING
     assert stalling(reported_phase=("kt-old-pod", "TRAINING", old)).reason == R.TRAINING
+
+
+def test_a_stalled_job_is_cancelled_once_no_progress_for_its_cancel_after_stall() -> None:
+    # No step since 15:48:30 with a 10m threshold: NO_PROGRESS from 15:58:30; NOW is 16:00.
+    last = datetime(2026, 12, 2, 15, 48, 30, tzinfo=UTC)
+    d = stalling(last_step=(800, last))
+    assert (d.reason, d.since) == (R.NO_PROGRESS, last)
+
+    def due(cancel_after: int | None, reason: R = d.reason) -> str | None:
+        return cancel_for_no_progress(
+            reason, d.since, stall_after=600, cancel_after_stall=cancel_after, now=NOW
+        )
+
+    assert due(60) == (
+        "cancelled for no progress: NO_PROGRESS for over 1m (spec.cancelAfterStall), "
+        "no step since 2026-12-02 15:48:30Z (stall threshold 10m)"
+    )
+    assert due(90) is None  # NO_PROGRESS for 90 s exactly: not over it yet
+    assert due(120) is None
+    assert due(None) is None  # the option unset: never cancelled for it
+    assert due(60, R.TRAINING) is None  # reports came back
+
+
+def test_no_cancel_for_no_progress_without_a_stall_threshold() -> None:
+    long_ago = datetime(2026, 12, 1, tzinfo=UTC)
+    assert (
+        cancel_for_no_progress(
+            R.NO_PROGRESS, long_ago, stall_after=None, cancel_after_stall=60, now=NOW
+        )
+        is None
+    )
 
 
 def test_an_attempt_is_bound_when_its_pod_scheduled_condition_turned_true() -> None:

@@ -1002,6 +1002,7 @@ def test_the_digest_is_a_stable_sha256():
         ("spec.resources.requests.memory", "1Gi", 2**30),
         ("spec.maxRuntime", "90m", "1h30m"),
         ("spec.stallAfter", "90m", "1h30m"),
+        ("spec.cancelAfterStall", "90m", "1h30m"),
         ("spec.cache", {"size": "1Gi"}, {"size": "1024Mi"}),
         ("spec.args", [], DELETE),
         ("metadata.labels", {"a": "1", "b": "2"}, {"b": "2", "a": "1"}),
@@ -1020,6 +1021,7 @@ def test_the_digest_ignores_spelling(path, first, second):
         ("spec.retries", 0),
         ("spec.workers", 2),
         ("spec.stallAfter", "1h"),
+        ("spec.cancelAfterStall", "1h"),
         ("spec.env", [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
     ],
 )
@@ -1038,6 +1040,18 @@ def test_a_job_without_stall_after_keeps_the_digest_it_had_before_the_field():
 @pytest.mark.parametrize(("text", "says"), [("2d", "no days"), ("0s", "from 1s"), (60, "string")])
 def test_bad_stall_afters_are_refused(text, says):
     assert says in refused("spec.stallAfter", text)
+
+
+def test_a_job_without_cancel_after_stall_keeps_the_digest_it_had_before_the_field():
+    assert "cancelAfterStall" not in _normalized(parse_training_job(full()))["spec"]
+    job = parse_training_job(put(minimal(), "spec.cancelAfterStall", "2h"))
+    assert job.spec.cancel_after_stall == "2h"
+    assert _normalized(job)["spec"]["cancelAfterStall"] == "7200s"
+
+
+@pytest.mark.parametrize(("text", "says"), [("2d", "no days"), ("0s", "from 1s"), (60, "string")])
+def test_bad_cancel_after_stalls_are_refused(text, says):
+    assert says in refused("spec.cancelAfterStall", text)
 
 
 def test_one_worker_keeps_the_digest_of_a_job_that_names_none():

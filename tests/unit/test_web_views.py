@@ -85,6 +85,23 @@ def test_the_timeline_puts_each_attempt_in_its_own_lane() -> None:
     assert found.rows[2].text == "node: - → gpu-0"
 
 
+def test_a_business_row_without_kubernetes_words_shows_kubetrains_message() -> None:
+    said = "cancelled for no progress: NO_PROGRESS for over 30m (spec.cancelAfterStall)"
+    found = views.timeline(
+        [
+            _entry(
+                "business",
+                from_state="RUNNING",
+                to_state="CANCELLED",
+                to_reason="CANCELLED",
+                detail={"message": said},
+            ),
+            _entry("business", to_state="RUNNING", detail={"link": "training", "waitable": None}),
+        ]
+    )
+    assert [r.text for r in found.rows] == [said, None]
+
+
 def test_bars_clamp_and_colour_by_how_full() -> None:
     half = views.Bar("gpu", Decimal(4), Decimal(8))
     assert (half.percent, half.level, half.text()) == (50.0, "ok", "4 of 8 used, 4 free")

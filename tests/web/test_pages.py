@@ -417,6 +417,8 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     assert "14 · loss 0.2" in section
     assert "step 14, 2.0 MiB in 0.50 s" in section
     assert "from step 10 of an earlier run" in section
+    # a resume reported without its binding: the lineage says so rather than guess
+    assert '<li class="verdict-not-reported">binding: not reported</li>' in section
     points = re.search(r'<polyline[^>]*points="([^"]+)"', section)
     assert points is not None
     assert len(points.group(1).split()) == 5  # one point per reported step

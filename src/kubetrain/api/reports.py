@@ -43,6 +43,7 @@ from kubetrain.store import ReportEvent, job_id_of_status_token, record_reports
 
 MAX_EVENTS = 100
 MAX_METRICS = 16
+MAX_BINDING_VALUE = 256
 _METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$")
 
 router = APIRouter(
@@ -119,10 +120,32 @@ class CheckpointEvent(_Event):
     duration_seconds: float = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
 
 
+class Binding(BaseModel):
+    """What a checkpoint (or the run resuming from it) is bound to; null: unset."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    dataset_version: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
+    code_version: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
+    params_sha256: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
+    world_size: int | None = Field(default=None, ge=1, le=2**31, description="absent: 1")
+
+
 class ResumedEvent(_Event):
     type: Literal["resumed"]
     from_step: int = Field(alias="fromStep", ge=0, le=2**62)
     from_pod: str | None = Field(alias="fromPod", default=None, max_length=253)
+    # Absent from runtimes before them: the lineage then says "not reported".
+    checkpoint_binding: Binding | None = Field(alias="checkpointBinding", default=None)
+    binding: Binding | None = Field(default=None, description="the resuming run's")
+    allowed_mismatch: list[Literal["dataset_version", "code_version", "params_sha256"]] | None = (
+        Field(
+            alias="allowedMismatch",
+            default=None,
+            max_length=3,
+            description="the binding fields that differed and the run let differ",
+        )
+    )
 
 
 AnyEvent = Annotated[

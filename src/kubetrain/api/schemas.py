@@ -171,6 +171,23 @@ def _size(spec: dict[str, Any]) -> dict[str, int]:
     }
 
 
+class ComparedView(BaseModel):
+    """One field of a checkpoint against the attempt that resumed from it (docs/api.md)."""
+
+    field: str = Field(
+        description="node, dataset version, code version, params digest, world size; "
+        "binding: the last four, when the runtime did not report them"
+    )
+    checkpoint: str | None = Field(description="the checkpoint's (its writer's); null: unknown")
+    resumed: str | None = Field(description="the resuming attempt's; null: unknown")
+    rule: str = Field(description="may differ | must match | must match unless allowed")
+    verdict: str = Field(
+        description="same | differs, allowed | differs, allowed by the run | "
+        "differs, not allowed | not compared | not reported"
+    )
+    says: str = Field(description="the line kubetrain get job and the job page print")
+
+
 class ResumeView(BaseModel):
     """A Pod that resumed from a checkpoint another Pod (or an earlier run of itself) wrote."""
 
@@ -180,6 +197,12 @@ class ResumeView(BaseModel):
     from_pod: str | None
     from_attempt: int | None
     at: datetime
+    node: str | None = Field(description="where the resuming Pod ran; null: not seen")
+    from_node: str | None = Field(description="where the Pod that wrote the checkpoint ran")
+    compared: list[ComparedView] = Field(
+        description="what differed between the checkpoint and the resuming attempt, and "
+        "whether the runtime's binding rule allows it"
+    )
 
 
 class ProgressView(BaseModel):

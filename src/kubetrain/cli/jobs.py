@@ -195,6 +195,8 @@ def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
             else (resume.get("from_pod") or "an earlier run")
         )
         lines.append(("Resumed", f"{here} from step {resume['from_step']} of {origin}"))
+        # What differed between the checkpoint and this attempt, and whether it may.
+        lines += [("", f"  {compared['says']}") for compared in resume.get("compared") or []]
     if progress.get("dropped"):
         lines.append(("Reports", f"{progress['dropped']} dropped by the reporter"))
     return lines

@@ -116,7 +116,11 @@ class ControlLoops:
         # Fresh caches for every term as leader: a standby's view may be stale.
         cache = self.cache = ClusterCache(http)
         self.syncer = Syncer(
-            self.db, cache, resync_interval=self.resync_interval, stall_after=self.stall_after
+            self.db,
+            cache,
+            resync_interval=self.resync_interval,
+            stall_after=self.stall_after,
+            on_cancelled=self.notify,  # the dispatcher deletes a cancelled job's Job
         )
         self.dispatcher = Dispatcher(
             self.db,

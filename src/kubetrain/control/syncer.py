@@ -20,12 +20,24 @@ from datetime import UTC, datetime
 
 from kubetrain.cluster.cache import CLUSTER_WIDE, ClusterCache, job_id_of
 from kubetrain.cluster.reflector import Obj
-from kubetrain.domain.diagnosis import AttemptView, Diagnosis, JobFacts, diagnose
+from kubetrain.domain.diagnosis import (
+    AttemptView,
+    Diagnosis,
+    JobFacts,
+    cancel_for_no_progress,
+    diagnose,
+)
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
 from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
-from kubetrain.store import Database, PodObservation, Progress, progress_by_job
+from kubetrain.store import (
+    Database,
+    PodObservation,
+    Progress,
+    cancel_stalled_job,
+    progress_by_job,
+)
 from kubetrain.store.sync import (
     SyncedJob,
     plan_synced,
@@ -64,15 +76,18 @@ class Syncer:
         stall_after: int | None = None,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
+        on_cancelled: Callable[[], None] | None = None,
     ) -> None:
         """`clock` dates what the syncer writes; `monotonic` times marks, lags, the
-        dispatch grace and the rounds' stages."""
+        dispatch grace and the rounds' stages. `on_cancelled` (on the event loop): the
+        syncer cancelled a stalled job (spec.cancelAfterStall), whose Job is to delete."""
         self.db = db
         self.cache = cache
         self.resync_interval = resync_interval
         self.stall_after = stall_after  # the platform's default; a job's spec.stallAfter wins
         self.clock = clock
         self.monotonic = monotonic
+        self.on_cancelled = on_cancelled
         # job id -> monotonic time first marked. Jobs a watch event of their own
         # marked go first; the resync's and cluster-wide changes' marks (every
         # unfinished job at once) fill the rest of a round, so that they never
@@ -181,9 +196,11 @@ class Syncer:
         # Taken on the event loop, where the caches change; the rest runs in a thread.
         snapshot = self.cache.snapshot(facts.job_id for facts in due)
         SYNC_ROUND.labels("snapshot").observe(self.monotonic() - loaded)
-        failed, finished = await asyncio.to_thread(self._apply, due, snapshot, batch)
+        failed, finished, cancelled = await asyncio.to_thread(self._apply, due, snapshot, batch)
         for namespace, k8s_name, pods in finished:
             self.cache.forget(namespace, k8s_name, pods)  # their events are recorded now
+        if cancelled and self.on_cancelled is not None:
+            self.on_cancelled()
         return failed
 
     def _absence_is_real(self, facts: _Facts) -> bool:
@@ -224,13 +241,16 @@ class Syncer:
                     stall_after=job.stall_after
                     if job.stall_after is not None
                     else self.stall_after,
+                    cancel_after_stall=job.cancel_after_stall,
                 )
             )
         return out
 
     def _apply(
         self, due: list[_Facts], snapshot: Snapshot, marked: dict[str, float]
-    ) -> tuple[list[str], list[tuple[str, str, list[str]]]]:
+    ) -> tuple[list[str], list[tuple[str, str, list[str]]], list[str]]:
+        """Diagnose and record; returns the ids that failed, the finished jobs' Pods to
+        forget, and the ids of stalled jobs cancelled (spec.cancelAfterStall)."""
         began, now = self.monotonic(), self.clock()
         failed: list[str] = []
         diagnosed: list[tuple[_Facts, Diagnosis]] = []
@@ -248,7 +268,7 @@ class Syncer:
         diagnosed_at = self.monotonic()
         SYNC_ROUND.labels("diagnose").observe(diagnosed_at - began)
         if not diagnosed:
-            return failed, []
+            return failed, [], []
         # A read first: most rounds (replays, the resync) have nothing to write and
         # so need not queue for SQLite's one writer, which the API needs for
         # submissions. The rest commit in one transaction for the round, planned
@@ -273,7 +293,37 @@ class Syncer:
                 finished.append((facts.namespace, facts.k8s_name, pods))
             if result.changed:
                 self._changed(facts, diagnosis, committed - marked[facts.job_id])
-        return failed, finished
+        return failed, finished, self._cancel_stalled(diagnosed, now)
+
+    def _cancel_stalled(
+        self, diagnosed: list[tuple[_Facts, Diagnosis]], now: datetime
+    ) -> list[str]:
+        """Cancel, as a user would, each job NO_PROGRESS for its spec.cancelAfterStall."""
+        due = {
+            facts.job_id: message
+            for facts, diagnosis in diagnosed
+            if not facts.cancel_requested
+            and (
+                message := cancel_for_no_progress(
+                    diagnosis.reason,
+                    diagnosis.since,
+                    stall_after=facts.stall_after,
+                    cancel_after_stall=facts.cancel_after_stall,
+                    now=now,
+                )
+            )
+        }
+        if not due:
+            return []
+        with self.db.transaction() as session:
+            cancelled = [
+                job_id
+                for job_id, message in sorted(due.items())  # locked in id order, as batches are
+                if cancel_stalled_job(session, job_id, message=message, now=now)
+            ]
+        for job_id in cancelled:
+            log.info("%s", due[job_id], extra={"job_id": job_id, "state": "CANCELLED"})
+        return cancelled
 
     def _changed(self, facts: _Facts, diagnosis: Diagnosis, lag: float) -> None:
         SYNC_LAG.observe(lag)
@@ -297,9 +347,10 @@ class Syncer:
 
 @dataclass(frozen=True)
 class _Facts(JobFacts):
-    """The diagnosis' facts plus our record's id."""
+    """The diagnosis' facts plus our record's id and what the syncer acts on."""
 
     job_id: str = ""
+    cancel_after_stall: int | None = None  # seconds NO_PROGRESS before it is cancelled
 
 
 def _synced(facts: _Facts, diagnosis: Diagnosis) -> SyncedJob:

@@ -308,7 +308,8 @@ CATALOG: dict[ReasonCode, Reason] = {
             L.TRAINING,
             "The job runs but has reported no training step for longer than its stall "
             "threshold (spec.stallAfter, else the platform's default): it may hang (a stuck "
-            "collective, a dead data loader, a deadlock). kubetrain does not stop it.",
+            "collective, a dead data loader, a deadlock). kubetrain does not stop it, unless "
+            "its spec.cancelAfterStall runs out.",
             "Read its logs (kubetrain logs); cancel it if it is stuck, or raise spec.stallAfter "
             "if its steps are this slow.",
             U,

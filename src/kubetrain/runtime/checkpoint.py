@@ -252,7 +252,13 @@ class CheckpointManager:
         self.extra = state.get("extra")
         self.resumed = Resumed(found.step, pod if isinstance(pod, str) else None, allowed)
         if self._reporter is not None:
-            self._reporter.resumed(found.step, self.resumed.pod)
+            self._reporter.resumed(
+                found.step,
+                self.resumed.pod,
+                checkpoint_binding=found.binding,
+                binding=self.binding,
+                allowed=allowed,
+            )
 
     # writing -------------------------------------------------------------
 

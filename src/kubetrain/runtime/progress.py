@@ -24,7 +24,7 @@ import threading
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -36,6 +36,7 @@ from kubetrain.runtime.redact import Redactor
 MAX_BATCH = 100  # the server refuses larger batches
 MAX_QUEUE = 1000
 MAX_METRICS = 16
+MAX_BINDING_VALUE = 256  # characters of a binding value the server takes
 REQUEST_TIMEOUT_SECONDS = 2.0
 SEND_INTERVAL_SECONDS = 1.0  # steps are batched; phases, checkpoints and resumes go at once
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
@@ -109,9 +110,28 @@ class Reporter:
             return
         self._put(event, urgent=True)
 
-    def resumed(self, from_step: int, from_pod: str | None) -> None:
+    def resumed(
+        self,
+        from_step: int,
+        from_pod: str | None,
+        *,
+        checkpoint_binding: Mapping[str, Any] | None = None,
+        binding: Mapping[str, Any] | None = None,
+        allowed: Sequence[str] = (),
+    ) -> None:
+        """`checkpoint_binding` and `binding`: what the checkpoint was bound to and what
+        this run is; `allowed`: the fields that differed and the run let differ. The
+        server shows them as the lineage's "what differed"."""
         try:
-            event = {"type": "resumed", "fromStep": int(from_step), "fromPod": from_pod}
+            event: dict[str, Any] = {
+                "type": "resumed",
+                "fromStep": int(from_step),
+                "fromPod": from_pod,
+            }
+            if checkpoint_binding is not None and binding is not None:
+                event["checkpointBinding"] = _binding(checkpoint_binding)
+                event["binding"] = _binding(binding)
+                event["allowedMismatch"] = [str(name) for name in allowed]
         except (TypeError, ValueError) as exc:
             self._warn_once("resumed", f"resume not reported: {exc}")
             return
@@ -255,6 +275,18 @@ class Reporter:
         if kind not in self._warned:
             self._warned.add(kind)
             print(self._redact(f"kubetrain: {message}"), file=sys.stderr)
+
+
+def _binding(binding: Mapping[str, Any]) -> dict[str, Any]:
+    """The fields the server takes: strings (cut to its limit), the world size a number."""
+    out: dict[str, Any] = {}
+    for name in ("dataset_version", "code_version", "params_sha256"):
+        value = binding.get(name)
+        out[name] = None if value is None else str(value)[:MAX_BINDING_VALUE]
+    size = binding.get("world_size")
+    if isinstance(size, int) and not isinstance(size, bool):
+        out["world_size"] = size
+    return out
 
 
 def _now() -> str:

@@ -579,9 +579,38 @@ def request_cancel(
     except JobNotFound:
         return None
     if job.business_state not in TERMINAL and not job.cancel_requested:
-        job.cancel_requested = True
-        job.updated_at = _now(now)
-        if job.k8s_job_name is not None:
-            # Back into the outbox: the dispatcher deletes the Kubernetes Job.
-            job.next_dispatch_at = job.updated_at
+        _flag_cancel(job, _now(now))
     return job
+
+
+def cancel_stalled_job(
+    session: Session, job_id: str, *, message: str, now: datetime | None = None
+) -> bool:
+    """Cancel a job the syncer found NO_PROGRESS past its spec.cancelAfterStall, as a
+    user's cancel does: the flag, then `CANCELLED` (the dispatcher deletes the
+    Kubernetes Job). Nothing happens to a job no longer NO_PROGRESS (a step came since
+    the syncer read it) or already being cancelled. True if it was cancelled."""
+    now = _now(now)
+    job = lock_job(session, job_id)
+    if job.reason != ReasonCode.NO_PROGRESS or job.cancel_requested:
+        return False
+    _flag_cancel(job, now)
+    apply_locked_business_change(
+        session,
+        job,
+        BusinessState.CANCELLED,
+        ReasonCode.CANCELLED,
+        source=Source.SYNCER,
+        detail={"message": message},  # the history row says why, not only the job
+        message=message,
+        now=now,
+    )
+    return True
+
+
+def _flag_cancel(job: Job, now: datetime) -> None:
+    job.cancel_requested = True
+    job.updated_at = now
+    if job.k8s_job_name is not None:
+        # Back into the outbox: the dispatcher deletes the Kubernetes Job.
+        job.next_dispatch_at = now

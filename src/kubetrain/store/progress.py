@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
+from kubetrain.domain.lineage import Compared, compare_resume
 from kubetrain.store.errors import JobNotFound
 from kubetrain.store.models import Attempt, Job, Progress, Report
 from kubetrain.store.tokens import hash_token
@@ -55,6 +56,22 @@ class Resume:
     from_pod: str | None
     from_attempt: int | None
     at: datetime
+    # Where each Pod ran (the attempts' record; None: not seen), and what the runtime
+    # reported of the checkpoint's binding and its own (None: not reported).
+    node: str | None = None
+    from_node: str | None = None
+    checkpoint_binding: Mapping[str, Any] | None = None
+    binding: Mapping[str, Any] | None = None
+    allowed_mismatch: Sequence[str] | None = None
+
+    def compared(self) -> list[Compared]:
+        return compare_resume(
+            from_node=self.from_node,
+            node=self.node,
+            checkpoint_binding=self.checkpoint_binding,
+            binding=self.binding,
+            allowed=self.allowed_mismatch,
+        )
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -64,6 +81,9 @@ class Resume:
             "from_pod": self.from_pod,
             "from_attempt": self.from_attempt,
             "at": self.at,
+            "node": self.node,
+            "from_node": self.from_node,
+            "compared": [c.to_json() for c in self.compared()],
         }
 
 
@@ -188,20 +208,26 @@ def resume_lineage(session: Session, job_id: str) -> list[Resume]:
     if not reports:
         return []
     attempts = {
-        a.pod_name: a.number
-        for a in session.scalars(select(Attempt).where(Attempt.job_id == job_id))
+        a.pod_name: a for a in session.scalars(select(Attempt).where(Attempt.job_id == job_id))
     }
     lineage = []
     for report in reports:
+        here = attempts.get(report.pod)
         from_pod = report.data.get("fromPod")
+        origin = attempts.get(from_pod) if from_pod else None
         lineage.append(
             Resume(
                 pod=report.pod,
-                attempt=attempts.get(report.pod),
+                attempt=here.number if here else None,
                 from_step=int(report.data["fromStep"]),
                 from_pod=from_pod,
-                from_attempt=attempts.get(from_pod) if from_pod else None,
+                from_attempt=origin.number if origin else None,
                 at=report.reported_at,
+                node=here.node if here else None,
+                from_node=origin.node if origin else None,
+                checkpoint_binding=report.data.get("checkpointBinding"),
+                binding=report.data.get("binding"),
+                allowed_mismatch=report.data.get("allowedMismatch"),
             )
         )
     return lineage

@@ -286,20 +286,27 @@ class SyncFacts:
     last_dispatch_error: str | None
     restart_job_uid: str | None  # a gang restart the dispatcher has still to make
     stall_after: int | None = None  # seconds, from spec.stallAfter
+    cancel_after_stall: int | None = None  # seconds, from spec.cancelAfterStall
+
+
+# Durations of the spec the syncer needs: read in the database rather than loading every spec.
+_SPEC_DURATIONS = {"stall_after": "stallAfter", "cancel_after_stall": "cancelAfterStall"}
 
 
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per 500 (not one per job)."""
-    names = [f.name for f in fields(SyncFacts) if f.name != "stall_after"]
-    # One field of the spec, read in the database rather than loading every spec.
-    stall = Job.spec["spec"]["stallAfter"].as_string().label("stall")
+    names = [f.name for f in fields(SyncFacts) if f.name not in _SPEC_DURATIONS]
+    durations = [
+        Job.spec["spec"][key].as_string().label(name) for name, key in _SPEC_DURATIONS.items()
+    ]
     out: dict[str, SyncFacts] = {}
     for chunk in in_chunks(ids):
-        query = select(*(getattr(Job, n) for n in names), stall).where(Job.id.in_(chunk))
+        query = select(*(getattr(Job, n) for n in names), *durations).where(Job.id.in_(chunk))
         for row in session.execute(query).mappings():
-            values = {name: row[name] for name in names}
-            seconds = duration_seconds(row["stall"]) if row["stall"] else None
-            out[row["id"]] = SyncFacts(**values, stall_after=seconds)
+            values: dict[str, Any] = {name: row[name] for name in names}
+            for name in _SPEC_DURATIONS:
+                values[name] = duration_seconds(row[name]) if row[name] else None
+            out[row["id"]] = SyncFacts(**values)
     return out
 
 

@@ -154,9 +154,9 @@ def timeline(entries: Sequence[Any]) -> Timeline:
             title = f"{entry.from_state or '-'} → {entry.to_state}"
             if entry.to_reason:
                 title += f" ({entry.to_reason})"
-            rows.append(
-                TimelineRow(entry.at, 0, title, entry.raw_message or entry.raw_reason, "business")
-            )
+            # Kubernetes' words, else kubetrain's own (a cancel for no progress says why).
+            said = entry.raw_message or entry.raw_reason or (entry.detail or {}).get("message")
+            rows.append(TimelineRow(entry.at, 0, title, said, "business"))
             continue
         detail = entry.detail or {}
         # The syncer writes {"changed": {field: [old, new]}, "pod_name": ..., "pod_uid": ...};

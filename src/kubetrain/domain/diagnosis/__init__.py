@@ -75,7 +75,7 @@ from kubetrain.domain.diagnosis.result import (
     GangRestart,
     JobFacts,
 )
-from kubetrain.domain.diagnosis.stall import _stalled
+from kubetrain.domain.diagnosis.stall import _stalled, cancel_for_no_progress
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.snapshot import Snapshot
@@ -91,6 +91,7 @@ __all__ = [
     "GangRestart",
     "JobFacts",
     "NodeFit",
+    "cancel_for_no_progress",
     "diagnose",
 ]
 

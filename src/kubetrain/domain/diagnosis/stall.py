@@ -6,6 +6,9 @@ silence means nothing. The clock starts at the later of the job's last step and
 the Pod's TRAINING report, so a new attempt is given its own threshold to reach
 its first step. The detail names the step and its time (not an age), so that a
 resync of a job still stalled writes nothing new.
+
+A job is never failed for it; with spec.cancelAfterStall, `cancel_for_no_progress`
+says when the control loop cancels one that stays stalled.
 """
 
 from __future__ import annotations
@@ -45,6 +48,39 @@ def _stalled(reader: _Reader, outcome: _Outcome, now: datetime) -> _Outcome:
         detail = f"no step for over {threshold} since Pod {reported[0]} began training at {at}"
     finding = _Finding(ReasonCode.NO_PROGRESS, detail, since=last)
     return _Outcome(outcome.state, [finding, *outcome.findings[1:]], outcome.stage)
+
+
+def cancel_for_no_progress(
+    reason: ReasonCode,
+    since: datetime | None,
+    *,
+    stall_after: int | None,
+    cancel_after_stall: int | None,
+    now: datetime,
+) -> str | None:
+    """The history message of cancelling a job (spec.cancelAfterStall) that has been
+    NO_PROGRESS for `cancel_after_stall` seconds, or None while that is not due.
+
+    `since` is the diagnosis' since for NO_PROGRESS: the last progress (the later of
+    the last step and the TRAINING report). The job became NO_PROGRESS once
+    `stall_after` seconds had passed from it, so the wait is counted from there, not
+    from whenever a resync first noticed: a control loop that was down for an hour
+    does not give a stalled job an extra hour."""
+    if (
+        reason is not ReasonCode.NO_PROGRESS
+        or since is None
+        or stall_after is None
+        or cancel_after_stall is None
+    ):
+        return None
+    if (now - since).total_seconds() <= stall_after + cancel_after_stall:
+        return None
+    at = since.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%SZ")
+    return (
+        f"cancelled for no progress: NO_PROGRESS for over {_duration(cancel_after_stall)} "
+        f"(spec.cancelAfterStall), no step since {at} (stall threshold "
+        f"{_duration(stall_after)})"
+    )
 
 
 def _duration(seconds: int) -> str:

@@ -21,6 +21,7 @@ API, so it reads like a Kubernetes object:
       priorityClass: batch-normal
       maxRuntime: 24h
       stallAfter: 30m       # no step for this long: NO_PROGRESS (default: the platform's)
+      cancelAfterStall: 2h  # NO_PROGRESS for this long: cancelled (default: never)
       retries: 3
 
 Everything is checked here, before a record exists, so that a mistake is

@@ -32,6 +32,10 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
         del data["spec"]["stallAfter"]  # the digests of jobs made before it stay
     else:
         data["spec"]["stallAfter"] = f"{duration_seconds(job.spec.stall_after)}s"
+    if job.spec.cancel_after_stall is None:
+        del data["spec"]["cancelAfterStall"]  # likewise
+    else:
+        data["spec"]["cancelAfterStall"] = f"{duration_seconds(job.spec.cancel_after_stall)}s"
     if job.spec.workers == 1:
         # One worker is every job made before gangs: their digests stay what they were.
         del data["spec"]["workers"]

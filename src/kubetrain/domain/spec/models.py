@@ -236,6 +236,9 @@ class TrainingJobSpec(SpecModel):
     # No step reported for this long makes a training job NO_PROGRESS (not failed);
     # unset: the platform's default (ServerSettings.stall_after_seconds).
     stall_after: Duration | None = None
+    # NO_PROGRESS for this long (counted from the stall threshold) cancels the job, as a
+    # user's cancel would; unset: a stalled job is never cancelled for it.
+    cancel_after_stall: Duration | None = None
     retries: Retries = 0
 
     @model_validator(mode="after")
