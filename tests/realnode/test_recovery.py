@@ -214,6 +214,12 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
     ], resumes
     assert resumes[0]["pod"] == two["pod"]
     assert resumes[0]["from_pod"] == one["pod"]
+    # What was allowed to differ: the node did; the binding the runtime checked did not.
+    verdicts = {c["field"]: c["verdict"] for c in resumes[0]["compared"]}
+    assert verdicts["node"] == "differs, allowed", resumes[0]["compared"]
+    assert verdicts["code version"] == verdicts["params digest"] == "same", verdicts
+    assert verdicts["world size"] == "same"
+    assert "differs, not allowed" not in verdicts.values()
     shown = real_server.cli("get", "job", job_id, "--project", p)
     assert shown.returncode == 0, shown.stderr
     assert f"attempt 2 from step {newest.step} of attempt 1" in shown.stdout, shown.stdout
