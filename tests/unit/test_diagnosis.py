@@ -946,3 +946,35 @@ def test_a_crash_loop_is_only_a_pod_restarted_in_place() -> None:
         for name in ("real-exit-nonzero", "real-preflight-failed", "node-lost")
         for p in items(dump(name), "Pod")
     )
+
+
+# The codes of the lower half of the chain: what a kubelet, its runtime and the
+# training say. Their fixtures come from a real kubelet (the `real` pool).
+RUNTIME_CODES = {
+    R.IMAGE_PULL_FAILED,
+    R.CONTAINER_CONFIG_ERROR,
+    R.VOLUME_MOUNT_FAILED,
+    R.OOM_KILLED,
+    R.EVICTED,
+    R.GPU_ALLOCATION_FAILED,
+    R.CRASH_LOOP,
+    R.EXIT_NONZERO,
+    R.PREFLIGHT_FAILED,
+}
+# KWOK dumps whose exit is only the setting for what they test: the Job
+# controller's backoff limit over two attempts, a gang of 8-GPU workers.
+KWOK_EXITS = {"backoff-limit", "gang-worker-failed"}
+
+
+def test_every_fixture_says_which_kind_of_node_it_came_from() -> None:
+    for name in CASES:
+        kind = dump(name)["recordedOn"]
+        assert kind in {"kwok", "real"}, name
+        assert (kind == "real") is name.startswith("real-"), name
+
+
+def test_every_runtime_link_fixture_comes_from_a_real_kubelet() -> None:
+    runtime = {name for name, want in CASES.items() if want.reason in RUNTIME_CODES}
+    assert runtime - KWOK_EXITS == {name for name in runtime if name.startswith("real-")}
+    assert {CASES[name].reason for name in runtime if name.startswith("real-")} == RUNTIME_CODES
+    assert all(dump(name)["recordedOn"] == "real" for name in runtime - KWOK_EXITS)
