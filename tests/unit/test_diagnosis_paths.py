@@ -534,7 +534,9 @@ def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() 
     # `configmap "train-config" not found` (pkg/kubelet/util/manager/
     # watch_based_manager.go, groupResource "configmap" from configmap/configmap_manager.go,
     # v1.33), set as the waiting message with CreateContainerConfigError.
-    data = initializing("real-config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]})
+    data = initializing(
+        "real-config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]}
+    )
     status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
     status["state"]["waiting"]["message"] = 'configmap "train-config" not found'
     d = run(data)
