@@ -38,7 +38,7 @@ def test_text_view_walks_the_chain_and_shows_the_node_table(
 
 
 def test_text_view_of_a_failed_job(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, _ = why(capsys, "--from-file", str(SNAPSHOTS / "preflight-failed.json"))
+    code, out, _ = why(capsys, "--from-file", str(SNAPSHOTS / "real-preflight-failed.json"))
     assert code == 0
     assert "FAILED · PREFLIGHT_FAILED" in out
     assert "[xx] preflight" in out
@@ -156,7 +156,7 @@ def test_standard_input(
 ) -> None:
     import io
 
-    monkeypatch.setattr("sys.stdin", io.StringIO((SNAPSHOTS / "oom-killed.json").read_text()))
+    monkeypatch.setattr("sys.stdin", io.StringIO((SNAPSHOTS / "real-oom-killed.json").read_text()))
     code, out, _ = why(capsys, "--from-file", "-", "-o", "json")
     assert (code, json.loads(out)["reason"]) == (0, "OOM_KILLED")
 

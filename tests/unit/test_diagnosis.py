@@ -53,53 +53,6 @@ CASES: dict[str, Expected] = {
         "succeeded pods",
         chain=passed_but(PREFLIGHT=ChainState.NOT_OBSERVED, VOLUME=ChainState.NOT_NEEDED),
     ),
-    "exit-nonzero": Expected(
-        S.FAILED,
-        R.EXIT_NONZERO,
-        None,
-        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "Error",
-        "loss is NaN at step 120",
-        chain={
-            Link.PREFLIGHT: ChainState.NOT_OBSERVED,  # no runtime in a KWOK Pod
-            Link.TRAINING: ChainState.FAILED,
-            Link.JOB: ChainState.FAILED,
-        },
-        explanation="exited with code 1: loss is NaN at step 120",
-    ),
-    # kubetrain's podFailurePolicy fails the Job at the preflight's exit code: no
-    # backoff-limit verdict beside it.
-    "preflight-failed": Expected(
-        S.FAILED,
-        R.PREFLIGHT_FAILED,
-        None,
-        ((R.PREFLIGHT_FAILED, None),),
-        "Error",
-        "preflight failed: gpu-visible: expected 1 GPU, found 0 (checked NVIDIA_VISIBLE_DEVICES",
-        chain={
-            Link.VOLUME: ChainState.NOT_NEEDED,  # no volumes
-            Link.PREFLIGHT: ChainState.FAILED,
-            Link.TRAINING: ChainState.NOT_REACHED,
-        },
-    ),
-    "evicted": Expected(
-        S.FAILED,
-        R.EVICTED,
-        None,
-        ((R.EVICTED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "Evicted",
-        "The node was low on resource: memory.",
-        chain={Link.GPU_NODE: ChainState.FAILED, Link.JOB: ChainState.FAILED},
-        explanation="Container trainer was using 9Gi, request is 8Gi",
-    ),
-    "oom-killed": Expected(
-        S.FAILED,
-        R.OOM_KILLED,
-        None,
-        ((R.OOM_KILLED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "OOMKilled",
-        chain={Link.TRAINING: ChainState.FAILED},
-    ),
     # The real scheduler took the Job's GPUs for a higher-priority Pod; the
     # replacement waits for GPUs, and the preemption says why it is back in line.
     "preempted": Expected(
@@ -382,33 +335,6 @@ CASES: dict[str, Expected] = {
         },
         explanation="an admission policy of the namespace (PodSecurity",
     ),
-    "image-pull-failed": Expected(
-        S.QUEUED,
-        R.IMAGE_PULL_FAILED,
-        False,
-        ((R.IMAGE_PULL_FAILED, None),),
-        "ImagePullBackOff",
-        "Back-off pulling image",
-        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
-        explanation="failed to pull and unpack image: not found",
-    ),
-    "mount-failed": Expected(
-        S.QUEUED,
-        R.VOLUME_MOUNT_FAILED,
-        None,
-        ((R.VOLUME_MOUNT_FAILED, None),),
-        "FailedMount",
-        'MountVolume.SetUp failed for volume "dataset"',
-        chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
-    ),
-    "config-error": Expected(
-        S.QUEUED,
-        R.CONTAINER_CONFIG_ERROR,
-        False,
-        ((R.CONTAINER_CONFIG_ERROR, None),),
-        "CreateContainerConfigError",
-        'secret "wandb" not found',
-    ),
     "container-creating": Expected(
         S.QUEUED,
         R.CONTAINER_CREATING,
@@ -417,31 +343,6 @@ CASES: dict[str, Expected] = {
         "ContainerCreating",
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.ACTIVE},
         explanation="On node gpu-h100-",
-    ),
-    "gpu-allocation-failed": Expected(
-        S.FAILED,
-        R.GPU_ALLOCATION_FAILED,
-        None,
-        ((R.GPU_ALLOCATION_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
-        "UnexpectedAdmissionError",
-        "Allocate failed due to requested number of devices unavailable for nvidia.com/gpu. "
-        "Requested: 1, Available: 0, which is unexpected",
-        chain={
-            Link.GPU_NODE: ChainState.PASSED,
-            Link.DEVICE_PLUGIN: ChainState.FAILED,
-            Link.RUNTIME: ChainState.NOT_REACHED,
-        },
-    ),
-    # A Job that is not kubetrain's (restartPolicy OnFailure): only such a Pod loops.
-    "crash-loop": Expected(
-        S.QUEUED,
-        R.CRASH_LOOP,
-        False,
-        ((R.CRASH_LOOP, None),),
-        "CrashLoopBackOff",
-        "back-off 10s restarting failed container=trainer",
-        chain={Link.RUNTIME: ChainState.PASSED, Link.TRAINING: ChainState.BLOCKING},
-        explanation="Last exit code 3: CUDA error: an illegal memory access",
     ),
     # The kubelets report NotReady; the node-lifecycle controller's taint keeps Pods off.
     "node-not-ready": Expected(
@@ -594,6 +495,8 @@ CASES: dict[str, Expected] = {
         chain={Link.TRAINING: ChainState.FAILED},
         explanation="was OOM-killed (exit code 137)",
     ),
+    # kubetrain's podFailurePolicy fails the Job at the preflight's exit code: no
+    # backoff-limit verdict beside it.
     "real-preflight-failed": Expected(
         S.FAILED,
         R.PREFLIGHT_FAILED,
@@ -616,9 +519,9 @@ CASES: dict[str, Expected] = {
         False,
         ((R.IMAGE_PULL_FAILED, None),),
         "ImagePullBackOff",
-        "dial tcp 127.0.0.1:",
+        'Back-off pulling image "127.0.0.1:',
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
-        explanation="connect: connection refused",
+        explanation="failed to pull and unpack image",
     ),
     "real-mount-failed": Expected(
         S.QUEUED,
@@ -627,7 +530,7 @@ CASES: dict[str, Expected] = {
         ((R.VOLUME_MOUNT_FAILED, None),),
         "FailedMount",
         'MountVolume.SetUp failed for volume "config" : secret "model-config" not found',
-        chain={Link.RUNTIME: ChainState.BLOCKING},
+        chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
     ),
     # An emptyDir past its sizeLimit; the kubelet's message ends in a space.
     "real-evicted": Expected(
@@ -637,9 +540,10 @@ CASES: dict[str, Expected] = {
         ((R.EVICTED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
         "Evicted",
         'Usage of EmptyDir volume "cache" exceeds the limit "1Mi".',
-        chain={Link.JOB: ChainState.FAILED},
+        chain={Link.GPU_NODE: ChainState.FAILED, Link.JOB: ChainState.FAILED},
         explanation='exceeds the limit "1Mi".',
     ),
+    # A Job that is not kubetrain's (restartPolicy OnFailure): only such a Pod loops.
     "real-crash-loop": Expected(
         S.QUEUED,
         R.CRASH_LOOP,
@@ -647,20 +551,24 @@ CASES: dict[str, Expected] = {
         ((R.CRASH_LOOP, None),),
         "CrashLoopBackOff",
         "back-off 10s restarting failed container=trainer",
-        chain={Link.TRAINING: ChainState.BLOCKING},
+        chain={Link.RUNTIME: ChainState.PASSED, Link.TRAINING: ChainState.BLOCKING},
         explanation="Last exit code 1: CUDA error: an illegal memory access",
     ),
-    # The device plugin stopped after the node counted its GPUs: the device manager's
-    # own words differ from what KWOK's stage typed ("requested number of devices
-    # unavailable"): both are UnexpectedAdmissionError.
+    # The device plugin stopped after the node counted its GPUs: the device manager
+    # refuses the Pod at admission, before any container.
     "real-gpu-allocation-failed": Expected(
         S.FAILED,
         R.GPU_ALLOCATION_FAILED,
         None,
         ((R.GPU_ALLOCATION_FAILED, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
         "UnexpectedAdmissionError",
-        "Allocate failed due to no healthy devices present; cannot allocate unhealthy devices",
-        chain={Link.DEVICE_PLUGIN: ChainState.FAILED},
+        "Pod was rejected: Allocate failed due to no healthy devices present; cannot allocate "
+        "unhealthy devices nvidia.com/gpu, which is unexpected",
+        chain={
+            Link.GPU_NODE: ChainState.PASSED,
+            Link.DEVICE_PLUGIN: ChainState.FAILED,
+            Link.RUNTIME: ChainState.NOT_REACHED,
+        },
     ),
     "real-config-error": Expected(
         S.QUEUED,
@@ -1031,10 +939,43 @@ def test_a_pod_still_running_on_a_deleted_node_waits_as_node_lost() -> None:
 
 
 def test_a_crash_loop_is_only_a_pod_restarted_in_place() -> None:
-    pod = items(dump("crash-loop"), "Pod")[0]
+    pod = items(dump("real-crash-loop"), "Pod")[0]
     assert pod["spec"]["restartPolicy"] == "OnFailure"
+    assert pod["status"]["containerStatuses"][0]["restartCount"] >= 1
     assert all(
         p["spec"]["restartPolicy"] == "Never"
-        for name in ("exit-nonzero", "preflight-failed", "node-lost")
+        for name in ("real-exit-nonzero", "real-preflight-failed", "node-lost")
         for p in items(dump(name), "Pod")
     )
+
+
+# The codes of the lower half of the chain: what a kubelet, its runtime and the
+# training say. Their fixtures come from a real kubelet (the `real` pool).
+RUNTIME_CODES = {
+    R.IMAGE_PULL_FAILED,
+    R.CONTAINER_CONFIG_ERROR,
+    R.VOLUME_MOUNT_FAILED,
+    R.OOM_KILLED,
+    R.EVICTED,
+    R.GPU_ALLOCATION_FAILED,
+    R.CRASH_LOOP,
+    R.EXIT_NONZERO,
+    R.PREFLIGHT_FAILED,
+}
+# KWOK dumps whose exit is only the setting for what they test: the Job
+# controller's backoff limit over two attempts, a gang of 8-GPU workers.
+KWOK_EXITS = {"backoff-limit", "gang-worker-failed"}
+
+
+def test_every_fixture_says_which_kind_of_node_it_came_from() -> None:
+    for name in CASES:
+        kind = dump(name)["recordedOn"]
+        assert kind in {"kwok", "real"}, name
+        assert (kind == "real") is name.startswith("real-"), name
+
+
+def test_every_runtime_link_fixture_comes_from_a_real_kubelet() -> None:
+    runtime = {name for name, want in CASES.items() if want.reason in RUNTIME_CODES}
+    assert runtime - KWOK_EXITS == {name for name in runtime if name.startswith("real-")}
+    assert {CASES[name].reason for name in runtime if name.startswith("real-")} == RUNTIME_CODES
+    assert all(dump(name)["recordedOn"] == "real" for name in runtime - KWOK_EXITS)

@@ -265,20 +265,44 @@ def test_the_replacement_pod_is_attempt_two_and_the_node_loss_explains_the_wait(
 
 
 def test_a_job_failed_after_an_eviction_says_evicted() -> None:
-    data = dump("oom-killed")
+    data = dump("real-oom-killed")
     pod = items(data, "Pod")[0]
     pod["status"]["reason"] = "Evicted"
     # The kubelet's eviction manager (pkg/kubelet/eviction/helpers.go nodeLowMessageFmt,
-    # v1.33), the node short of disk rather than memory (evicted.json).
-    pod["status"]["message"] = "The node was low on resource: ephemeral-storage."
+    # v1.33), the node short of disk rather than an emptyDir past its limit
+    # (real-evicted.json).
+    pod["status"]["message"] = "The node was low on resource: ephemeral-storage. "
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.EVICTED, "Evicted")
     assert [b.reason for b in d.blockers] == [R.EVICTED, R.BACKOFF_LIMIT_EXCEEDED]
 
 
+def test_a_node_pressure_eviction_says_the_kubelets_words_not_its_condition() -> None:
+    # Under node pressure the eviction manager also sets DisruptionTarget
+    # (TerminationByKubelet) with the same message (pkg/kubelet/eviction/
+    # eviction_manager.go synchronize, v1.33); for an emptyDir past its limit, as
+    # recorded, it sets none. The message: nodeLowMessageFmt, thresholdMetMessageFmt
+    # and containerMessageFmt of pkg/kubelet/eviction/helpers.go, v1.33.
+    data = dump("real-evicted")
+    pod = items(data, "Pod")[0]
+    message = (
+        "The node was low on resource: memory. Threshold quantity: 100Mi, available: 64Mi. "
+        "Container trainer was using 300Mi, request is 256Mi, has larger consumption of memory. "
+    )
+    pod["status"]["message"] = message
+    pod["status"]["conditions"].append(disruption("TerminationByKubelet", message))
+    d = run(data)
+    assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.EVICTED, "Evicted")
+    assert d.raw_message == message
+    assert "Container trainer was using 300Mi, request is 256Mi" in d.explanation
+    assert {m.link: m.state for m in d.chain}[Link.GPU_NODE] is ChainState.FAILED
+    # The condition's time, not the container's end, says since when.
+    assert d.since == datetime(2026, 12, 2, 15, 20, tzinfo=UTC)
+
+
 def test_pod_failure_policy_with_the_preflight_exit_code_and_no_pod_left() -> None:
     # The recorded Job's own condition (kubetrain's podFailurePolicy), its Pod gone.
-    data = without(dump("preflight-failed"), "Pod")
+    data = without(dump("real-preflight-failed"), "Pod")
     assert the_job(data)["status"]["conditions"][-1]["reason"] == "PodFailurePolicy"
     d = run(data)
     assert (d.state, d.reason, d.raw_reason) == (S.FAILED, R.PREFLIGHT_FAILED, "PodFailurePolicy")
@@ -295,20 +319,20 @@ def unfinished(name: str, backoff_limit: int) -> dict[str, Any]:
 
 
 def test_a_failed_attempt_with_a_retry_pending_is_queued_and_says_it_retries() -> None:
-    d = run(unfinished("oom-killed", backoff_limit=1))
+    d = run(unfinished("real-oom-killed", backoff_limit=1))
     assert (d.state, d.reason) == (S.QUEUED, R.OOM_KILLED)
     assert d.blockers[0].detail.startswith("retrying: attempt 1: container trainer was OOM-killed")
 
 
 def test_exit_nonzero_with_a_retry_pending_says_retrying_with_the_exit_code() -> None:
-    d = run(unfinished("exit-nonzero", backoff_limit=1))
+    d = run(unfinished("real-exit-nonzero", backoff_limit=1))
     assert (d.state, d.reason) == (S.QUEUED, R.EXIT_NONZERO)
     assert d.blockers[0].detail.startswith(
         "retrying: attempt 1: container trainer exited with code 1"
     )
 
 
-@pytest.mark.parametrize("name", ["exit-nonzero", "oom-killed", "evicted"])
+@pytest.mark.parametrize("name", ["real-exit-nonzero", "real-oom-killed", "real-evicted"])
 def test_a_failed_attempt_with_no_retry_left_is_failed_never_queued(name: str) -> None:
     # backoffLimit 0 and one failed Pod: the Job controller fails the Job next
     # (failed > backoffLimit); until it writes so, the job is not back in the queue.
@@ -320,7 +344,7 @@ def test_a_failed_attempt_with_no_retry_left_is_failed_never_queued(name: str) -
 
 
 def test_a_pod_failure_policy_fail_job_match_is_failed_before_the_job_says_so() -> None:
-    data = unfinished("preflight-failed", backoff_limit=3)
+    data = unfinished("real-preflight-failed", backoff_limit=3)
     assert the_job(data)["spec"]["podFailurePolicy"]["rules"][1]["action"] == "FailJob"
     d = run(data)
     assert (d.state, d.reason) == (S.FAILED, R.PREFLIGHT_FAILED)
@@ -328,7 +352,7 @@ def test_a_pod_failure_policy_fail_job_match_is_failed_before_the_job_says_so() 
 
 
 def test_failures_ignored_by_the_policy_do_not_use_up_retries() -> None:
-    data = unfinished("exit-nonzero", backoff_limit=0)
+    data = unfinished("real-exit-nonzero", backoff_limit=0)
     job = the_job(data)
     job["spec"]["podFailurePolicy"] = {
         "rules": [{"action": "Ignore", "onExitCodes": {"operator": "In", "values": [1]}}]
@@ -342,7 +366,7 @@ def test_failures_ignored_by_the_policy_do_not_use_up_retries() -> None:
 def test_an_out_of_gpu_admission_is_gpu_allocation_failed() -> None:
     # The kubelet's own resource check at admission (its allocatable shrank since the
     # scheduler counted): reason OutOf<resource>, on the recorded rejected Pod.
-    data = dump("gpu-allocation-failed")
+    data = dump("real-gpu-allocation-failed")
     pod = items(data, "Pod")[0]
     pod["status"]["reason"] = "OutOfnvidia.com/gpu"
     # pkg/kubelet/kubelet.go rejectPod and lifecycle/predicate.go
@@ -522,7 +546,9 @@ def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() 
     # `configmap "train-config" not found` (pkg/kubelet/util/manager/
     # watch_based_manager.go, groupResource "configmap" from configmap/configmap_manager.go,
     # v1.33), set as the waiting message with CreateContainerConfigError.
-    data = initializing("config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]})
+    data = initializing(
+        "real-config-error", {"envFrom": [{"configMapRef": {"name": "train-config"}}]}
+    )
     status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
     status["state"]["waiting"]["message"] = 'configmap "train-config" not found'
     d = run(data)
@@ -532,20 +558,20 @@ def test_an_init_container_without_its_config_map_is_a_config_error_naming_it() 
 
 
 def test_an_init_container_whose_image_cannot_be_pulled_names_its_image() -> None:
-    d = run(initializing("image-pull-failed", {}))
+    d = run(initializing("real-image-pull-failed", {}))
     assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.IMAGE_PULL_FAILED, False)
     assert d.raw_reason == "ImagePullBackOff"
     assert "init container setup: image registry.example/setup:1" in d.blockers[0].detail
 
 
 def test_a_crash_looping_sidecar_is_a_crash_loop_naming_the_sidecar() -> None:
-    d = run(initializing("crash-loop", {}, restart_policy="Always"))
+    d = run(initializing("real-crash-loop", {}, restart_policy="Always"))
     assert (d.state, d.reason) == (S.QUEUED, R.CRASH_LOOP)
-    assert "sidecar setup: last exit code 3" in d.blockers[0].detail
+    assert "sidecar setup: last exit code 1" in d.blockers[0].detail
 
 
 def test_a_running_init_container_is_creating_and_says_which() -> None:
-    data = initializing("config-error", {})
+    data = initializing("real-config-error", {})
     status = items(data, "Pod")[0]["status"]["initContainerStatuses"][0]
     status["state"] = {"running": {"startedAt": "2026-12-02T15:14:50Z"}}
     d = run(data)
@@ -558,7 +584,7 @@ def test_a_running_init_container_is_creating_and_says_which() -> None:
 
 
 def test_of_several_main_containers_the_failing_one_is_named() -> None:
-    data = dump("config-error")
+    data = dump("real-config-error")
     pod = items(data, "Pod")[0]
     (trainer,) = pod["status"]["containerStatuses"]
     logger = copy.deepcopy(trainer)

@@ -80,7 +80,7 @@ def test_several_dumps_merge_and_repeats_count_once() -> None:
 
 
 def test_events_k8s_io_events_are_read_like_core_events() -> None:
-    data = dump("mount-failed")
+    data = dump("real-mount-failed")
     for event in items(data, "Event"):
         if event["reason"] == "FailedMount":
             new = {
