@@ -20,7 +20,8 @@ The decision, in order (docs/diagnosis.md has the whole table):
    primary, because the deadline, not the attempt, ended the job.
 2. A cancel requested: CANCELLED. No Job: CREATED/JOB_NOT_CREATED before the
    first dispatch, FAILED/JOB_DELETED after it.
-3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA, never failed.
+3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA (or PREEMPTED, QUEUE_INACTIVE;
+   SCHEDULING once admitted, until Kueue resumes it), never failed.
 4. An active Job: a running container is RUNNING/TRAINING (NO_PROGRESS once
    a Pod that reported TRAINING has reported no step for longer than the
    job's stall threshold); otherwise QUEUED

@@ -140,6 +140,21 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             )
             _place(reader, workload, finding)
             return [finding]
+        admitted = _true(conditions, "Admitted")
+        if admitted is not None:
+            # Kueue admitted it (a preempted one again: Evicted is False by now) and is
+            # about to resume the Job: a moment of starting, no longer a wait for quota.
+            me = _queued(reader, workload)
+            queue = f"ClusterQueue {me.cluster_queue}" if me.cluster_queue else "the queue"
+            return [
+                _Finding(
+                    R.SCHEDULING,
+                    f"{queue} admitted the job; Kueue is resuming its Job",
+                    raw_reason=text(admitted, "reason"),
+                    raw_message=text(admitted, "message"),
+                    since=timestamp(admitted, "lastTransitionTime") or since,
+                )
+            ]
     if not workloads:
         reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
     return [
