@@ -134,7 +134,7 @@ def test_a_high_priority_job_preempts_a_low_one_and_the_queues_page_shows_it(
     # The page is signed in before the preemption, so that the wait it shows is caught.
     _sign_in(page, server, server.create_token(project, "viewer", "queues-viewer"))
 
-    high = _submit(server, project, "high-priority", "fixture-high", "25s")
+    high = _submit(server, project, "high-priority", "fixture-high", "30s")
     high_job = eventually(
         lambda: get(kueue_kube, Job, f"kt-{high.lower()}", project), 30, what="the high Job"
     )
@@ -146,7 +146,9 @@ def test_a_high_priority_job_preempts_a_low_one_and_the_queues_page_shows_it(
     assert f"JobUID: {high_job.metadata.uid}" in waiting["raw_message"]
     assert f"preempted the job for kt-{high.lower()}" in waiting["message"]
 
-    # The Queues page while the high job holds the quota and the low one waits.
+    # The Queues page once the high job holds the quota (Kueue admits it when the low
+    # one's Pod is gone) and the low one waits.
+    _wait(server, project, high, "RUNNING", "TRAINING")
     page.goto(f"{server.url}/ui/queues")
     expect(page.locator("h1")).to_have_text("Queues")
     gpus = page.locator('section[data-cluster-queue="gpus"]')
