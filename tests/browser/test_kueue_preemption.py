@@ -191,8 +191,12 @@ def test_a_high_priority_job_preempts_a_low_one_and_the_queues_page_shows_it(
     assert [a["attempt"] for a in attempts] == [1, 2]
     assert attempts[-1]["phase"] == "Succeeded"
 
-    # The high job waited for the quota the low one held, then ran to the end.
-    high_path = _path(_business(server, project, high))
+    # The high job waited for the quota the low one held, then ran to the end; once
+    # admitted, its history names the job Kueue preempted for it.
+    high_rows = _business(server, project, high)
+    high_path = _path(high_rows)
+    ran_high = high_rows[high_path.index(("RUNNING", "TRAINING"))]
+    assert (ran_high["detail"] or {}).get("preempted") == [f"kt-{low.lower()}"], high_rows
     assert ("QUEUED", "WAITING_FOR_QUOTA") in high_path, high_path
     assert high_path.index(("QUEUED", "WAITING_FOR_QUOTA")) < high_path.index(
         ("RUNNING", "TRAINING")

@@ -9,6 +9,7 @@ from typing import Any
 
 import pytest
 
+from kubetrain.domain.diagnosis import JobFacts
 from kubetrain.domain.queues import flavor_quota, pending_in_order, queued
 from kubetrain.domain.states import BusinessState, ReasonCode
 from tests.unit.diagnosis_helpers import dump, items, run, the_job
@@ -163,3 +164,22 @@ def test_a_just_preempted_workload_asks_for_what_its_pod_sets_request() -> None:
     assert queued(mine, locals_).requests == recorded
     mine["spec"]["podSets"][0]["count"] = 2
     assert queued(mine, locals_).requests["nvidia.com/gpu"] == 16
+
+
+def test_the_preemptors_diagnosis_names_the_jobs_it_preempted() -> None:
+    data = dump("kueue-preempted")
+    (urgent,) = [j for j in items(data, "Job") if j["metadata"]["name"] == "urgent"]
+    ns = urgent["metadata"]["namespace"]
+    urgent_facts = JobFacts(name="urgent", k8s_name="urgent", namespace=ns, dispatched=True)
+    d = run(data, urgent_facts)
+    assert d.preempted == ("kt-kueue-preempted",)
+    assert d.to_json("urgent")["preempted"] == ["kt-kueue-preempted"]
+    assert run(data).preempted == ()  # the preempted job preempted nobody
+    # Re-admitted, Kueue turns its Preempted condition False ("Previously: …").
+    (victim,) = [
+        w for w in items(data, "Workload") if "kt-kueue-preempted" in w["metadata"]["name"]
+    ]
+    for condition in victim["status"]["conditions"]:
+        if condition["type"] == "Preempted":
+            condition["status"] = "False"
+    assert run(data, urgent_facts).preempted == ()

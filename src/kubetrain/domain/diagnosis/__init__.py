@@ -66,6 +66,7 @@ from datetime import datetime
 from kubetrain.domain.diagnosis.attempts import _attempts
 from kubetrain.domain.diagnosis.evidence import evidenced
 from kubetrain.domain.diagnosis.outcome import _chain, _outcome
+from kubetrain.domain.diagnosis.quota import _preempted_for
 from kubetrain.domain.diagnosis.reading import _Reader
 from kubetrain.domain.diagnosis.result import (
     AttemptView,
@@ -142,4 +143,5 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         constraints=fit.constraints if show_nodes and fit is not None else (),
         notes=tuple(reader.notes),
         restart=outcome.restart,
+        preempted=_preempted_for(reader),
     )

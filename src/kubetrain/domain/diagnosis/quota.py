@@ -331,6 +331,26 @@ def _preempted(
     return finding
 
 
+def _preempted_for(reader: _Reader) -> tuple[str, ...]:
+    """The jobs whose current Preempted condition names one of this job's Workloads that
+    holds quota: Kueue preempted them to admit it. (Re-admitted, a job's condition turns
+    False, "Previously: …", and it is no longer named.)"""
+    mine = [
+        _queued(reader, w)
+        for w in reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
+    ]
+    uids = {w.uid for w in mine if w.reserved and w.uid}
+    if not uids:
+        return ()
+    victims = []
+    for other in reader.index.all_workloads:
+        preempted = _true(_conditions(other), "Preempted")
+        found = _PREEMPTOR.search(text(preempted, "message") or "") if preempted else None
+        if found and found["uid"] in uids:
+            victims.append(_who(_queued(reader, other), reader.job.namespace))
+    return tuple(sorted(victims))
+
+
 def _inactive(reader: _Reader, workload: Mapping[str, Any], message: str) -> _Finding:
     """Kueue will not consider the job at all (Inadmissible): its LocalQueue or
     ClusterQueue is missing, stopped or closed to the namespace — the platform's to fix.
