@@ -9,9 +9,10 @@ from typing import Any
 
 import pytest
 
+from kubetrain.domain.diagnosis import JobFacts
 from kubetrain.domain.queues import flavor_quota, pending_in_order, queued
-from kubetrain.domain.states import ReasonCode
-from tests.unit.diagnosis_helpers import dump, items, run
+from kubetrain.domain.states import BusinessState, ReasonCode
+from tests.unit.diagnosis_helpers import dump, items, run, the_job
 
 pytestmark = pytest.mark.unit
 
@@ -132,3 +133,53 @@ def test_what_admitted_jobs_reserve_is_read_from_their_workloads_not_the_lagging
     d = run(data)
     assert d.blockers[0].used == "8"
     assert "8 reserved by first-in-line" in d.explanation
+
+
+def test_an_admitted_workload_whose_job_is_not_resumed_yet_is_starting_not_waiting() -> None:
+    # Live, the syncer caught the moment between Kueue's admission (of a preempted job,
+    # again) and Kueue resuming its Job: the Job still suspended, the Workload admitted.
+    data = dump("kueue-admitted")
+    job = the_job(data)
+    job["spec"]["suspend"] = True
+    (suspended,) = the_job(dump("kueue-waiting"))["status"]["conditions"]
+    job["status"]["conditions"] = [suspended]  # the Job controller's, recorded
+    data["items"] = [i for i in data["items"] if i["kind"] != "Pod"]  # none before resuming
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (BusinessState.QUEUED, R.SCHEDULING, True)
+    assert (d.raw_reason, d.raw_message) == ("Admitted", "The workload is admitted")
+    assert "ClusterQueue gpus admitted the job; Kueue is resuming its Job" in d.explanation
+
+
+def test_a_just_preempted_workload_asks_for_what_its_pod_sets_request() -> None:
+    # Live, the Queues page caught the preempted job before Kueue's scheduler had written
+    # its status.resourceRequests again (Kueue clears them while a Workload is admitted).
+    data = dump("kueue-preempted")
+    locals_ = {
+        (q["metadata"]["namespace"], q["metadata"]["name"]): q for q in items(data, "LocalQueue")
+    }
+    (mine,) = [w for w in items(data, "Workload") if "kt-kueue-preempted" in w["metadata"]["name"]]
+    recorded = queued(mine, locals_).requests
+    assert recorded == {"cpu": Decimal(2), "memory": Decimal(8 * 2**30), "nvidia.com/gpu": 8}
+    del mine["status"]["resourceRequests"]
+    assert queued(mine, locals_).requests == recorded
+    mine["spec"]["podSets"][0]["count"] = 2
+    assert queued(mine, locals_).requests["nvidia.com/gpu"] == 16
+
+
+def test_the_preemptors_diagnosis_names_the_jobs_it_preempted() -> None:
+    data = dump("kueue-preempted")
+    (urgent,) = [j for j in items(data, "Job") if j["metadata"]["name"] == "urgent"]
+    ns = urgent["metadata"]["namespace"]
+    urgent_facts = JobFacts(name="urgent", k8s_name="urgent", namespace=ns, dispatched=True)
+    d = run(data, urgent_facts)
+    assert d.preempted == ("kt-kueue-preempted",)
+    assert d.to_json("urgent")["preempted"] == ["kt-kueue-preempted"]
+    assert run(data).preempted == ()  # the preempted job preempted nobody
+    # Re-admitted, Kueue turns its Preempted condition False ("Previously: …").
+    (victim,) = [
+        w for w in items(data, "Workload") if "kt-kueue-preempted" in w["metadata"]["name"]
+    ]
+    for condition in victim["status"]["conditions"]:
+        if condition["type"] == "Preempted":
+            condition["status"] = "False"
+    assert run(data, urgent_facts).preempted == ()

@@ -364,7 +364,9 @@ def _synced(facts: _Facts, diagnosis: Diagnosis) -> SyncedJob:
         message=diagnosis.explanation,
         attempt=diagnosis.attempts[-1].number if diagnosis.attempts else None,
         detail={"link": str(diagnosis.link), "waitable": diagnosis.waitable}
-        | ({"restart": diagnosis.restart.to_json()} if diagnosis.restart else {}),
+        | ({"restart": diagnosis.restart.to_json()} if diagnosis.restart else {})
+        # The history of a job whose admission preempted others names them.
+        | ({"preempted": list(diagnosis.preempted)} if diagnosis.preempted else {}),
         diagnosis=diagnosis.to_json(facts.name),
         restart=diagnosis.restart,
     )

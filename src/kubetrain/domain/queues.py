@@ -72,7 +72,7 @@ class QueuedWorkload:
     reserved: bool  # QuotaReserved=True: it holds quota
     finished: bool
     active: bool  # spec.active is not false (a deactivated one leaves the queue)
-    requests: Mapping[str, Decimal]  # summed over its pod sets
+    requests: Mapping[str, Decimal]  # summed over its pod sets (Kueue's, else the specs')
     # What its admission reserves, by (flavor, resource): Kueue's own cache counts a
     # ClusterQueue's use from these; the ClusterQueue's status follows them a moment later.
     reserves: Mapping[tuple[str, str], Decimal]
@@ -118,6 +118,10 @@ def queued(
             amount = _quantity(value)
             if amount is not None:
                 requests[resource] = requests.get(resource, Decimal(0)) + amount
+    if not requests:
+        # Kueue writes them only once its scheduler has considered the Workload: one
+        # just evicted (preempted) has none until then.
+        requests = _pod_set_requests(workload)
     reserves: dict[tuple[str, str], Decimal] = {}
     for assignment in as_list(workload, "status", "admission", "podSetAssignments"):
         flavors = as_map(assignment, "flavors")
@@ -142,6 +146,23 @@ def queued(
         requests=requests,
         reserves=reserves,
     )
+
+
+def _pod_set_requests(workload: Mapping[str, Any]) -> dict[str, Decimal]:
+    """What the Workload's pod sets ask for: per Pod, its containers' requests (a limit
+    where there is no request, as Kubernetes defaults it), times the pod set's count."""
+    total: dict[str, Decimal] = {}
+    for pod_set in as_list(workload, "spec", "podSets"):
+        count = as_map(pod_set).get("count")
+        pods = Decimal(count) if isinstance(count, int) else Decimal(1)
+        for container in as_list(pod_set, "template", "spec", "containers"):
+            resources = as_map(container, "resources")
+            asked = {**as_map(resources, "limits"), **as_map(resources, "requests")}
+            for resource, value in asked.items():
+                amount = _quantity(value)
+                if amount is not None:
+                    total[resource] = total.get(resource, Decimal(0)) + amount * pods
+    return total
 
 
 def pending_in_order(

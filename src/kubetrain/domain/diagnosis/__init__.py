@@ -20,7 +20,8 @@ The decision, in order (docs/diagnosis.md has the whole table):
    primary, because the deadline, not the attempt, ended the job.
 2. A cancel requested: CANCELLED. No Job: CREATED/JOB_NOT_CREATED before the
    first dispatch, FAILED/JOB_DELETED after it.
-3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA, never failed.
+3. A suspended Job (Kueue) is QUEUED/WAITING_FOR_QUOTA (or PREEMPTED, QUEUE_INACTIVE;
+   SCHEDULING once admitted, until Kueue resumes it), never failed.
 4. An active Job: a running container is RUNNING/TRAINING (NO_PROGRESS once
    a Pod that reported TRAINING has reported no step for longer than the
    job's stall threshold); otherwise QUEUED
@@ -65,6 +66,7 @@ from datetime import datetime
 from kubetrain.domain.diagnosis.attempts import _attempts
 from kubetrain.domain.diagnosis.evidence import evidenced
 from kubetrain.domain.diagnosis.outcome import _chain, _outcome
+from kubetrain.domain.diagnosis.quota import _preempted_for
 from kubetrain.domain.diagnosis.reading import _Reader
 from kubetrain.domain.diagnosis.result import (
     AttemptView,
@@ -142,4 +144,5 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         constraints=fit.constraints if show_nodes and fit is not None else (),
         notes=tuple(reader.notes),
         restart=outcome.restart,
+        preempted=_preempted_for(reader),
     )

@@ -140,6 +140,21 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             )
             _place(reader, workload, finding)
             return [finding]
+        admitted = _true(conditions, "Admitted")
+        if admitted is not None:
+            # Kueue admitted it (a preempted one again: Evicted is False by now) and is
+            # about to resume the Job: a moment of starting, no longer a wait for quota.
+            me = _queued(reader, workload)
+            queue = f"ClusterQueue {me.cluster_queue}" if me.cluster_queue else "the queue"
+            return [
+                _Finding(
+                    R.SCHEDULING,
+                    f"{queue} admitted the job; Kueue is resuming its Job",
+                    raw_reason=text(admitted, "reason"),
+                    raw_message=text(admitted, "message"),
+                    since=timestamp(admitted, "lastTransitionTime") or since,
+                )
+            ]
     if not workloads:
         reader.note("the Job is suspended and the snapshot holds no Kueue Workload for it")
     return [
@@ -314,6 +329,26 @@ def _preempted(
         finding.numbers["queue"] = me.cluster_queue
     _place(reader, workload, finding)
     return finding
+
+
+def _preempted_for(reader: _Reader) -> tuple[str, ...]:
+    """The jobs whose current Preempted condition names one of this job's Workloads that
+    holds quota: Kueue preempted them to admit it. (Re-admitted, a job's condition turns
+    False, "Previously: …", and it is no longer named.)"""
+    mine = [
+        _queued(reader, w)
+        for w in reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
+    ]
+    uids = {w.uid for w in mine if w.reserved and w.uid}
+    if not uids:
+        return ()
+    victims = []
+    for other in reader.index.all_workloads:
+        preempted = _true(_conditions(other), "Preempted")
+        found = _PREEMPTOR.search(text(preempted, "message") or "") if preempted else None
+        if found and found["uid"] in uids:
+            victims.append(_who(_queued(reader, other), reader.job.namespace))
+    return tuple(sorted(victims))
 
 
 def _inactive(reader: _Reader, workload: Mapping[str, Any], message: str) -> _Finding:

@@ -185,6 +185,8 @@ class Diagnosis:
     constraints: tuple[ConstraintCount, ...] = ()  # per constraint, nodes it rules out
     notes: tuple[str, ...] = ()  # what could not be read or checked, in words
     restart: GangRestart | None = None  # a gang's next attempt, due now
+    # The jobs Kueue preempted to admit this one, while their Preempted condition says so.
+    preempted: tuple[str, ...] = ()
 
     def to_json(self, job: str) -> dict[str, Any]:
         """The documented schema (docs/diagnosis.md)."""
@@ -207,6 +209,7 @@ class Diagnosis:
             "attempts": [a.to_json() for a in self.attempts],
             "notes": list(self.notes),
             "restart": self.restart.to_json() if self.restart else None,
+            "preempted": list(self.preempted),
         }
 
 
