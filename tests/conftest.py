@@ -18,6 +18,20 @@ from kubetrain.testbed.build import installed
 from kubetrain.testbed.cluster import Testbed
 from tests.kube import eventually, get
 
+# Session testbeds that hold real processes (two kubelets and containerds; Kueue's
+# controller) cost CPU for as long as they live, and on a 2-core machine that load
+# makes the timing of the fault tests drift. Their users run last, so that they start
+# after the reliability tier is done.
+_HEAVY_FIXTURES = ("real_testbed", "real_kube", "kueue_testbed")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    def heavy(item: pytest.Item) -> bool:
+        names = getattr(item, "fixturenames", ())
+        return any(name in names for name in _HEAVY_FIXTURES)
+
+    items[:] = [i for i in items if not heavy(i)] + [i for i in items if heavy(i)]
+
 
 @pytest.fixture(scope="session")
 def testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
