@@ -896,6 +896,24 @@ def test_a_gang_is_training_once_a_rank_says_so() -> None:
     assert recorded("gang-running").reason is R.RENDEZVOUS
 
 
+def test_a_gang_whose_rank_0_trained_and_exited_first_is_still_training() -> None:
+    # Seen on the real pool: rank 0 reports TRAINING and exits 0 while rank 1 is still
+    # in torchrun's exit barrier; that is not a gang that has yet to meet. Rank 0's Pod
+    # takes the recorded status of a gang's rank that exited 0.
+    data = dump("gang-running")
+    rank0 = next(
+        p for p in items(data, "Pod") if p["metadata"]["name"].startswith("kt-gang-running-0-")
+    )
+    rank0["status"] = next(
+        p["status"]
+        for p in items(dump("gang-succeeded"), "Pod")
+        if p["metadata"]["name"].startswith("kt-gang-succeeded-0-")
+    )
+    d = run(data, reported_phase=(rank0["metadata"]["name"], "TRAINING", NOW))
+    assert (d.state, d.reason) == (S.RUNNING, R.TRAINING)
+    assert d.explanation.endswith("2 workers: rank 1 on gpu-h100-0; rank 0 exited 0.")
+
+
 def test_a_gang_with_one_rank_running_is_never_running() -> None:
     data = dump("gang-running")
     rank1 = next(

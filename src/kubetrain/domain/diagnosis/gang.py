@@ -88,7 +88,7 @@ def gang_active(reader: _Reader) -> GangState:
     workers = reader.workers
     newest = _ranks(reader)
     runs: dict[int, Mapping[str, Any]] = {}
-    done: set[int] = set()
+    done: dict[int, Mapping[str, Any]] = {}
     for rank, pod in newest.items():
         node = text(pod, "spec", "nodeName")
         if _running(pod) and not text(pod, "metadata", "deletionTimestamp"):
@@ -106,7 +106,7 @@ def gang_active(reader: _Reader) -> GangState:
                 return GangState(S.QUEUED, [finding], Link.TRAINING)
             runs[rank] = pod
         elif text(pod, "status", "phase") == "Succeeded":
-            done.add(rank)
+            done[rank] = pod
     if runs and len(runs) + len(done) == workers:
         return _all_run(reader, runs, done)
     if not runs and len(done) == workers:
@@ -152,14 +152,19 @@ def gang_active(reader: _Reader) -> GangState:
     return GangState(S.QUEUED, findings, stage)
 
 
-def _all_run(reader: _Reader, runs: dict[int, Mapping[str, Any]], done: set[int]) -> GangState:
+def _all_run(
+    reader: _Reader, runs: dict[int, Mapping[str, Any]], done: dict[int, Mapping[str, Any]]
+) -> GangState:
     ranks = sorted(runs)
     nodes = ", ".join(dict.fromkeys(text(runs[r], "spec", "nodeName") or "?" for r in ranks))
     where = f"rank{'s' * (len(ranks) > 1)} {_listing(ranks)} on {nodes}"
     if done:
         where += f"; rank{'s' * (len(done) > 1)} {_listing(sorted(done))} exited 0"
     reported = reader.job.reported_phase
-    names = {meta_name(p) for p in runs.values()}
+    # Rank 0 reports the job's phase; once it has exited 0 after training, the others
+    # finishing (torchrun's exit barrier, their last steps) are still training, not a
+    # gang that has yet to meet.
+    names = {meta_name(p) for p in (*runs.values(), *done.values())}
     if reported and reported[0] in names and reported[1] == "TRAINING":
         return GangState(
             S.RUNNING,
