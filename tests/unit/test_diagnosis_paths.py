@@ -198,6 +198,69 @@ def test_a_cluster_queue_without_quota_for_the_resource_is_not_waitable_and_name
     assert d.blockers[0].resource == "nvidia.com/gpu"
 
 
+def test_an_admitted_job_off_its_flavors_nodes_is_the_platforms_flavor() -> None:
+    d = run(dump("kueue-admitted-unplaceable"))
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.FLAVOR_NODE_MISMATCH, False)
+    assert d.actor.value == "platform"
+    assert d.raw_reason == "Unschedulable"  # the scheduler's verdict, kept raw
+    assert "ResourceFlavor nvidia-a100's nodeLabels (accelerator=nvidia-a100)" in d.action
+    assert "WAITING_FOR_QUOTA" not in {b.reason.value for b in d.blockers}
+
+
+def test_without_the_flavor_in_the_snapshot_the_selector_stays_the_jobs() -> None:
+    # An older dump without ResourceFlavors: whose selector it is cannot be told.
+    d = run(without(dump("kueue-admitted-unplaceable"), "ResourceFlavor"))
+    assert (d.state, d.reason) == (S.QUEUED, R.NODE_SELECTOR_MISMATCH)
+    assert "flavor" not in d.blockers[0].detail.split(";")[0]
+
+
+def test_a_flavor_whose_nodes_exist_leaves_the_jobs_own_selector_to_blame() -> None:
+    # A node carries the flavor's label, but the job's own selector (zone=b, which no
+    # node has) keeps every node out: the user's NODE_SELECTOR_MISMATCH.
+    data = dump("kueue-admitted-unplaceable")
+    node = next(n for n in items(data, "Node") if n["metadata"]["name"] == "gpu-h100-0")
+    node["metadata"]["labels"]["accelerator"] = "nvidia-a100"
+    items(data, "Pod")[0]["spec"]["nodeSelector"]["zone"] = "b"
+    d = run(data)
+    assert (d.state, d.reason) == (S.QUEUED, R.NODE_SELECTOR_MISMATCH)
+
+
+def _pods_ready(data: dict[str, Any]) -> dict[str, Any]:
+    (wl,) = [w for w in items(data, "Workload") if w["metadata"]["name"].startswith("job-kt-")]
+    (condition,) = [c for c in wl["status"]["conditions"] if c["type"] == "PodsReady"]
+    found: dict[str, Any] = condition
+    return found
+
+
+def test_kueue_waiting_for_pods_ready_is_said_only_while_it_counts() -> None:
+    d = run(dump("kueue-gang-partial"))
+    assert "waitForPodsReady will evict the whole gang" in d.explanation
+    assert "waitForPodsReady" not in d.blockers[1].detail  # said once, by the primary
+    data = dump("kueue-gang-partial")
+    _pods_ready(data)["status"] = "True"
+    assert "waitForPodsReady" not in run(data).explanation
+    # Without waitForPodsReady Kueue writes no PodsReady condition at all.
+    data = dump("kueue-gang-partial")
+    for wl in items(data, "Workload"):
+        wl["status"]["conditions"] = [
+            c for c in wl["status"]["conditions"] if c["type"] != "PodsReady"
+        ]
+    d = run(data)
+    assert "waitForPodsReady" not in d.explanation
+    assert (d.reason, d.blockers[1].reason) == (R.INSUFFICIENT_GPU, R.GANG_PARTIAL)
+
+
+def test_kueue_counts_a_recovery_from_the_pods_failing() -> None:
+    # Kueue's PodsReady reason once a Pod failed after all were ready (WaitForRecovery,
+    # workload_types.go, Kueue v0.17): its timeout counts from that condition's change.
+    data = dump("kueue-gang-partial")
+    condition = _pods_ready(data)
+    condition["reason"] = "WaitForRecovery"
+    condition["lastTransitionTime"] = "2026-12-05T01:40:00Z"
+    d = run(data)
+    assert "counted from its Pods failing at 2026-12-05 01:40:00Z" in d.explanation
+
+
 def test_a_resource_quota_refusal_names_the_resource_quota() -> None:
     d = run(dump("waiting-for-quota"))
     assert "ResourceQuota gpu-quota: needs 4 requests.nvidia.com/gpu" in d.explanation

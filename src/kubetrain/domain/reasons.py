@@ -192,6 +192,18 @@ CATALOG: dict[ReasonCode, Reason] = {
             waitable=False,
         ),
         _r(
+            R.FLAVOR_NODE_MISMATCH,
+            L.SCHEDULER,
+            "Kueue admitted the job (its quota is reserved), but on a ResourceFlavor whose node "
+            "labels, which Kueue adds to the Pods' node selector, match no node: the Pods can "
+            "never be placed.",
+            "The platform must fix the ResourceFlavor's nodeLabels, add nodes that carry them, "
+            "or give the ClusterQueue a flavor the cluster has; waiting will not help unless "
+            "such nodes are coming.",
+            P,
+            waitable=False,
+        ),
+        _r(
             R.NODE_NOT_READY,
             L.GPU_NODE,
             "The nodes that could hold the job are not ready or are cordoned.",
@@ -418,6 +430,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.VOLUME_NODE_CONFLICT,
     R.PLACEMENT_RULES,
     R.UNTOLERATED_TAINT,
+    R.FLAVOR_NODE_MISMATCH,
     R.NODE_SELECTOR_MISMATCH,
     R.NODE_NOT_READY,
     # after scheduling

@@ -468,6 +468,7 @@ class SnapshotIndex:
         self.local_queues = {
             (meta_namespace(lq), meta_name(lq) or ""): lq for lq in snap.local_queues
         }
+        self.resource_flavors = {meta_name(rf) or "": rf for rf in snap.resource_flavors}
         if snap.base is not None:
             base = snap.base.index
             self.all_workloads: tuple[dict[str, Any], ...] = base.all_workloads

@@ -33,6 +33,7 @@ REASON_WORDS: dict[ReasonCode, str] = {
     R.INSUFFICIENT_MEMORY: "waiting for memory",
     R.UNTOLERATED_TAINT: "blocked by a taint",
     R.NODE_SELECTOR_MISMATCH: "no matching node",
+    R.FLAVOR_NODE_MISMATCH: "no node for the flavor",
     R.NODE_NOT_READY: "node not ready",
     R.PVC_NOT_FOUND: "volume claim missing",
     R.PVC_UNBOUND: "waiting for a volume",

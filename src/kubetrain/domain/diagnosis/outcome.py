@@ -20,7 +20,7 @@ from kubetrain.domain.diagnosis.attempts import (
 )
 from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active, gang_restart
 from kubetrain.domain.diagnosis.pending import _pending
-from kubetrain.domain.diagnosis.quota import _quota, _suspended
+from kubetrain.domain.diagnosis.quota import _pods_ready_wait, _quota, _suspended
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
     _Finding,
@@ -289,7 +289,11 @@ def _outcome(reader: _Reader) -> _Outcome:
         return _Outcome(S.CANCELLED, [_Finding(R.CANCELLED, since=since)], Link.CONTROL_PLANE)
     if get(reader.k8s_job, "spec", "suspend") is True:
         return _Outcome(S.QUEUED, _suspended(reader), Link.QUOTA)
-    return _active(reader)
+    outcome = _active(reader)
+    if outcome.state is S.QUEUED:
+        # Admitted by Kueue, not placed yet: its waitForPodsReady may take the job back.
+        _pods_ready_wait(reader, outcome.findings)
+    return outcome
 
 
 _HEALTHY = frozenset(

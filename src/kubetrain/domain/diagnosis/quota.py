@@ -168,6 +168,45 @@ def _suspended(reader: _Reader) -> list[_Finding]:
     ]
 
 
+def _pods_ready_wait(reader: _Reader, findings: list[_Finding]) -> None:
+    """An admitted job whose Pods are not all ready while Kueue's waitForPodsReady counts
+    (its Workload's PodsReady condition is False; Kueue writes that condition only with
+    waitForPodsReady on): the primary finding says that Kueue will evict the whole job
+    and requeue it (PodsReadyTimeout) unless every Pod is ready in time, and since when
+    the time counts. The timeout itself is Kueue's configuration, not in any object."""
+    if not findings:
+        return
+    for workload in reader.index.workloads_by_job.get(
+        (reader.job.namespace, reader.job.k8s_name), []
+    ):
+        conditions = _conditions(workload)
+        admitted, ready = _true(conditions, "Admitted"), conditions.get("PodsReady")
+        if admitted is None or ready is None or text(ready, "status") != "False":
+            continue
+        # Kueue counts a start from the admission, a recovery (a Pod failed after all were
+        # ready) from the PodsReady condition's change (workload_controller.go,
+        # admittedNotReadyWorkload, Kueue v0.17).
+        recovering = text(ready, "reason") == "WaitForRecovery"
+        start = timestamp(ready if recovering else admitted, "lastTransitionTime")
+        counted = f", counted from {'its Pods failing' if recovering else 'its admission'}" + (
+            f" at {start.strftime('%Y-%m-%d %H:%M:%SZ')}" if start else ""
+        )
+        whole = "the whole gang" if reader.workers > 1 else "the job"
+        primary = findings[0]
+        said = (
+            f"Kueue's waitForPodsReady will evict {whole} and requeue it (PodsReadyTimeout) "
+            f"unless all its Pods are ready within Kueue's timeout{counted}"
+        )
+        primary.detail = f"{primary.detail}; {said}" if primary.detail else said
+        me = _queued(reader, workload)
+        if me.cluster_queue:
+            primary.numbers.setdefault("queue", me.cluster_queue)
+        flavors = {flavor for flavor, _ in me.reserves}
+        if len(flavors) == 1:
+            primary.numbers.setdefault("flavor", flavors.pop())
+        return
+
+
 def _queued(reader: _Reader, workload: Mapping[str, Any]) -> QueuedWorkload:
     return queued(workload, reader.index.local_queues)
 

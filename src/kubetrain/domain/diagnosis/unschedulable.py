@@ -13,7 +13,7 @@ from datetime import datetime
 from decimal import Decimal
 from typing import Any
 
-from kubetrain.domain.diagnosis.reading import _Finding, _Reader
+from kubetrain.domain.diagnosis.reading import _conditions, _Finding, _Reader, _true
 from kubetrain.domain.fit import FitAnalysis, analyze_fit
 from kubetrain.domain.nodes import NodeInfo, is_gpu_resource, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, text
@@ -103,16 +103,70 @@ def _selector_detail(pod_spec: object, nodes: Sequence[NodeInfo]) -> str:
     selector = {k: v for k, v in as_map(pod_spec, "nodeSelector").items() if isinstance(v, str)}
     if not selector:
         return "the Pod's required node affinity matches no node that could hold it"
-    parts = []
-    for key, want in selector.items():
-        have: dict[str, int] = {}
-        for node in nodes:
-            label = node.labels.get(key)
-            shown = f"{key}={label}" if label is not None else "no such label"
-            have[shown] = have.get(shown, 0) + 1
-        found = ", ".join(f"{k} ({n})" for k, n in sorted(have.items()) if k != f"{key}={want}")
-        parts.append(f"selector {key}={want}; the nodes have {found or 'it'}")
-    return "; ".join(parts)
+    return "; ".join(
+        f"selector {key}={want}; the nodes have {_labels_held(key, want, nodes) or 'it'}"
+        for key, want in selector.items()
+    )
+
+
+def _labels_held(key: str, want: str, nodes: Sequence[NodeInfo]) -> str:
+    """What the nodes carry under `key` other than `want`, with how many: "accelerator=
+    nvidia-h100 (2), no such label (2)"."""
+    have: dict[str, int] = {}
+    for node in nodes:
+        label = node.labels.get(key)
+        shown = f"{key}={label}" if label is not None else "no such label"
+        have[shown] = have.get(shown, 0) + 1
+    return ", ".join(f"{k} ({n})" for k, n in sorted(have.items()) if k != f"{key}={want}")
+
+
+def _flavor_mismatch(reader: _Reader, pod: Mapping[str, Any], finding: _Finding) -> None:
+    """A selector mismatch that is the platform's, not the job's: Kueue admitted the job
+    on a ResourceFlavor whose nodeLabels (which Kueue adds to the Pods' nodeSelector when
+    it resumes the Job) no node of the snapshot carries. The finding becomes
+    FLAVOR_NODE_MISMATCH, naming the flavor and its ClusterQueue."""
+    nodes = reader.index.nodes
+    selector = as_map(pod, "spec", "nodeSelector")
+    if not nodes or not selector:
+        return
+    for workload in reader.index.workloads_by_job.get(
+        (reader.job.namespace, reader.job.k8s_name), []
+    ):
+        if _true(_conditions(workload), "QuotaReserved") is None:
+            continue
+        queue = text(workload, "status", "admission", "clusterQueue") or "?"
+        for assignment in as_list(workload, "status", "admission", "podSetAssignments"):
+            flavors = (f for f in as_map(assignment, "flavors").values() if isinstance(f, str))
+            for name in dict.fromkeys(flavors):
+                flavor = reader.index.resource_flavors.get(name)
+                labels = {
+                    k: v
+                    for k, v in as_map(flavor, "spec", "nodeLabels").items()
+                    if isinstance(v, str)
+                }
+                if not labels or any(selector.get(k) != v for k, v in labels.items()):
+                    continue
+                if any(all(n.labels.get(k) == v for k, v in labels.items()) for n in nodes):
+                    continue  # nodes of the flavor exist: the job's own selector keeps it out
+                wanted = ", ".join(f"{k}={v}" for k, v in labels.items())
+                held = "; ".join(
+                    f"the nodes have {held}"
+                    for k, v in labels.items()
+                    if (held := _labels_held(k, v, nodes))
+                )
+                finding.reason = R.FLAVOR_NODE_MISMATCH
+                finding.detail = (
+                    f"ClusterQueue {queue} admitted the job on flavor {name}, whose node labels "
+                    f"{wanted} match no node" + (f"; {held}" if held else "")
+                )
+                finding.waitable = False
+                finding.action = (
+                    f"The platform must fix ResourceFlavor {name}'s nodeLabels ({wanted}), add "
+                    f"nodes that carry them, or give ClusterQueue {queue} a flavor the cluster "
+                    "has; waiting will not help unless such nodes are coming."
+                )
+                finding.numbers = {"queue": queue, "flavor": name}
+                return
 
 
 def _split(need: Decimal, bound: Decimal) -> tuple[int, Decimal] | None:
@@ -365,6 +419,8 @@ def _unschedulable(
             "message",
             waitable=None,
         )
+    if primary.reason is R.NODE_SELECTOR_MISMATCH:
+        _flavor_mismatch(reader, pod, primary)
     if fit is not None:
         _check_agreement(reader, verdict, fit)
     for finding in findings:
