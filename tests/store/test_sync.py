@@ -186,6 +186,40 @@ def test_a_job_seen_running_before_its_create_is_recorded_passes_through_queued(
     ]
 
 
+def test_a_pod_gone_and_rebuilt_from_events_without_its_uid_is_the_same_attempt(
+    db: Database,
+) -> None:
+    """After Pod garbage collection an attempt is rebuilt from events, which may not
+    carry the Pod's uid: it is still attempt 1 (and keeps its uid), not attempt 3."""
+    with db.transaction() as session:
+        job = new_job(session, name="gc", state=Q).id
+    with db.transaction() as session:
+        record_synced(session, [synced(job, 3)], now=at(1))  # RUNNING, uid-1
+    gone = dataclasses.replace(
+        RUNNING, pod_uid="", pod_phase=None, container_state=None, raw_reason="NodeLost"
+    )
+    lost = SyncedJob(
+        job_id=job,
+        pods=[gone, SECOND],
+        state=Q,
+        reason=ReasonCode.NODE_LOST,
+        raw_reason="NodeLost",
+        raw_message=None,
+        message="the node was lost",
+        attempt=2,
+        detail=None,
+        diagnosis={},
+    )
+    with db.transaction() as session:
+        record_synced(session, [lost], now=at(2))
+    attempts = state_of(db, job)["attempts"]
+    assert [(a["number"], a["pod_name"], a["pod_uid"]) for a in attempts] == [
+        (1, RUNNING.pod_name, "uid-1"),
+        (2, SECOND.pod_name, "uid-2"),
+    ]
+    assert attempts[0]["raw_reason"] == "NodeLost"
+
+
 def test_a_replayed_batch_writes_nothing(db: Database) -> None:
     with db.transaction() as session:
         ids = [new_job(session, name=f"j{i}", state=Q).id for i in range(3)]

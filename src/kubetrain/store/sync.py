@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Collection, Mapping, Sequence
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
@@ -139,8 +139,10 @@ def plan_synced(
         highest = max((a["number"] for a in own.values()), default=0)
         current_attempt = job["current_attempt"]
         for pod in synced.pods:
+            stored = transitions.known_attempt(own, pod)
+            if stored is not None and not pod.pod_uid:
+                pod = replace(pod, pod_uid=stored["pod_uid"])
             observed = {name: getattr(pod, name) for name in OBSERVED}
-            stored = own.get(pod.pod_uid)
             if stored is None:
                 number = transitions.next_attempt(highest, current_attempt, pod)
                 highest = max(highest, number)

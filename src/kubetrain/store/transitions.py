@@ -179,6 +179,18 @@ def restart_due(restart: GangRestart, *, now: datetime) -> dict[str, Any]:
 # -- runtime state -------------------------------------------------------------
 
 
+def known_attempt(
+    stored: Mapping[str, Mapping[str, Any]], pod: PodObservation
+) -> Mapping[str, Any] | None:
+    """The stored attempt (of `stored`, by Pod uid) that `pod` is, if any. A Pod already
+    gone is rebuilt from its events, which may not carry its uid: one known only by
+    name is the stored attempt of that name (a Job's Pod names are never reused), not
+    a new attempt."""
+    if pod.pod_uid:
+        return stored.get(pod.pod_uid)
+    return next((a for a in stored.values() if a["pod_name"] == pod.pod_name), None)
+
+
 def next_attempt(highest: int, current_attempt: int, pod: PodObservation) -> int:
     """The number of the attempt a Pod not seen before is on: its gang's, else the next."""
     if pod.attempt is not None:
