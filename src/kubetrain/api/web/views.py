@@ -370,12 +370,17 @@ def step_chart(
     resumes: Sequence[int] = (),
 ) -> Chart | None:
     """The first metric the steps carry (loss, by preference), scaled into the box,
-    with the checkpoints saved and the steps resumed from marked where they fall."""
+    with the checkpoints saved and the steps resumed from marked where they fall.
+
+    `steps` come in the order they were reported. A resumed attempt trains again the
+    steps its predecessor did after its last checkpoint: the line runs by step, and a
+    step reported again is drawn as last reported (the run that went on from there)."""
     names = [name for _, metrics in steps for name in metrics]
     if not names:
         return None
     metric = "loss" if "loss" in names else names[0]
-    series = [(step, metrics[metric]) for step, metrics in steps if metric in metrics]
+    latest = {step: metrics[metric] for step, metrics in steps if metric in metrics}
+    series = sorted(latest.items())
     if len(series) < 2:
         return None
     first, last = series[0][0], series[-1][0]
