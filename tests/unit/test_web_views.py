@@ -192,6 +192,18 @@ def test_steps_trained_again_after_a_resume_are_drawn_once_by_step_as_last_repor
     ]
 
 
+def test_sizes_are_shown_in_the_unit_that_shows_them():
+    assert [views.byte_size(n) for n in (0, 1023, 1024, 4300, 2 * 2**20, 3 * 2**30, 5 * 2**40)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "4.2 KiB",
+        "2.0 MiB",
+        "3.0 GiB",
+        "5120.0 GiB",
+    ]
+
+
 def test_checkpoints_and_resumes_are_marked_only_within_the_steps_drawn():
     steps = [(100, {"loss": 2.0}), (200, {"loss": 1.0}), (300, {"loss": 0.5})]
     chart = views.step_chart(steps, checkpoints=[50, 200, 200], resumes=[300])

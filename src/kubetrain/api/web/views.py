@@ -400,10 +400,23 @@ def step_chart(
     return Chart(metric, points, first, last, low, high, marks)
 
 
+def byte_size(count: int) -> str:
+    """A size in the unit that shows it: a small model's checkpoint of a few KiB is
+    not "0.0 MiB"."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 @dataclass(frozen=True)
 class CheckpointRow:
     step: int
-    size: str  # "12.3 MiB"
+    size: str  # "12.3 MiB", "4.2 KiB"
     seconds: float  # how long the save took
     attempt: int | None  # the attempt whose Pod wrote it, where known
     pod: str
@@ -417,7 +430,7 @@ def checkpoint_rows(
     rows = [
         CheckpointRow(
             step=int(data["step"]),
-            size=f"{int(data.get('sizeBytes') or 0) / 1048576:.1f} MiB",
+            size=byte_size(int(data.get("sizeBytes") or 0)),
             seconds=float(data.get("durationSeconds") or 0.0),
             attempt=attempts.get(pod),
             pod=pod,
