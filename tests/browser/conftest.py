@@ -1,53 +1,16 @@
-"""Real headless Chromium (Debian's `chromium`, driven by Playwright) against a real
-`kubetrain serve` on the testbed. Screenshots go to artifacts/browser/ (git-ignored;
-KUBETRAIN_TEST_ARTIFACTS moves them)."""
+"""Real headless Chromium (Debian's `chromium`, driven by Playwright; tests/chromium.py)
+against a real `kubetrain serve` on the testbed. Screenshots go to artifacts/browser/
+(git-ignored; KUBETRAIN_TEST_ARTIFACTS moves them)."""
 
 from __future__ import annotations
 
-import os
-import shutil
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from playwright.sync_api import Browser, Page, sync_playwright
 
 from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
-
-CHROMIUM = "/usr/bin/chromium"
-# As root in a container: no sandbox; nothing of the browser reaches out on its own.
-CHROMIUM_ARGS = [
-    "--headless",
-    "--no-sandbox",
-    "--disable-gpu",
-    "--disable-quic",
-    "--no-first-run",
-    "--disable-background-networking",
-    "--disable-component-update",
-    "--disable-sync",
-]
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="session")
-def artifacts() -> Path:
-    where = Path(os.environ.get("KUBETRAIN_TEST_ARTIFACTS", ROOT / "artifacts")) / "browser"
-    where.mkdir(parents=True, exist_ok=True)
-    return where
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[Browser]:
-    if not Path(CHROMIUM).exists() or shutil.which("chromium") is None:
-        pytest.fail("Debian's chromium is not installed: apt-get install chromium (.ci/run does)")
-    with sync_playwright() as playwright:
-        # Playwright gives each launch a fresh temporary user data directory.
-        launched = playwright.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield launched
-        finally:
-            launched.close()
+from tests.chromium import artifacts, browser, page  # noqa: F401 (shared with tests/realnode)
 
 
 @pytest.fixture(scope="module")
@@ -63,12 +26,3 @@ def server(testbed: Testbed, tmp_path_factory: pytest.TempPathFactory) -> Iterat
         yield srv
     finally:
         srv.stop()
-
-
-@pytest.fixture
-def page(browser: Browser) -> Iterator[Page]:
-    context = browser.new_context(viewport={"width": 1360, "height": 900})
-    try:
-        yield context.new_page()
-    finally:
-        context.close()

@@ -1,5 +1,6 @@
 """A `kubetrain serve` the real-node pool's Pods can reach (the pool itself, `real_testbed`,
-is a session fixture of tests/conftest.py, shared with the scenario replays)."""
+is a session fixture of tests/conftest.py, shared with the scenario replays), and the
+browser tests' Chromium, to read a real run's job page."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from kubetrain.testbed.cluster import Testbed
+from tests.chromium import artifacts, browser, page  # noqa: F401 (shared with tests/browser)
 from tests.e2e.conftest import Server
 
 

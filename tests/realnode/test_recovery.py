@@ -17,6 +17,8 @@ import sys
 import time
 import uuid
 from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -24,10 +26,12 @@ import pytest
 from lightkube import Client
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Node, PersistentVolume, PersistentVolumeClaim
+from playwright.sync_api import Page, expect
 
 from kubetrain.local_server import CLI
 from kubetrain.runtime import checkpoint_files
 from kubetrain.testbed.cluster import Testbed
+from tests.chromium import sign_in
 from tests.e2e.conftest import Server
 from tests.e2e.test_lifecycle import assert_valid_path, business_path, get
 from tests.kube import create, eventually
@@ -85,8 +89,8 @@ def claim(kube: Client, namespace: str, name: str, path: Path, mode: str) -> Non
     )
 
 
-@pytest.fixture
-def namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
+@contextmanager
+def made_namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
     """A project's namespace, made before its claims; deleted with its volumes after."""
     name = project()
     kubectl(real_testbed, "create", "namespace", name)
@@ -100,6 +104,12 @@ def namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
     for volume in real_kube.list(PersistentVolume):
         if str(volume.metadata.name).startswith(f"{name}-"):
             real_kube.delete(PersistentVolume, volume.metadata.name)
+
+
+@pytest.fixture
+def namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
+    with made_namespace(real_kube, real_testbed) as name:
+        yield name
 
 
 def uninterrupted(tmp: Path) -> list[str]:
@@ -130,63 +140,93 @@ def checkpoint_step(job_doc: dict[str, Any]) -> int:
     return int(((job_doc.get("progress") or {}).get("checkpoint") or {}).get("step") or 0)
 
 
+@dataclass(frozen=True)
+class Resumed:
+    """The node-loss resume run, once its job SUCCEEDED on the other node."""
+
+    project: str
+    job_id: str
+    checkpoints: Path  # the claim's directory on this machine
+    newest: checkpoint_files.Found  # attempt 1's newest valid checkpoint when its node went
+    lost: str  # attempt 1's node
+    done: dict[str, Any]  # the job, SUCCEEDED
+    attempts: list[dict[str, Any]]  # read while the lost node was still gone
+    reference: list[str]  # the same training's output, never interrupted
+
+
+@pytest.fixture(scope="module")
+def resumed(
+    real_server: Server,
+    real_kube: Client,
+    real_testbed: Testbed,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[Resumed]:
+    """Attempt 1 trains on one real node; after its second checkpoint the node is lost;
+    the job resumes on the other node and succeeds. Run once for the checks after it."""
+    tmp_path = tmp_path_factory.mktemp("resume")
+    with made_namespace(real_kube, real_testbed) as p:
+        checkpoints = tmp_path / "checkpoints"
+        checkpoints.mkdir()
+        claim(real_kube, p, "checkpoints", checkpoints, "ReadWriteMany")
+        body = job(
+            "resume",
+            p,
+            args=[
+                "python",
+                "-m",
+                "kubetrain.testbed.tiny_training",
+                *TRAIN,
+                "--step-seconds",
+                str(PACE),
+            ],
+            resources={"requests": {"cpu": "1", "memory": "1Gi"}},
+            checkpoints={"claim": "checkpoints"},
+            retries=0,
+        )
+        job_id = submit(real_server, body)
+        began = time.monotonic()
+
+        seen: dict[str, Any] = {}
+
+        def checkpointed() -> dict[str, Any] | None:
+            doc: dict[str, Any] = get(real_server, p, job_id)
+            seen.update({k: doc.get(k) for k in ("business_status", "reason", "message", "node")})
+            return doc if checkpoint_step(doc) >= 2 * EVERY else None
+
+        first = eventually(
+            checkpointed, 180, interval=0.1, what=lambda: f"attempt 1's second checkpoint ({seen})"
+        )
+        lost = str(first["node"])
+        killed = time.monotonic()
+        real_testbed.stop_real_node(lost)
+        try:
+            # What attempt 1 left: the newest checkpoint whose files all hold.
+            valid = [f for f in checkpoint_files.scan(checkpoints, checksums=True) if not f.problem]
+            newest = valid[0]
+            assert 2 * EVERY <= newest.step < STEPS, [f.step for f in valid]
+            real_kube.delete(Node, lost)
+            reference = uninterrupted(tmp_path)  # while Pod garbage collection waits
+            wait_for(real_server, p, job_id, "QUEUED", "NODE_LOST", timeout=60)
+            node_lost = time.monotonic() - killed
+            done = wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED", timeout=AFTER_LOSS)
+            succeeded = time.monotonic() - killed
+            # Read while the node is still gone: attempt 1's last word is that it is.
+            attempts = get(real_server, p, job_id, "/attempts")["items"]
+        finally:
+            real_testbed.start_real_node(lost)
+        print(
+            f"attempt 1 checkpointed step {newest.step} {killed - began:.0f} s after the submit; "
+            f"NODE_LOST {node_lost:.0f} s after the kill, SUCCEEDED {succeeded:.0f} s after"
+        )
+        yield Resumed(p, job_id, checkpoints, newest, lost, done, attempts, reference)
+
+
 def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
-    real_server: Server, real_kube: Client, real_testbed: Testbed, namespace: str, tmp_path: Path
+    resumed: Resumed, real_server: Server, real_kube: Client, real_testbed: Testbed
 ) -> None:
-    p = namespace
-    checkpoints = tmp_path / "checkpoints"
-    checkpoints.mkdir()
-    claim(real_kube, p, "checkpoints", checkpoints, "ReadWriteMany")
-    body = job(
-        "resume",
-        p,
-        args=[
-            "python",
-            "-m",
-            "kubetrain.testbed.tiny_training",
-            *TRAIN,
-            "--step-seconds",
-            str(PACE),
-        ],
-        resources={"requests": {"cpu": "1", "memory": "1Gi"}},
-        checkpoints={"claim": "checkpoints"},
-        retries=0,
-    )
-    job_id = submit(real_server, body)
-    began = time.monotonic()
-
-    seen: dict[str, Any] = {}
-
-    def checkpointed() -> dict[str, Any] | None:
-        doc: dict[str, Any] = get(real_server, p, job_id)
-        seen.update({k: doc.get(k) for k in ("business_status", "reason", "message", "node")})
-        return doc if checkpoint_step(doc) >= 2 * EVERY else None
-
-    first = eventually(
-        checkpointed, 180, interval=0.1, what=lambda: f"attempt 1's second checkpoint ({seen})"
-    )
-    lost = str(first["node"])
-    killed = time.monotonic()
-    real_testbed.stop_real_node(lost)
-    try:
-        # What attempt 1 left: the newest checkpoint whose files all hold.
-        valid = [f for f in checkpoint_files.scan(checkpoints, checksums=True) if not f.problem]
-        newest = valid[0]
-        assert 2 * EVERY <= newest.step < STEPS, [f.step for f in valid]
-        real_kube.delete(Node, lost)
-        reference = uninterrupted(tmp_path)  # while Pod garbage collection waits
-        wait_for(real_server, p, job_id, "QUEUED", "NODE_LOST", timeout=60)
-        node_lost = time.monotonic() - killed
-        done = wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED", timeout=AFTER_LOSS)
-        succeeded = time.monotonic() - killed
-        # Read while the node is still gone: attempt 1's last word is that it is.
-        attempts = get(real_server, p, job_id, "/attempts")["items"]
-    finally:
-        real_testbed.start_real_node(lost)
-    print(
-        f"attempt 1 checkpointed step {newest.step} {killed - began:.0f} s after the submit; "
-        f"NODE_LOST {node_lost:.0f} s after the kill, SUCCEEDED {succeeded:.0f} s after"
-    )
+    p, job_id, checkpoints = resumed.project, resumed.job_id, resumed.checkpoints
+    newest, lost, done, attempts = resumed.newest, resumed.lost, resumed.done, resumed.attempts
+    reference = resumed.reference
 
     # Kubernetes replaced the Pod on the other node, and kept the retry: retries is 0.
     assert [a["attempt"] for a in attempts] == [1, 2], attempts
@@ -247,6 +287,96 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
         "fromPod": one["pod"],
         "allowedMismatch": [],
     }
+
+
+@pytest.mark.browser
+def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_lineage(
+    resumed: Resumed, real_server: Server, page: Page, artifacts: Path
+) -> None:
+    """The same run's job page in real headless Chromium, read from the rendered DOM."""
+    p, job_id, newest = resumed.project, resumed.job_id, resumed.newest
+    one, two = resumed.attempts
+    series = get(real_server, p, job_id, "/progress?limit=2000")
+    claimed = sorted({s["step"] for s in series["steps"]})  # the steps the job reported
+    sign_in(page, real_server.url, real_server.create_token(p, "viewer", "web-viewer"))
+    page.goto(f"{real_server.url}/ui/projects/{p}/jobs/{job_id}")
+    expect(page.locator("h1")).to_have_text("resume")
+    shown: dict[str, Any] = page.evaluate(
+        """() => {
+          const card = document.querySelector('#progress');
+          const text = (e) => e.textContent.replace(/\\s+/g, ' ').trim();
+          const facts = [...card.querySelectorAll('dl.facts dt')].map(
+            (dt) => [text(dt), text(dt.nextElementSibling)]);
+          const svg = card.querySelector('figure.chart svg');
+          return {
+            facts,
+            label: svg.getAttribute('aria-label'),
+            points: svg.querySelector('polyline').getAttribute('points'),
+            marks: [...svg.querySelectorAll('line.mark')].map((l) => ({
+              cls: l.getAttribute('class'),
+              x: l.getAttribute('x1'),
+              title: text(l.querySelector('title')),
+            })),
+            caption: text(card.querySelector('figure.chart figcaption')),
+            lineage: [...card.querySelectorAll('ul.lineage li')].map(
+              (li) => [li.getAttribute('class'), text(li)]),
+            checkpoints: [...card.querySelectorAll('#checkpoints tbody tr')].map(
+              (tr) => [...tr.querySelectorAll('td')].map(text)),
+          };
+        }"""
+    )
+    screenshot = artifacts / "resume-job-page.png"
+    page.screenshot(path=str(screenshot), full_page=True)
+    print(f"screenshot: {screenshot}")
+
+    # The loss curve: one point per step reported, by step; attempt 1's steps up to its
+    # checkpoint and every step attempt 2 trained from the step it resumed from.
+    assert shown["label"] == "loss by step"
+    points = [tuple(float(v) for v in xy.split(",")) for xy in shown["points"].split()]
+    assert len(points) == len(claimed), (len(points), claimed)
+    assert set(range(1, 2 * EVERY + 1)) | set(range(newest.step + 1, STEPS + 1)) <= set(claimed)
+    xs = [x for x, _ in points]
+    assert xs == sorted(set(xs)), xs  # never back: a step trained again is drawn once
+    assert f"steps {claimed[0]}\u2013{STEPS}" in shown["caption"], shown["caption"]
+    x_at = dict(zip(claimed, xs, strict=True))
+
+    # Marks where they fall on the curve: each checkpoint saved, the step resumed from.
+    marks: dict[str, list[int]] = {"checkpoint": [], "resume": []}
+    for mark in shown["marks"]:
+        kind = mark["cls"].removeprefix("mark mark-")
+        step = int(mark["title"].removeprefix(f"{kind} at step "))
+        assert abs(float(mark["x"]) - x_at[step]) < 0.06, (mark, x_at[step])
+        marks[kind].append(step)
+    assert marks["resume"] == [newest.step], shown["marks"]
+    saved = [int(row[0]) for row in shown["checkpoints"]]
+    assert marks["checkpoint"] == sorted(set(saved)), (marks, saved)
+    every = set(range(EVERY, STEPS + 1, EVERY))
+    attempt_2 = set(range(newest.step + EVERY, STEPS + 1, EVERY))
+    assert set(range(EVERY, 2 * EVERY + 1, EVERY)) | attempt_2 <= set(saved) <= every, saved
+
+    # The lineage: attempt 2 resumed from attempt 1's step, on another node, allowed.
+    resumes = [dd for dt, dd in shown["facts"] if dt == "Resumed"]
+    assert len(resumes) == 1, shown["facts"]
+    assert resumes[0].startswith(f"attempt 2 from step {newest.step} of attempt 1"), resumes
+    # Each line the API's lineage says, the node's first: it differed, which is allowed.
+    compared = resumed.done["progress"]["resumes"][0]["compared"]
+    assert [text for _, text in shown["lineage"]] == [c["says"] for c in compared]
+    assert shown["lineage"][0] == [
+        "verdict-differs-allowed",
+        f"node: {resumed.lost} -> {two['node']} (allowed)",
+    ], shown["lineage"]
+
+    # The checkpoints, newest first: the final one, step 200, written by attempt 2.
+    final = shown["checkpoints"][0]
+    assert (final[0], final[3]) == (str(STEPS), f"attempt 2 · {two['pod']}"), final
+    assert any(row[3] == f"attempt 1 · {one['pod']}" for row in shown["checkpoints"])
+    # A tiny model's checkpoints are a few KiB: sized as such, never "0.0 MiB".
+    assert all(row[1].endswith(" KiB") for row in shown["checkpoints"]), shown["checkpoints"]
+    facts = dict(shown["facts"])
+    assert facts["Last checkpoint"].startswith(f"step {STEPS}, {final[1]} in "), facts
+    # The job is over: its runtime's last phase is what it reported, not what it is.
+    assert facts["Last phase reported"] == f"TRAINING by {two['pod']}", facts
+    assert "Phase" not in facts
 
 
 def test_a_dataset_of_another_version_fails_the_preflight_and_the_job_at_once(

@@ -171,6 +171,39 @@ def test_the_step_chart_prefers_loss_and_scales_into_its_box():
     assert views.step_chart([(1, {}), (2, {})]) is None
 
 
+def test_steps_trained_again_after_a_resume_are_drawn_once_by_step_as_last_reported():
+    # Attempt 1 reported steps 1-12 and died after its checkpoint at 10; attempt 2
+    # resumed from 10 and reported 11-14: the line runs 1..14, never back.
+    first = [(step, {"loss": 1.0}) for step in range(1, 13)]
+    second = [(step, {"loss": 2.0}) for step in range(11, 15)]
+    chart = views.step_chart([*first, *second], checkpoints=[5, 10], resumes=[10])
+    assert chart is not None
+    assert (chart.first_step, chart.last_step) == (1, 14)
+    points = [tuple(float(v) for v in p.split(",")) for p in chart.points.split()]
+    xs = [x for x, _ in points]
+    assert len(xs) == 14
+    assert xs == sorted(set(xs))
+    # 11 and 12 as attempt 2 reported them (2.0, the top of the box), not attempt 1
+    assert [y for _, y in points] == [160.0] * 10 + [0.0] * 4
+    assert [(m.kind, m.step) for m in chart.marks] == [
+        ("checkpoint", 5),
+        ("checkpoint", 10),
+        ("resume", 10),
+    ]
+
+
+def test_sizes_are_shown_in_the_unit_that_shows_them():
+    assert [views.byte_size(n) for n in (0, 1023, 1024, 4300, 2 * 2**20, 3 * 2**30, 5 * 2**40)] == [
+        "0 B",
+        "1023 B",
+        "1.0 KiB",
+        "4.2 KiB",
+        "2.0 MiB",
+        "3.0 GiB",
+        "5120.0 GiB",
+    ]
+
+
 def test_checkpoints_and_resumes_are_marked_only_within_the_steps_drawn():
     steps = [(100, {"loss": 2.0}), (200, {"loss": 1.0}), (300, {"loss": 0.5})]
     chart = views.step_chart(steps, checkpoints=[50, 200, 200], resumes=[300])

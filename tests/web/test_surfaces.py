@@ -121,6 +121,58 @@ def _ran(db: Database, job_id: str, pod: PodObservation) -> None:
         record_synced(session, [synced], now=datetime.now(UTC))
 
 
+def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    from kubetrain.domain.manifest import job_name
+    from kubetrain.store import set_status_token
+
+    job_id = submitted(client, tokens, "phased")
+    with db.transaction() as session:
+        set_status_token(session, job_id, "kts_phased")
+    pod = f"{job_name(job_id)}-aaaaa"
+    events = [
+        {"seq": 1, "time": "2026-12-02T16:00:00Z", "type": "phase", "phase": "TRAINING"},
+        {"seq": 2, "time": "2026-12-02T16:00:01Z", "type": "step", "step": 5, "metrics": {}},
+        # A small model's checkpoint: a few KiB, which is not "0.0 MiB".
+        {
+            "seq": 3,
+            "time": "2026-12-02T16:00:02Z",
+            "type": "checkpoint",
+            "step": 5,
+            "sizeBytes": 4300,
+            "durationSeconds": 0.01,
+        },
+    ]
+    answer = client.post(
+        f"/api/v1/jobs/{job_id}/reports",
+        json={"pod": pod, "events": events},
+        headers={"Authorization": "Bearer kts_phased"},
+    )
+    assert answer.status_code == 202, answer.text
+    sign_in(client, plaintext(tokens, "viewer"))
+
+    def card() -> str:
+        page = client.get(f"/ui/projects/{PROJECT}/jobs/{job_id}").text
+        section = page[page.index('id="progress"') :]
+        return section[: section.index("</section>")]
+
+    # Not running (here: not yet; a finished job alike): the last report, not a state.
+    before = card()
+    assert (
+        '<dt>Last phase reported</dt><dd id="phase"><span class="chip chip-muted">TRAINING</span>'
+        f" by {pod}</dd>"
+    ) in before
+    assert "<dt>Phase</dt>" not in before
+    assert "step 5, 4.2 KiB in 0.01 s" in before
+    assert "<td>5</td><td>4.2 KiB</td>" in before
+    _ran(db, job_id, PodObservation(pod, "uid-a", node="gpu-1", pod_phase="Running"))
+    running = card()
+    assert (
+        f'<dt>Phase</dt><dd id="phase"><span class="chip chip-ok">TRAINING</span> on {pod}</dd>'
+    ) in running
+
+
 def _logs_card(client: TestClient, job_id: str, *, live: bool = False) -> str:
     url = f"/ui/projects/{PROJECT}/jobs/{job_id}" + ("?fragment=live" if live else "")
     page = client.get(url)

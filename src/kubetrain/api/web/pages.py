@@ -94,6 +94,7 @@ ENV = Environment(
 ENV.globals.update(
     reason_words=views.reason_words,
     state_class=views.state_class,
+    byte_size=views.byte_size,
     reason_class=views.reason_class,
     catalog=CATALOG,
     states=list(BusinessState),

@@ -371,12 +371,17 @@ def step_chart(
     resumes: Sequence[int] = (),
 ) -> Chart | None:
     """The first metric the steps carry (loss, by preference), scaled into the box,
-    with the checkpoints saved and the steps resumed from marked where they fall."""
+    with the checkpoints saved and the steps resumed from marked where they fall.
+
+    `steps` come in the order they were reported. A resumed attempt trains again the
+    steps its predecessor did after its last checkpoint: the line runs by step, and a
+    step reported again is drawn as last reported (the run that went on from there)."""
     names = [name for _, metrics in steps for name in metrics]
     if not names:
         return None
     metric = "loss" if "loss" in names else names[0]
-    series = [(step, metrics[metric]) for step, metrics in steps if metric in metrics]
+    latest = {step: metrics[metric] for step, metrics in steps if metric in metrics}
+    series = sorted(latest.items())
     if len(series) < 2:
         return None
     first, last = series[0][0], series[-1][0]
@@ -396,10 +401,23 @@ def step_chart(
     return Chart(metric, points, first, last, low, high, marks)
 
 
+def byte_size(count: int) -> str:
+    """A size in the unit that shows it: a small model's checkpoint of a few KiB is
+    not "0.0 MiB"."""
+    if count < 1024:
+        return f"{count} B"
+    value = float(count)
+    for unit in ("KiB", "MiB", "GiB"):
+        value /= 1024
+        if value < 1024 or unit == "GiB":
+            break
+    return f"{value:.1f} {unit}"
+
+
 @dataclass(frozen=True)
 class CheckpointRow:
     step: int
-    size: str  # "12.3 MiB"
+    size: str  # "12.3 MiB", "4.2 KiB"
     seconds: float  # how long the save took
     attempt: int | None  # the attempt whose Pod wrote it, where known
     pod: str
@@ -413,7 +431,7 @@ def checkpoint_rows(
     rows = [
         CheckpointRow(
             step=int(data["step"]),
-            size=f"{int(data.get('sizeBytes') or 0) / 1048576:.1f} MiB",
+            size=byte_size(int(data.get("sizeBytes") or 0)),
             seconds=float(data.get("durationSeconds") or 0.0),
             attempt=attempts.get(pod),
             pod=pod,
