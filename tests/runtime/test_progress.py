@@ -204,6 +204,8 @@ def test_checkpoints_and_resumes_are_reported_by_the_manager(peer, tmp_path, mon
     assert saved["type"] == "checkpoint"
     assert saved["step"] == 7
     assert saved["sizeBytes"] > 0
+    # what the checkpoint is bound to, for the job page's checkpoint table
+    assert saved["binding"] == bound | {"params_sha256": None}
     assert resumed["type"] == "resumed"
     assert (resumed["fromStep"], resumed["fromPod"]) == (7, "job-9-0-first")
     # the checkpoint's binding and the run's, for the lineage's "what differed"

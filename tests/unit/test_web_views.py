@@ -212,3 +212,35 @@ def test_checkpoints_and_resumes_are_marked_only_within_the_steps_drawn():
         ("checkpoint", 200, views.CHART_WIDTH / 2),
         ("resume", 300, float(views.CHART_WIDTH)),
     ]
+
+
+def test_the_checkpoint_table_says_what_each_checkpoint_is_bound_to() -> None:
+    at = datetime(2026, 12, 5, 1, 0, tzinfo=UTC)
+    digest = "sha256:" + "ab" * 32
+    rows = views.checkpoint_rows(
+        [
+            ("pod-a", {"step": 10, "sizeBytes": 2048, "durationSeconds": 0.1}, at),
+            (
+                "pod-a",
+                {
+                    "step": 20,
+                    "sizeBytes": 2048,
+                    "durationSeconds": 0.1,
+                    "binding": {
+                        "dataset_version": "mnist@v2",
+                        "code_version": digest,
+                        "params_sha256": None,
+                    },
+                },
+                at,
+            ),
+        ],
+        {"pod-a": 1},
+    )
+    newest, oldest = rows
+    assert newest.binding == (
+        ("dataset", "mnist@v2"),
+        ("code", "sha256:abababababa…"),
+        ("params", "unset"),
+    )
+    assert oldest.binding == ()  # a runtime that did not report one: "not reported"

@@ -142,6 +142,7 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
             "step": 5,
             "sizeBytes": 4300,
             "durationSeconds": 0.01,
+            "binding": {"dataset_version": "mnist@v2", "code_version": "c1", "params_sha256": None},
         },
     ]
     answer = client.post(
@@ -166,6 +167,10 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
     assert "<dt>Phase</dt>" not in before
     assert "step 5, 4.2 KiB in 0.01 s" in before
     assert "<td>5</td><td>4.2 KiB</td>" in before
+    assert "<th>Bound to</th>" in before
+    assert "dataset <code>mnist@v2</code><br>code <code>c1</code><br>params <code>unset</code>" in (
+        before
+    )
     _ran(db, job_id, PodObservation(pod, "uid-a", node="gpu-1", pod_phase="Running"))
     running = card()
     assert (

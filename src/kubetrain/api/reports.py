@@ -113,13 +113,6 @@ class StepEvent(_Event):
     metrics: Annotated[dict[str, float], AfterValidator(_metrics)] = Field(default_factory=dict)
 
 
-class CheckpointEvent(_Event):
-    type: Literal["checkpoint"]
-    step: int = Field(ge=0, le=2**62)
-    size_bytes: int = Field(alias="sizeBytes", ge=0, le=2**62)
-    duration_seconds: float = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
-
-
 class Binding(BaseModel):
     """What a checkpoint (or the run resuming from it) is bound to; null: unset."""
 
@@ -129,6 +122,15 @@ class Binding(BaseModel):
     code_version: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
     params_sha256: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
     world_size: int | None = Field(default=None, ge=1, le=2**31, description="absent: 1")
+
+
+class CheckpointEvent(_Event):
+    type: Literal["checkpoint"]
+    step: int = Field(ge=0, le=2**62)
+    size_bytes: int = Field(alias="sizeBytes", ge=0, le=2**62)
+    duration_seconds: float = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
+    # Absent from runtimes before it: the table then says "not reported".
+    binding: Binding | None = Field(default=None, description="what the checkpoint is bound to")
 
 
 class ResumedEvent(_Event):

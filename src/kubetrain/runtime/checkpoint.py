@@ -347,7 +347,9 @@ class CheckpointManager:
             raise
         self._retain(target)
         if self._reporter is not None:
-            self._reporter.checkpoint(step, size, time.perf_counter() - started)
+            self._reporter.checkpoint(
+                step, size, time.perf_counter() - started, binding=self.binding
+            )
 
     def _write_shard(self, gang: _Gang, step: int, state: dict[str, Any]) -> None:
         """Every rank writes its shard and says how it went; rank 0 commits only when all
@@ -395,7 +397,9 @@ class CheckpointManager:
             self._retain(target)
             if self._reporter is not None:
                 size = sum(entry[0] for entry, _, _ in shards if entry is not None)
-                self._reporter.checkpoint(step, size, time.perf_counter() - started)
+                self._reporter.checkpoint(
+                    step, size, time.perf_counter() - started, binding=self.binding
+                )
 
     def _commit(
         self, step: int, staging: Path, files: dict[str, Any], *, pods: list[Any] | None

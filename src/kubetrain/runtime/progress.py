@@ -97,14 +97,25 @@ class Reporter:
             return
         self._put(event, urgent=False)
 
-    def checkpoint(self, step: int, size_bytes: int, seconds: float) -> None:
+    def checkpoint(
+        self,
+        step: int,
+        size_bytes: int,
+        seconds: float,
+        *,
+        binding: Mapping[str, Any] | None = None,
+    ) -> None:
+        """`binding`: what the checkpoint is bound to (dataset, code, params), for the
+        job page's checkpoint table."""
         try:
-            event = {
+            event: dict[str, Any] = {
                 "type": "checkpoint",
                 "step": int(step),
                 "sizeBytes": int(size_bytes),
                 "durationSeconds": round(float(seconds), 6),
             }
+            if binding is not None:
+                event["binding"] = _binding(binding)
         except (TypeError, ValueError) as exc:
             self._warn_once("checkpoint", f"checkpoint not reported: {exc}")
             return

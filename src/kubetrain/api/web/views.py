@@ -422,6 +422,31 @@ class CheckpointRow:
     attempt: int | None  # the attempt whose Pod wrote it, where known
     pod: str
     at: datetime
+    # (what, value) of its binding: dataset version, code version, params digest;
+    # empty: the runtime that wrote it did not report one.
+    binding: tuple[tuple[str, str], ...] = ()
+
+
+# The binding fields as the table says them; digests are cut to this many characters.
+_BINDING_SHOWN = (
+    ("dataset_version", "dataset"),
+    ("code_version", "code"),
+    ("params_sha256", "params"),
+)
+_DIGEST_SHOWN = 19  # "sha256:" and 12 hex digits
+
+
+def _binding_cells(binding: Any) -> tuple[tuple[str, str], ...]:
+    if not isinstance(binding, Mapping):
+        return ()
+    cells = []
+    for key, said in _BINDING_SHOWN:
+        value = binding.get(key)
+        text = "unset" if value is None else str(value)
+        cells.append(
+            (said, text if len(text) <= _DIGEST_SHOWN else text[: _DIGEST_SHOWN - 1] + "…")
+        )
+    return tuple(cells)
 
 
 def checkpoint_rows(
@@ -436,6 +461,7 @@ def checkpoint_rows(
             attempt=attempts.get(pod),
             pod=pod,
             at=at,
+            binding=_binding_cells(data.get("binding")),
         )
         for pod, data, at in reports
     ]
