@@ -104,7 +104,7 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
                 ),
             )
         )
-    created = {v.pod_name: _created_at_from_events(reader, v.pod_name) for v in views}
+    created = _created_at_from_events(reader)
     pods_created = {
         meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in reader.pods
     }
@@ -132,14 +132,15 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     )
 
 
-def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
+def _created_at_from_events(reader: _Reader) -> dict[str, datetime | None]:
+    """When the Job controller created each Pod, by its first SuccessfulCreate event:
+    one pass over the Job's events (a gang's Job has one per rank)."""
+    created: dict[str, datetime | None] = {}
     for event in reader.events("Job", reader.job.k8s_name):
-        if (
-            text(event, "reason") == "SuccessfulCreate"
-            and text(event, "message") == f"Created pod: {pod_name}"
-        ):
-            return _event_first_time(event)
-    return None
+        message = text(event, "message") or ""
+        if text(event, "reason") == "SuccessfulCreate" and message.startswith("Created pod: "):
+            created.setdefault(message.removeprefix("Created pod: "), _event_first_time(event))
+    return created
 
 
 def _node_not_found(node: str) -> tuple[str, str]:
