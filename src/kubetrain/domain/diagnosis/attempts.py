@@ -161,12 +161,13 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
     state, detail = _state(status)
     raw_reason = text(pod, "status", "reason") or text(detail, "reason")
     raw_message = text(pod, "status", "message") or text(detail, "message")
-    disruption = _true(_conditions(pod), "DisruptionTarget")
+    conditions = _conditions(pod)
+    disruption = _true(conditions, "DisruptionTarget")
     # An eviction's own words (reason Evicted) say more than its condition's.
     if disruption is not None and text(pod, "status", "reason") != "Evicted":
         raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
     if state is None:
-        scheduled = _conditions(pod).get("PodScheduled")
+        scheduled = conditions.get("PodScheduled")
         if scheduled is not None and text(scheduled, "status") == "False":
             raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
     return AttemptView(
@@ -182,12 +183,14 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
         termination_message=text(detail, "message") if state == "terminated" else None,
         started_at=timestamp(detail, "startedAt"),
         finished_at=timestamp(detail, "finishedAt"),
-        bound_at=_bound_at(pod),
+        bound_at=_bound_at(pod, conditions),
     )
 
 
-def _bound_at(pod: Mapping[str, Any]) -> datetime | None:
-    scheduled = _conditions(pod).get("PodScheduled")
+def _bound_at(
+    pod: Mapping[str, Any], conditions: Mapping[str, Mapping[str, Any]]
+) -> datetime | None:
+    scheduled = conditions.get("PodScheduled")
     if (
         scheduled is None
         or text(scheduled, "status") != "True"
