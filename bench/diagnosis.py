@@ -232,7 +232,7 @@ def main() -> None:
     )
     parser.add_argument("--pending", type=int, default=4, help="pending ranks per partial gang")
     args = parser.parse_args()
-    if any(w < 2 for w in args.gangs) or not 0 < args.pending < min(args.gangs, default=2):
+    if args.gangs and (min(args.gangs) < 2 or not 0 < args.pending < min(args.gangs)):
         parser.error("--gangs: sizes of at least 2; --pending: at least 1, fewer than a gang")
     pending_dump, running_dump = load("insufficient-gpu"), load("running")
     partial_dump, formed_dump = load("gang-partial"), load("gang-running")
