@@ -7,6 +7,16 @@ names/uids/job labels up to N unrelated jobs, each Pod bound to a node round-
 robin. The two jobs under diagnosis are kept as recorded: the pending 16-GPU
 job of insufficient-gpu.json and the running job of running.json.
 
+With `--gangs 64 256`: per size, two gangs of each size inside the same
+snapshot (the background jobs fewer by as many Pods, so the total stays N),
+copied from the recorded gangs: a partial gang from gang-partial.json (its
+Indexed Job with completions = parallelism = workers, `--pending` ranks copies
+of its unschedulable rank, the rest copies of a running rank bound to the GPU
+nodes round-robin) and a running gang from gang-running.json (every rank a copy
+of a running rank). The ratio to the single-Pod job of the same kind in the
+same snapshot is the result: the partial gang against the pending job, the
+running gang against the running job (target: within 10x).
+
 Measured per N: (a) `Snapshot.from_list` + `.index` once; (b) per job,
 `diagnose(facts, snap.for_job(...), now)` median/p99 over `--reps` runs for the
 pending and the running job. Side by side in the same run: the same two
@@ -16,6 +26,7 @@ each Pod once (the least any per-job scan of the Pods would cost).
 Prints a table and writes bench/results/diagnosis.json.
 
     .venv/bin/python bench/diagnosis.py [--nodes 1000] [--pods 2 1000 10000 50000] [--reps 200]
+        [--gangs 64 256] [--pending 4]
 """
 
 from __future__ import annotations
@@ -41,6 +52,8 @@ SNAPSHOTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "sna
 NOW = datetime(2026, 12, 2, 16, 0, tzinfo=UTC)
 TARGET_MS = 5.0
 TARGET_NODES, TARGET_PODS = 1000, 10000
+GANG_TARGET = 10.0  # a gang's diagnosis within 10x of a single-Pod job's
+COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
 
 
 def load(name: str) -> dict[str, Any]:
@@ -111,6 +124,81 @@ def copied_jobs(source: dict[str, Any], count: int, node_names: list[str]) -> li
     return out
 
 
+def copied_gang(
+    source: dict[str, Any],
+    name: str,
+    workers: int,
+    pending: set[int],
+    node_names: list[str],
+    salt: int,
+) -> list[dict[str, Any]]:
+    """The recorded gang's Job as a gang of `workers` named `name`: the ranks in
+    `pending` copies of its unschedulable rank, the others copies of a running rank
+    bound to `node_names` round-robin, each with its events and the Job's
+    SuccessfulCreate event; new names, uids and completion indexes."""
+    (job,) = of_kind(source, "Job")
+    pods = of_kind(source, "Pod")
+    events = of_kind(source, "Event")
+    job_name, job_uid = job["metadata"]["name"], job["metadata"]["uid"]
+    running = next(p for p in pods if p["status"].get("phase") == "Running")
+    unplaced = next((p for p in pods if not p["spec"].get("nodeName")), None)
+    if pending and unplaced is None:
+        raise SystemExit(f"{name}: the recorded gang has no pending rank to copy")
+    created = next(
+        e
+        for e in events
+        if e["involvedObject"]["kind"] == "Job" and e["reason"] == "SuccessfulCreate"
+    )
+    uids = iter(uuid.UUID(int=(salt << 64) + i) for i in range(1 << 30))
+    new_job_uid = str(next(uids))
+    job_copy = renamed(job, {job_uid: new_job_uid, f'"{job_name}"': f'"{name}"'})
+    job_copy["spec"]["completions"] = job_copy["spec"]["parallelism"] = workers
+    job_copy["status"]["active"] = workers
+    out: list[dict[str, Any]] = [job_copy]
+    for rank in range(workers):
+        template = unplaced if rank in pending else running
+        assert template is not None
+        old = template["metadata"]["name"]
+        old_rank = template["metadata"]["annotations"][COMPLETION_INDEX]
+        new = f"{name}-{rank}-c{rank:04d}"
+        group = [template, *(e for e in events if e["involvedObject"]["name"] == old)]
+        replace = {
+            old: new,  # the Pod, its events' names, involvedObject and messages
+            f'"{job_name}-{old_rank}-"': f'"{name}-{rank}-"',  # generateName
+            f'"{job_name}-{old_rank}"': f'"{name}-{rank}"',  # hostname
+            f'"{job_name}"': f'"{name}"',
+            job_uid: new_job_uid,
+            template["metadata"]["uid"]: str(next(uids)),
+        }
+        for event in group[1:]:
+            replace[event["metadata"]["uid"]] = str(next(uids))
+        node = template["spec"].get("nodeName")
+        if node:
+            bound = node_names[(salt + rank) % len(node_names)]
+            replace[f'"{node}"'] = f'"{bound}"'
+            replace[f"to {node}"] = f"to {bound}"
+        pod, *pod_events = renamed({"group": group}, replace)["group"]
+        pod["metadata"]["annotations"][COMPLETION_INDEX] = str(rank)
+        pod["metadata"]["labels"][COMPLETION_INDEX] = str(rank)
+        made = renamed(
+            created,
+            {
+                created["metadata"]["name"]: f"{name}.{rank:016x}",
+                created["metadata"]["uid"]: str(next(uids)),
+                job_uid: new_job_uid,
+                f'"{job_name}"': f'"{name}"',
+            },
+        )
+        made["message"] = f"Created pod: {new}"
+        out += [pod, *pod_events, made]
+    return out
+
+
+def gang_facts(name: str, source: dict[str, Any]) -> JobFacts:
+    namespace = of_kind(source, "Job")[0]["metadata"]["namespace"]
+    return JobFacts(name=name, k8s_name=name, namespace=namespace, dispatched=True)
+
+
 def timed(call: Callable[[], object], reps: int) -> list[float]:
     call()  # warm-up
     samples = []
@@ -139,10 +227,24 @@ def main() -> None:
     parser.add_argument("--nodes", type=int, default=TARGET_NODES)
     parser.add_argument("--pods", type=int, nargs="+", default=[2, 1000, TARGET_PODS, 50000])
     parser.add_argument("--reps", type=int, default=200)
+    parser.add_argument(
+        "--gangs", type=int, nargs="*", default=[64, 256], help="gang sizes (none: no gangs)"
+    )
+    parser.add_argument("--pending", type=int, default=4, help="pending ranks per partial gang")
     args = parser.parse_args()
+    if args.gangs and (min(args.gangs) < 2 or not 0 < args.pending < min(args.gangs)):
+        parser.error("--gangs: sizes of at least 2; --pending: at least 1, fewer than a gang")
     pending_dump, running_dump = load("insufficient-gpu"), load("running")
+    partial_dump, formed_dump = load("gang-partial"), load("gang-running")
     pending, running = facts_of(pending_dump), facts_of(running_dump)
-    report: dict[str, Any] = {"nodes": args.nodes, "reps": args.reps, "target_ms": TARGET_MS}
+    report: dict[str, Any] = {
+        "nodes": args.nodes,
+        "reps": args.reps,
+        "target_ms": TARGET_MS,
+        "gangs": args.gangs,
+        "pending_ranks": args.pending,
+        "gang_target_ratio": GANG_TARGET,
+    }
 
     # Baseline: the recorded dumps themselves (4 nodes, 1 Pod each).
     report["recorded"] = {
@@ -155,9 +257,29 @@ def main() -> None:
     keep = [i for i in pending_dump["items"] if i.get("kind") != "Node"]
     keep += [i for i in running_dump["items"] if i.get("kind") != "Node"]
     report["sizes"] = {}
+    gpu_nodes = [
+        n["metadata"]["name"] for n in nodes if "nvidia.com/gpu" in n["status"]["allocatable"]
+    ]
+    gangs: list[tuple[str, str, JobFacts, list[dict[str, Any]]]] = []  # size, kind, facts, objects
+    for i, workers in enumerate(args.gangs):
+        # Pending ranks spread over the gang; the lowest blocks it, as rank 1 in the recording.
+        step = workers // args.pending
+        waiting = {1 + k * step for k in range(args.pending)}
+        for kind, dump, ranks in (
+            ("partial", partial_dump, waiting),
+            ("running", formed_dump, set()),
+        ):
+            name = f"gang-{kind}-{workers}"
+            salt = 16 + 2 * i + (kind == "running")
+            objects = copied_gang(dump, name, workers, ranks, gpu_nodes, salt)
+            gangs.append((str(workers), kind, gang_facts(name, dump), objects))
+    gang_pods = sum(int(size) for size, *_ in gangs)
     for pods in args.pods:
-        background = copied_jobs(running_dump, pods - 2, node_names)  # + the 2 kept Pods
-        data = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *keep, *background]}
+        with_gangs = pods >= 2 + gang_pods
+        extra = [o for *_, objects in gangs for o in objects] if with_gangs else []
+        # + the 2 kept Pods and the gangs' ranks
+        background = copied_jobs(running_dump, pods - 2 - gang_pods * with_gangs, node_names)
+        data = {"apiVersion": "v1", "kind": "List", "items": [*nodes, *keep, *extra, *background]}
         builds = []
         for _ in range(3):
             began = time.perf_counter()
@@ -178,6 +300,14 @@ def main() -> None:
             "pending": per_job(snap, pending, args.reps),
             "running": per_job(snap, running, args.reps),
         }
+        if with_gangs:
+            measured = report["sizes"][str(pods)]
+            measured["gangs"] = {}
+            for size, kind, facts, _ in gangs:
+                one = per_job(snap, facts, args.reps)
+                single = measured["pending" if kind == "partial" else "running"]["median_ms"]
+                one["ratio"] = round(one["median_ms"] / single, 2)
+                measured["gangs"].setdefault(size, {})[kind] = one
         print(f"measured {pods} Pods", flush=True)
 
     rows: list[list[object]] = []
@@ -224,6 +354,52 @@ def main() -> None:
             f"{TARGET_NODES} nodes / {TARGET_PODS} Pods: worst median {worst:.2f} ms, "
             f"target < {TARGET_MS} ms: {verdict}"
         )
+    gang_rows: list[list[object]] = []
+    for pods, r in report["sizes"].items():
+        for size, g in r.get("gangs", {}).items():
+            part, run = g["partial"], g["running"]
+            gang_rows.append(
+                [
+                    f"{int(pods):,} Pods: {size} workers",
+                    part["median_ms"],
+                    part["p99_ms"],
+                    f"{part['ratio']:.1f}x",
+                    run["median_ms"],
+                    run["p99_ms"],
+                    f"{run['ratio']:.1f}x",
+                ]
+            )
+    if gang_rows:
+        print(
+            f"gangs ({args.pending} ranks pending in the partial one); ratio = gang p50 / the "
+            "single-Pod job's p50 in the same snapshot (partial : pending, running : running)"
+        )
+        print(
+            table(
+                ["snapshot", "part p50", "part p99", "ratio", "run p50", "run p99", "ratio"],
+                gang_rows,
+                [30, 10, 10, 8, 10, 10, 8],
+            )
+        )
+        print(
+            "gang reasons: "
+            + "; ".join(
+                f"{p} Pods/{size}: {g['partial']['reason']}, {g['running']['reason']}"
+                for p, r in report["sizes"].items()
+                for size, g in r.get("gangs", {}).items()
+            )
+        )
+        if target is not None and "gangs" in target:
+            worst_ratio = max(
+                g[kind]["ratio"]
+                for g in target["gangs"].values()
+                for kind in ("partial", "running")
+            )
+            verdict = "met" if worst_ratio <= GANG_TARGET else "MISSED"
+            print(
+                f"{TARGET_PODS} Pods: worst gang ratio {worst_ratio:.1f}x, "
+                f"target <= {GANG_TARGET:.0f}x: {verdict}"
+            )
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "diagnosis.json"
     path.write_text(json.dumps(report, indent=2))

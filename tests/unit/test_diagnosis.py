@@ -918,6 +918,20 @@ def test_a_gang_with_a_rank_pending_is_queued_and_names_who_is_placed() -> None:
     ]
 
 
+def test_the_gpus_a_gang_holds_idle_are_each_placed_ranks_own() -> None:
+    # Ranks' requests are parsed once per distinct request, not once per gang: a rank
+    # whose Pod asks for less (edited from the recording) still counts what it asks.
+    data = dump("gang-partial")
+    rank2 = next(
+        p for p in items(data, "Pod") if p["metadata"]["name"].startswith("kt-gang-partial-2-")
+    )
+    for section in ("requests", "limits"):
+        rank2["spec"]["containers"][0]["resources"][section]["nvidia.com/gpu"] = "4"
+    d = run(data)
+    assert d.blockers[1].reason is R.GANG_PARTIAL
+    assert "holding 12 GPUs idle" in d.blockers[1].detail
+
+
 def test_a_gang_the_nodes_could_hold_waits_for_the_busy_ones() -> None:
     # Two ranks of 8 GPUs, one running: with the second node free of the third rank the
     # gang would fit, so waiting helps. Built from gang-partial by dropping rank 2's Pod

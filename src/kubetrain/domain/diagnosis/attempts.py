@@ -104,7 +104,7 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
                 ),
             )
         )
-    created = {v.pod_name: _created_at_from_events(reader, v.pod_name) for v in views}
+    created = _created_at_from_events(reader)
     pods_created = {
         meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in reader.pods
     }
@@ -132,14 +132,15 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     )
 
 
-def _created_at_from_events(reader: _Reader, pod_name: str) -> datetime | None:
+def _created_at_from_events(reader: _Reader) -> dict[str, datetime | None]:
+    """When the Job controller created each Pod, by its first SuccessfulCreate event:
+    one pass over the Job's events (a gang's Job has one per rank)."""
+    created: dict[str, datetime | None] = {}
     for event in reader.events("Job", reader.job.k8s_name):
-        if (
-            text(event, "reason") == "SuccessfulCreate"
-            and text(event, "message") == f"Created pod: {pod_name}"
-        ):
-            return _event_first_time(event)
-    return None
+        message = text(event, "message") or ""
+        if text(event, "reason") == "SuccessfulCreate" and message.startswith("Created pod: "):
+            created.setdefault(message.removeprefix("Created pod: "), _event_first_time(event))
+    return created
 
 
 def _node_not_found(node: str) -> tuple[str, str]:
@@ -160,12 +161,13 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
     state, detail = _state(status)
     raw_reason = text(pod, "status", "reason") or text(detail, "reason")
     raw_message = text(pod, "status", "message") or text(detail, "message")
-    disruption = _true(_conditions(pod), "DisruptionTarget")
+    conditions = _conditions(pod)
+    disruption = _true(conditions, "DisruptionTarget")
     # An eviction's own words (reason Evicted) say more than its condition's.
     if disruption is not None and text(pod, "status", "reason") != "Evicted":
         raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
     if state is None:
-        scheduled = _conditions(pod).get("PodScheduled")
+        scheduled = conditions.get("PodScheduled")
         if scheduled is not None and text(scheduled, "status") == "False":
             raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
     return AttemptView(
@@ -181,12 +183,14 @@ def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
         termination_message=text(detail, "message") if state == "terminated" else None,
         started_at=timestamp(detail, "startedAt"),
         finished_at=timestamp(detail, "finishedAt"),
-        bound_at=_bound_at(pod),
+        bound_at=_bound_at(pod, conditions),
     )
 
 
-def _bound_at(pod: Mapping[str, Any]) -> datetime | None:
-    scheduled = _conditions(pod).get("PodScheduled")
+def _bound_at(
+    pod: Mapping[str, Any], conditions: Mapping[str, Mapping[str, Any]]
+) -> datetime | None:
+    scheduled = conditions.get("PodScheduled")
     if (
         scheduled is None
         or text(scheduled, "status") != "True"

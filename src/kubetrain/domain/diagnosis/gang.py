@@ -9,7 +9,7 @@ Each rank's current Pod is its newest; what holds it is read as for a single Pod
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from decimal import Decimal
 from typing import Any
@@ -28,7 +28,7 @@ from kubetrain.domain.diagnosis.reading import (
 )
 from kubetrain.domain.diagnosis.result import GangRestart
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
-from kubetrain.domain.objects import get, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
@@ -79,6 +79,29 @@ def _gpus(pod: object) -> Decimal:
     )
 
 
+def _gpus_held(pods: Iterable[Mapping[str, Any]]) -> Decimal:
+    """The GPUs `pods` request together. A gang's ranks share one template: their
+    requests are parsed once per distinct set of what `pod_requests` reads."""
+    per_spec: dict[str, Decimal] = {}
+    total = Decimal(0)
+    for pod in pods:
+        spec = as_map(pod, "spec")
+        key = repr(
+            (
+                [get(c, "resources") for c in as_list(spec, "containers")],
+                [
+                    (get(c, "resources"), get(c, "restartPolicy"))
+                    for c in as_list(spec, "initContainers")
+                ],
+                get(spec, "overhead"),
+            )
+        )
+        if key not in per_spec:
+            per_spec[key] = _gpus(pod)
+        total += per_spec[key]
+    return total
+
+
 def _listing(ranks: list[int]) -> str:
     return ", ".join(str(r) for r in ranks)
 
@@ -127,7 +150,7 @@ def gang_active(reader: _Reader) -> GangState:
     if placed:
         ranks = sorted(placed)
         nodes = ", ".join(dict.fromkeys(text(placed[r], "spec", "nodeName") or "?" for r in ranks))
-        gpus = sum((_gpus(placed[r]) for r in ranks), Decimal(0))
+        gpus = _gpus_held(placed[r] for r in ranks)
         holding = f", holding {format_quantity(gpus)} GPUs idle" if gpus else ""
         waiting = [r for r in range(workers) if r not in placed and r not in done]
         verb = "waits" if len(waiting) == 1 else "wait"
@@ -251,12 +274,17 @@ def _gang_waitable(reader: _Reader, primary: _Finding) -> bool | None:
     need = {r: v for r, v in pod_requests(get(pod, "spec")).items() if r != "pods" and v > 0}
     usable = {row.name for row in fit.nodes if row.closeness <= 1}
     slots: list[int] = []
+    # Nodes of one pool share one allocatable mapping (NodeState.of): divide once per pool.
+    per_pool: dict[int, int] = {}
     for node in reader.index.nodes:
         if node.name not in usable:
             continue
-        held = min(
-            (int(node.allocatable.get(r, Decimal(0)) // v) for r, v in need.items()), default=1
-        )
+        held = per_pool.get(id(node.allocatable))
+        if held is None:
+            held = per_pool[id(node.allocatable)] = min(
+                (int(node.allocatable.get(r, Decimal(0)) // v) for r, v in need.items()),
+                default=1,
+            )
         if held > 0:
             slots.append(held)
     if sum(slots) >= workers:

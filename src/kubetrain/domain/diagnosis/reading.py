@@ -97,6 +97,7 @@ class _Reader:
         # Rebuilt by attempts.py right after, from the Pods and events this reader reads.
         self.attempts: tuple[AttemptView, ...] = ()
         self.fit: FitAnalysis | None = None  # set when scheduling is read
+        self._events: dict[tuple[str, str], tuple[dict[str, Any], ...]] = {}
 
     @cached_property
     def workers(self) -> int:
@@ -144,11 +145,17 @@ class _Reader:
         if message not in self.notes and len(self.notes) < _MAX_NOTES:
             self.notes.append(message)
 
-    def events(self, kind: str, name: str | None) -> list[dict[str, Any]]:
+    def events(self, kind: str, name: str | None) -> tuple[dict[str, Any], ...]:
+        """The object's events, oldest first; sorted once per reader (a gang's Job has
+        one event per rank, read by several steps)."""
         if not name:
-            return []
-        found = self.index.events_by_object.get((kind, self.job.namespace, name), [])
-        return sorted(found, key=_event_time_key)
+            return ()
+        key = (kind, name)
+        found = self._events.get(key)
+        if found is None:
+            unsorted = self.index.events_by_object.get((kind, self.job.namespace, name), [])
+            found = self._events[key] = tuple(sorted(unsorted, key=_event_time_key))
+        return found
 
     def node_gone(self, node: str | None) -> bool:
         """True when the snapshot lists Nodes and `node` is not among them: deleted
