@@ -83,4 +83,6 @@ def test_cache_key_covers_every_module_and_our_own_programs():
     assert {"go/go.mod", "go/go.sum", "go-coredns/go.mod", "go-coredns/main.go"} <= sources
     assert "go/cmd/testbed-device-plugin/main.go" in sources
     assert build.go_module_dir("coredns").name == "go-coredns"
+    assert {"go-local-path/go.mod", "go-local-path/go.sum"} <= sources
+    assert build.go_module_dir("local-path-provisioner").name == "go-local-path"
     assert build.go_module_dir("kubelet").name == "go"

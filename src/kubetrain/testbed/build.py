@@ -35,9 +35,12 @@ BINARIES = {
     "testbed-pause": "kubetrain.io/testbed/cmd/testbed-pause",
     # The real-node pool's cluster DNS, from a module of its own (go-coredns/).
     "coredns": "kubetrain.io/testbed/coredns",
+    # The real-node pool's dynamic provisioner (default StorageClass `local-path`),
+    # from a module of its own (go-local-path/): its main package is the module's root.
+    "local-path-provisioner": "github.com/rancher/local-path-provisioner",
 }
 # Binaries built from another module than go/ (folder beside it).
-MODULE_OF = {"coredns": "go-coredns"}
+MODULE_OF = {"coredns": "go-coredns", "local-path-provisioner": "go-local-path"}
 
 _MAJOR, _MINOR = KUBERNETES_VERSION.lstrip("v").split(".")[:2]
 LDFLAGS = " ".join(

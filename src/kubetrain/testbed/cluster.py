@@ -123,6 +123,7 @@ class State:
         containerd = Path(shutil.which("containerd") or "/usr/bin/containerd")
         if self.network is not None:
             named["coredns"] = bin_dir / "coredns"
+            named["local-path-provisioner"] = bin_dir / "local-path-provisioner"
         for node in self.real_nodes:
             named[node.component("containerd")] = containerd
             named[node.component("kubelet")] = bin_dir / "kubelet"
@@ -262,6 +263,8 @@ class Testbed:
                 testbed._start_kueue(state, time.monotonic() + timeout)
             testbed.create_nodes(pool_spec)
             phases["nodes_created"] = time.monotonic() - began
+            if state.real_nodes:
+                testbed._start_storage(state)
             if state.kueue_dir:
                 testbed._wait_kueue(state, time.monotonic() + timeout)
                 phases["kueue_ready"] = time.monotonic() - began
@@ -675,6 +678,23 @@ class Testbed:
         for node in state.real_nodes:
             self._start_kubelet(state, node)
 
+    def _start_storage(self, state: State) -> None:
+        """The default StorageClass and its provisioner, a host process like CoreDNS."""
+        from lightkube import Client
+        from lightkube.codecs import from_dict
+        from lightkube.config.kubeconfig import KubeConfig
+
+        client = Client(config=KubeConfig.from_file(self.kubeconfig), field_manager="testbed")
+        for obj in real.storage_objects(state.real_nodes):
+            client.create(from_dict(obj))
+        conf_dir = self.state_dir / "local-path"
+        conf_dir.mkdir(exist_ok=True)
+        config, helper = conf_dir / "config.json", conf_dir / "helper-pod.yaml"
+        config.write_text(json.dumps(real.provisioner_config(state.real_nodes), indent=2))
+        helper.write_text(json.dumps(real.helper_pod(), indent=2))  # JSON is YAML
+        argv = real.provisioner_argv(Path(state.bin_dir), config, helper, self.kubeconfig)
+        self._launch("local-path-provisioner", argv, state)
+
     def _wait_containerd(self, state: State, node: real.RealNode, deadline: float) -> None:
         component = node.component("containerd")
         while not node.socket.exists():
@@ -703,6 +723,13 @@ class Testbed:
         containerd's shims), containerd, the cgroups and the bridge."""
         stopped = []
         named = state.components()
+        pid = state.pids.get("local-path-provisioner")
+        if (
+            pid
+            and "local-path-provisioner" in named
+            and processes.stop(pid, named["local-path-provisioner"])
+        ):
+            stopped.append("local-path-provisioner")
         for what in ("device-plugin", "kubelet"):
             for node in state.real_nodes:
                 component = node.component(what)

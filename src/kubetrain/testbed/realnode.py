@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.testbed import processes
-from kubetrain.testbed.images import PAUSE_IMAGE, Image, host_mounts
+from kubetrain.testbed.images import PAUSE_IMAGE, TRAINER_IMAGE, Image, host_mounts
 from kubetrain.testbed.pools import Pool
 
 GPU_RESOURCE = "nvidia.com/gpu"
@@ -340,6 +340,109 @@ def corefile(network: Network, kubeconfig: Path) -> str:
 
 def coredns_argv(bin_dir: Path, conf: Path) -> list[str]:
     return [str(bin_dir / "coredns"), "-conf", str(conf)]
+
+
+# -- storage: rancher's local-path-provisioner behind the default StorageClass ---------
+
+STORAGE_CLASS = "local-path"
+PROVISIONER = "rancher.io/local-path"
+STORAGE_NAMESPACE = "local-path-storage"
+STORAGE_SERVICE_ACCOUNT = "local-path-provisioner"
+# The provisioner's helper Pods mount these scripts from this ConfigMap (the
+# upstream deploy/local-path-storage.yaml's own `setup` and `teardown`).
+STORAGE_CONFIGMAP = "local-path-config"
+_SETUP = '#!/bin/sh\nset -eu\nmkdir -m 0777 -p "$VOL_DIR"\n'
+_TEARDOWN = '#!/bin/sh\nset -eu\nrm -rf "$VOL_DIR"\n'
+
+
+def volume_dir(node: RealNode) -> Path:
+    """Where the provisioner makes the node's volumes: inside the node's directory,
+    under the testbed's state directory (gone with it at `down`)."""
+    return node.dir / "local-path"
+
+
+def provisioner_config(nodes: list[RealNode]) -> dict[str, Any]:
+    """config.json: each real node's own volume directory. No default entry: a claim
+    can only be provisioned on a real node (a KWOK node has no disk)."""
+    return {
+        "nodePathMap": [{"node": node.name, "paths": [str(volume_dir(node))]} for node in nodes]
+    }
+
+
+def helper_pod() -> dict[str, Any]:
+    """The template of the Pods that make and remove a volume's directory on its node:
+    the trainer image, already in every node's containerd (it has sh, mkdir and rm
+    from this machine's /usr); never pulled, there is no registry."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": "helper-pod"},
+        "spec": {
+            # The scripts need no API access.
+            "automountServiceAccountToken": False,
+            "containers": [
+                {"name": "helper-pod", "image": TRAINER_IMAGE, "imagePullPolicy": "Never"}
+            ],
+        },
+    }
+
+
+def storage_objects(nodes: list[RealNode]) -> list[dict[str, Any]]:
+    """What the provisioner needs in the cluster: its namespace (the helper Pods run
+    there), their ServiceAccount, the scripts, and the default StorageClass, offered
+    on the real nodes only (the scheduler places a claim's first consumer there)."""
+    meta = {"namespace": STORAGE_NAMESPACE}
+    return [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": STORAGE_NAMESPACE}},
+        {
+            "apiVersion": "v1",
+            "kind": "ServiceAccount",
+            "metadata": {"name": STORAGE_SERVICE_ACCOUNT, **meta},
+        },
+        {
+            "apiVersion": "v1",
+            "kind": "ConfigMap",
+            "metadata": {"name": STORAGE_CONFIGMAP, **meta},
+            "data": {"setup": _SETUP, "teardown": _TEARDOWN},
+        },
+        {
+            "apiVersion": "storage.k8s.io/v1",
+            "kind": "StorageClass",
+            "metadata": {
+                "name": STORAGE_CLASS,
+                "annotations": {"storageclass.kubernetes.io/is-default-class": "true"},
+            },
+            "provisioner": PROVISIONER,
+            "reclaimPolicy": "Delete",
+            # The volume is made on the node the scheduler picks for its first Pod.
+            "volumeBindingMode": "WaitForFirstConsumer",
+            "allowedTopologies": [
+                {
+                    "matchLabelExpressions": [
+                        {"key": "kubernetes.io/hostname", "values": [n.name for n in nodes]}
+                    ]
+                }
+            ],
+        },
+    ]
+
+
+def provisioner_argv(bin_dir: Path, config: Path, helper: Path, kubeconfig: Path) -> list[str]:
+    """Out of cluster, with the testbed's admin kubeconfig (it stands in for the
+    upstream RBAC: PVs, PVCs, helper Pods, events)."""
+    return [
+        str(bin_dir / "local-path-provisioner"),
+        "start",
+        f"--config={config}",
+        f"--helper-pod-file={helper}",
+        f"--kubeconfig={kubeconfig}",
+        f"--provisioner-name={PROVISIONER}",
+        f"--namespace={STORAGE_NAMESPACE}",
+        f"--service-account-name={STORAGE_SERVICE_ACCOUNT}",
+        f"--configmap-name={STORAGE_CONFIGMAP}",
+        # Required by its CLI; the helper Pod template names the image.
+        f"--helper-image={TRAINER_IMAGE}",
+    ]
 
 
 def cgroup_hierarchies() -> list[Path]:
