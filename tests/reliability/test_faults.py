@@ -36,6 +36,7 @@ from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server
 from tests.kube import compact_etcd, eventually
 from tests.pg import PostgresServer
+from tests.reliability.conftest import unled_server
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
@@ -49,19 +50,8 @@ FINISHED = {"SUCCEEDED", "FAILED", "CANCELLED"}
 
 @pytest.fixture
 def server(testbed: Testbed, tmp_path: Path) -> Iterator[Server]:
-    """One `kubetrain serve` on SQLite. Without leader election: a restart after SIGKILL would
-    otherwise wait out the dead process's Lease (15 s) each time, and only one runs at once."""
-    srv = Server(
-        database_url=f"sqlite:///{tmp_path / 'kubetrain.db'}",
-        log=tmp_path / "serve.log",
-        kubeconfig=testbed.kubeconfig,
-        args=["--no-leader-elect"],
-    )
-    srv.start()
-    try:
+    with unled_server(testbed, tmp_path) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def _job(name: str, project: str, run: str) -> dict[str, Any]:

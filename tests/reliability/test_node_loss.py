@@ -31,6 +31,7 @@ from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import assert_valid_path, business_path, get, submit, wait_for
 from tests.fixtures.record import restore_nodes
 from tests.kube import eventually
+from tests.reliability.conftest import unled_server
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
@@ -42,17 +43,8 @@ BOUND = 80.0 + RUN + 60
 
 @pytest.fixture
 def server(testbed: Testbed, tmp_path: Path) -> Iterator[Server]:
-    srv = Server(
-        database_url=f"sqlite:///{tmp_path / 'kubetrain.db'}",
-        log=tmp_path / "serve.log",
-        kubeconfig=testbed.kubeconfig,
-        args=["--no-leader-elect"],
-    )
-    srv.start()
-    try:
+    with unled_server(testbed, tmp_path) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 class PodConditions:

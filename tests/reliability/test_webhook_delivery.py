@@ -34,6 +34,7 @@ from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import get, submit, wait_for
 from tests.kube import eventually
+from tests.reliability.conftest import unled_server
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
@@ -135,17 +136,8 @@ def server(request: pytest.FixtureRequest, testbed: Testbed, tmp_path: Path) -> 
         database_url = f"sqlite:///{tmp_path / 'kubetrain.db'}"
     else:
         database_url = request.getfixturevalue("postgres_server").create_database()
-    srv = Server(
-        database_url=database_url,
-        log=tmp_path / "serve.log",
-        kubeconfig=testbed.kubeconfig,
-        args=["--no-leader-elect"],
-    )
-    srv.start()
-    try:
+    with unled_server(testbed, tmp_path, database_url) as srv:
         yield srv
-    finally:
-        srv.stop()
 
 
 def verify_signature(secret: str, headers: dict[str, str], body: bytes) -> bool:
