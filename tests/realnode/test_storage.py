@@ -15,8 +15,9 @@ from kubetrain.runtime import checkpoint_files
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server
 from tests.e2e.test_lifecycle import assert_valid_path, business_path, get
-from tests.kube import create, eventually
-from tests.realnode.test_real_pool import job, kubectl, project, submit, wait_for
+from tests.kube import create
+from tests.realnode.test_real_pool import job, submit, wait_for
+from tests.realnode.test_recovery import made_namespace
 
 pytestmark = pytest.mark.realnode
 
@@ -25,17 +26,10 @@ EVERY = 5
 
 
 @pytest.fixture
-def namespace(real_testbed: Testbed) -> Iterator[str]:
-    name = project()
-    kubectl(real_testbed, "create", "namespace", name)
-    eventually(
-        lambda: "default" in kubectl(real_testbed, "get", "sa", "-n", name, "-o", "name"),
-        30,
-        what="the default ServiceAccount",
-    )
-    yield name
-    # Deleting the claim releases the volume: the provisioner's teardown removes it.
-    kubectl(real_testbed, "delete", "namespace", name, "--wait=false")
+def namespace(real_kube: Client, real_testbed: Testbed) -> Iterator[str]:
+    # Deleting the claim with it releases the volume: the provisioner's teardown removes it.
+    with made_namespace(real_kube, real_testbed) as name:
+        yield name
 
 
 def test_a_claim_without_a_class_is_provisioned_on_the_job_s_node_and_holds_its_checkpoints(
