@@ -18,19 +18,47 @@ from kubetrain.testbed.build import installed
 from kubetrain.testbed.cluster import Testbed
 from tests.kube import eventually, get
 
-# Session testbeds that hold real processes (two kubelets and containerds; Kueue's
-# controller) cost CPU for as long as they live, and on a 2-core machine that load
-# makes the timing of the fault tests drift. Their users run last, so that they start
-# after the reliability tier is done.
-_HEAVY_FIXTURES = ("real_testbed", "real_kube", "kueue_testbed")
+# The suite runs in parallel workers (pytest-xdist, `--dist loadgroup`, see the
+# Makefile). Each worker is a whole pytest session with session fixtures of its own
+# (a `default` testbed, a PostgreSQL server), so tests that stop the API server or
+# PostgreSQL disturb only their own worker. A module's tests stay together on one
+# worker (its module fixtures, such as a `kubetrain serve`, are made once), and every
+# test that needs one of the costly testbeds joins that testbed's group, so that each
+# is started once in the whole run: the real-node pool (two kubelets, containerds),
+# Kueue, and the `no-gpu` pool. Groups run longest first.
+_REAL = frozenset({"real_testbed", "real_kube"})
+_GROUP_ORDER = ("real-pool", "kueue", "no-gpu")
 
 
+def _group(item: pytest.Item) -> str:
+    names = frozenset(getattr(item, "fixturenames", ()))
+    callspec = getattr(item, "callspec", None)
+    # The recorded scenarios ask for their pool's testbed by name, at run time.
+    scenario = callspec.params.get("scenario") if callspec is not None else None
+    if names & _REAL or (
+        scenario is not None
+        and (scenario.stop_device_plugin or (scenario.pool == "real" and scenario.queue is None))
+    ):
+        return "real-pool"
+    if "kueue_testbed" in names or (scenario is not None and scenario.queue is not None):
+        return "kueue"
+    if "no_gpu_testbed" in names or (scenario is not None and scenario.pool == "no-gpu"):
+        return "no-gpu"
+    return item.nodeid.split("::", 1)[0]
+
+
+@pytest.hookimpl(tryfirst=True)
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    def heavy(item: pytest.Item) -> bool:
-        names = getattr(item, "fixturenames", ())
-        return any(name in names for name in _HEAVY_FIXTURES)
+    groups = {item: _group(item) for item in items}
+    for item, group in groups.items():
+        item.add_marker(pytest.mark.xdist_group(group))
 
-    items[:] = [i for i in items if not heavy(i)] + [i for i in items if heavy(i)]
+    def rank(item: pytest.Item) -> int:
+        group = groups[item]
+        return _GROUP_ORDER.index(group) if group in _GROUP_ORDER else len(_GROUP_ORDER)
+
+    # Stable: within a group, and among the module groups, the collection's order.
+    items.sort(key=rank)
 
 
 @pytest.fixture(scope="session")
@@ -70,6 +98,16 @@ def real_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
 @pytest.fixture(scope="session")
 def real_kube(real_testbed: Testbed) -> Client:
     return Client(config=KubeConfig.from_file(real_testbed.kubeconfig), field_manager="tests")
+
+
+@pytest.fixture(scope="session")
+def no_gpu_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
+    """A testbed on the `no-gpu` pool (no node has a GPU)."""
+    bed = Testbed.up(tmp_path_factory.mktemp("no-gpu") / "bed", "no-gpu")
+    try:
+        yield bed
+    finally:
+        bed.down()
 
 
 @pytest.fixture(scope="session")

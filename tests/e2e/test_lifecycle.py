@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import itertools
 import threading
-import time
 from typing import Any
 
 import pytest
@@ -228,10 +227,17 @@ def test_sigkill_mid_run_loses_no_transition_and_duplicates_none(server: Server,
         body = training_job(f"k{index}", project)
         body["metadata"]["annotations"] = {f"{FATE}/run": "3s"}
         ids.append(submit(server, project, body).json()["id"])
-    time.sleep(1.5)  # some are dispatched, some running
+
+    def mid_run() -> list[str] | None:
+        states = [get(server, project, job_id)["business_status"] for job_id in ids]
+        # Mid-run: one trains while another has not finished (a job runs 3 s).
+        running = "RUNNING" in states and states.count("SUCCEEDED") < len(states) - 1
+        return states if running else None
+
+    killed_while = eventually(mid_run, 60, interval=0.1, what="a job RUNNING, others not done")
     server.kill()
-    time.sleep(1)
     server.start()
+    assert "RUNNING" in killed_while
     for job_id in ids:
         wait_for(server, project, job_id, "SUCCEEDED", "COMPLETED", timeout=90)
         path = business_path(server, project, job_id)

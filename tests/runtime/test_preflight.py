@@ -10,7 +10,6 @@ import socket
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
@@ -18,7 +17,7 @@ from typing import ClassVar
 
 import pytest
 
-from kubetrain.runtime import checkpoint_files
+from kubetrain.runtime import checkpoint_files, preflight
 from kubetrain.runtime.contract import CHECK_NAMES, PREFLIGHT_EXIT_CODE
 from kubetrain.runtime.preflight import Context, run_preflight
 from kubetrain.runtime.redact import Redactor
@@ -95,13 +94,15 @@ def test_all_checks_pass_in_order_then_the_command_runs_with_its_exit_code(job):
     assert not Path(job["KUBETRAIN_TERMINATION_LOG"]).exists()
 
 
-def test_all_checks_take_under_two_seconds(job):
+def test_preflight_only_reports_every_check_passed_with_its_own_time(job):
+    """How long the checks take is bench/preflight.py's (target: under 2 s in all)."""
     done = kubetrain("run", "--preflight", env=job)
     assert done.returncode == 0, done.stderr
     report = json.loads(done.stdout)
     assert report["passed"] is True
+    assert [c["name"] for c in report["checks"]] == list(CHECK_NAMES)
     assert {c["status"] for c in report["checks"]} == {"passed"}
-    assert sum(c["seconds"] for c in report["checks"]) < 2.0
+    assert all(c["seconds"] >= 0 for c in report["checks"])
 
 
 def test_preflight_only_never_runs_the_command(job, volume):
@@ -400,13 +401,12 @@ def _as_rank_1(job: dict[str, str], timeout: float) -> None:
     ],
 )
 def test_a_rank_that_cannot_reach_rank_0_fails_its_preflight_within_the_bound(job, case, cause):
-    """Where torchrun would wait out its rendezvous timeout (600 s by default)."""
+    """Where torchrun would wait out its rendezvous timeout (600 s by default): the
+    process is given 30 s here; how soon it fails is bench/preflight.py's."""
     _as_rank_1(job, timeout=1)
     if case == "name-unknown":  # .invalid never resolves (RFC 2606)
         job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
-    started = time.monotonic()
-    done = kubetrain("run", "--", "touch", "/never-run", env=job)
-    assert time.monotonic() - started < 5  # the bound, plus starting python
+    done = kubetrain("run", "--", "touch", "/never-run", env=job, timeout=30)
     assert done.returncode == PREFLIGHT_EXIT_CODE, done.stderr
     line = Path(job["KUBETRAIN_TERMINATION_LOG"]).read_text()
     assert line.startswith("preflight failed: rendezvous-reachable: "), line
@@ -416,17 +416,23 @@ def test_a_rank_that_cannot_reach_rank_0_fails_its_preflight_within_the_bound(jo
     assert [c["status"] for c in report["checks"]][:-1] == ["passed"] * (len(CHECK_NAMES) - 1)
 
 
-def test_a_worker_waits_for_rank_0_to_listen(job):
+def test_a_worker_waits_for_rank_0_to_listen(job, monkeypatch):
     _as_rank_1(job, timeout=30)
     listener = socket.socket()
     listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
 
-    def listen() -> None:  # rank 0's torchrun, a second after this rank's preflight began
+    def listen() -> None:  # rank 0's torchrun, a second after this rank began to look
         listener.bind(("127.0.0.1", int(job["PET_MASTER_PORT"])))
         listener.listen()
 
     timer = threading.Timer(1.0, listen)
-    timer.start()
+    check = preflight.CHECKS["rendezvous-reachable"]
+
+    def rendezvous_then_listen(context: Context) -> str:
+        timer.start()  # counted from the check's start, whatever the checks before took
+        return check(context)
+
+    monkeypatch.setitem(preflight.CHECKS, "rendezvous-reachable", rendezvous_then_listen)
     try:
         report = run_preflight(Context(job), Redactor(job))
     finally:
@@ -435,7 +441,7 @@ def test_a_worker_waits_for_rank_0_to_listen(job):
     rendezvous = report.results[-1]
     assert rendezvous.status == "passed", rendezvous.detail
     assert rendezvous.detail.startswith("rank 1 of 2: rank 0 at localhost:")
-    assert 1.0 <= rendezvous.seconds < 10
+    assert rendezvous.seconds >= 1.0  # it was refused, and kept trying until rank 0 listened
 
 
 def test_rank_0_fails_when_its_port_is_taken(job):

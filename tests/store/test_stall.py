@@ -143,7 +143,14 @@ def test_a_job_stalled_past_its_cancel_after_stall_is_cancelled_as_a_user_would(
             now[0] = T0 + timedelta(minutes=12)
             await _until(db, job_id, R.NO_PROGRESS)
             now[0] = T0 + timedelta(minutes=40)
-            await asyncio.sleep(0.3)  # resyncs, with the cancel not yet due
+            # Two more rounds, the second begun after the clock moved: the cancel is
+            # not yet due.
+            syncs = syncer.stats.syncs
+            for _ in range(200):
+                if syncer.stats.syncs >= syncs + 2:
+                    break
+                await asyncio.sleep(0.02)
+            assert syncer.stats.syncs >= syncs + 2, "the resync never synced the job again"
             assert _reason(db, job_id) == (BusinessState.RUNNING, R.NO_PROGRESS)
             now[0] = T0 + timedelta(minutes=42)
             await _until(db, job_id, R.CANCELLED)

@@ -26,6 +26,7 @@ from kubetrain.store import (
     submit_job,
 )
 from kubetrain.testbed.cluster import Testbed
+from tests.kube import eventually
 
 pytestmark = pytest.mark.testbed
 
@@ -132,7 +133,18 @@ def test_history_has_no_duplicate_rows(loops: ControlLoops):
     project = f"ctl-{uuid.uuid4().hex[:6]}"
     job_id = submit(loops, project, "steady")
     job = wait_state(loops, job_id, BusinessState.SUCCEEDED, ReasonCode.COMPLETED)
-    time.sleep(6)  # a full resync passes over the finished job
     path = history(loops, job)
+    # A full resync passes, and the finished job is synced again as a relist would
+    # (the resync itself looks at unfinished jobs only): neither writes a row.
+    syncer = loops.syncer
+    assert syncer is not None
+    resyncs, syncs = syncer.stats.resyncs, syncer.stats.syncs
+    loops.reported(job_id)
+    eventually(
+        lambda: syncer.stats.resyncs > resyncs and syncer.stats.syncs > syncs,
+        30,
+        what="a resync and another sync of the finished job",
+    )
+    assert history(loops, job) == path
     assert all(a != b for a, b in itertools.pairwise(path))
     assert path == history(loops, job)

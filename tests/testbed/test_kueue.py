@@ -12,7 +12,6 @@ import ssl
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -29,7 +28,7 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import KUEUE_SETUP, kueue_snapshot, local_queue
+from tests.fixtures.record import kueue_snapshot, local_queue
 from tests.kube import eventually, get
 
 pytestmark = pytest.mark.testbed
@@ -38,21 +37,14 @@ FATE = "testbed.kubetrain.io/fate"
 
 
 @pytest.fixture(scope="module")
-def kueue_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed.up(Path(tmp_path_factory.mktemp("kueue")) / "bed", "default", kueue=True)
-    try:
-        yield bed
-    finally:
-        bed.down()
+def kueue_bed(kueue_testbed: Testbed) -> Testbed:
+    """The session's Kueue testbed (tests/conftest.py), its queues already made."""
+    return kueue_testbed
 
 
 @pytest.fixture(scope="module")
 def kk(kueue_bed: Testbed) -> Client:
-    client = Client(config=KubeConfig.from_file(kueue_bed.kubeconfig), field_manager="tests")
-    for obj in KUEUE_SETUP:
-        made: Any = from_dict(obj)
-        client.create(made)
-    return client
+    return Client(config=KubeConfig.from_file(kueue_bed.kubeconfig), field_manager="tests")
 
 
 @pytest.fixture

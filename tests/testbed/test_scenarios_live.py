@@ -5,9 +5,7 @@ from an old dump."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 
 import pytest
 from lightkube import Client
@@ -29,12 +27,8 @@ pytestmark = pytest.mark.testbed
 
 
 @pytest.fixture(scope="module")
-def no_gpu_kube(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Client]:
-    bed = Testbed.up(Path(tmp_path_factory.mktemp("no-gpu")) / "bed", "no-gpu")
-    try:
-        yield Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="scenarios")
-    finally:
-        bed.down()
+def no_gpu_kube(no_gpu_testbed: Testbed) -> Client:
+    return Client(config=KubeConfig.from_file(no_gpu_testbed.kubeconfig), field_manager="scenarios")
 
 
 @pytest.fixture(scope="module")

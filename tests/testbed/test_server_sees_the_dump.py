@@ -12,9 +12,7 @@ Fields that legitimately differ: none so far; were one to, it would be named in
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Iterator
 from datetime import UTC, datetime
-from pathlib import Path
 from typing import Any
 
 import pytest
@@ -42,15 +40,6 @@ pytestmark = pytest.mark.testbed
 # Fields of the diagnosis JSON allowed to differ between the two, with the reason.
 DIFFERING: dict[str, str] = {}
 NOW = datetime(2030, 1, 1, tzinfo=UTC)  # one clock for both sides
-
-
-@pytest.fixture(scope="module")
-def no_gpu_bed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]:
-    bed = Testbed.up(Path(tmp_path_factory.mktemp("no-gpu")) / "bed", "no-gpu")
-    try:
-        yield bed
-    finally:
-        bed.down()
 
 
 def dump(kube: Client, ns: str, scenario: Scenario) -> dict[str, Any]:
@@ -81,7 +70,9 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     bed: Testbed = request.getfixturevalue(
         "kueue_testbed"
         if scenario.queue is not None
-        else {"default": "testbed", "no-gpu": "no_gpu_bed", "real": "real_testbed"}[scenario.pool]
+        else {"default": "testbed", "no-gpu": "no_gpu_testbed", "real": "real_testbed"}[
+            scenario.pool
+        ]
     )
     kube = Client(config=KubeConfig.from_file(bed.kubeconfig), field_manager="one-truth")
     name = f"kt-{scenario.name}"

@@ -60,6 +60,7 @@ BATCH = 100
 @dataclass
 class SyncStats:
     syncs: int = 0
+    resyncs: int = 0  # full passes over the unfinished jobs
     business_changes: int = 0
     errors: int = 0
     # seconds from the Kubernetes event to the committed business change
@@ -141,6 +142,7 @@ class Syncer:
             ids = await asyncio.to_thread(self._unfinished_ids)
             for job_id in ids:
                 self.mark(job_id, urgent=False)
+            self.stats.resyncs += 1
             await asyncio.sleep(self.resync_interval)
 
     def _unfinished_ids(self) -> list[str]:
