@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 export GOTOOLCHAIN ?= local
 
-.PHONY: setup system-packages demo demo-real test test-unit test-testbed testbed bench lint lock clean
+.PHONY: setup system-packages demo demo-real test test-fast test-unit test-testbed testbed bench lint lock clean
 
 # Debian packages the tests and the testbed use: PostgreSQL (the store tests start
 # a real server), Chromium (the browser tests), and the real-node pool's runtime:
@@ -46,8 +46,26 @@ demo: testbed
 demo-real: testbed
 	$(BIN)/python -m kubetrain.demo --real
 
+# The suite in parallel workers (pytest-xdist): tests/conftest.py keeps a module's
+# tests on one worker and puts every test of the real-node pool, of Kueue and of the
+# no-gpu pool in one group each, so each of those testbeds starts once. Most tests
+# wait on processes (Kubernetes, kubetrain serve, PostgreSQL, Chromium), so there are
+# more workers than the 2 cores CI has. The collection run first writes pytest's
+# rewritten test modules to __pycache__ once, instead of once per worker (it is not
+# written when PYTHONDONTWRITEBYTECODE is set, hence its unexport). --durations
+# prints where the time went (docs/testing.md).
+TEST_WORKERS ?= 4
+XDIST := -n $(TEST_WORKERS) --dist loadgroup --no-loadscope-reorder
+unexport PYTHONDONTWRITEBYTECODE
+
 test: testbed
-	$(BIN)/pytest
+	$(BIN)/pytest --collect-only -q > /dev/null
+	$(BIN)/pytest $(XDIST) --durations=40 --durations-min=5
+
+# The inner loop: the pure core and the database tiers (the store, the HTTP API, the
+# CLI, the pages from recorded data), no testbed.
+test-fast: setup
+	$(BIN)/pytest -m "unit or db" -n 2 --dist loadgroup --durations=10
 
 test-unit: setup
 	$(BIN)/pytest -m unit

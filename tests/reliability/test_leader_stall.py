@@ -280,18 +280,18 @@ def test_a_leader_cut_off_from_the_api_server_stops_acting_before_the_standby_ta
         b = serve("replica-b", loops, testbed.kubeconfig, api.token)
         submitter = threading.Thread(target=submit_continuously, args=(api,), daemon=True)
         submitter.start()
-        eventually(
-            lambda: any(w.app == "replica-a" and w.table == "transitions" for w in _writes(audit)),
-            20,
-            what="A dispatching the first jobs",
-        )
-        time.sleep(2)
+        def a_transitions() -> int:
+            return sum(w.app == "replica-a" and w.table == "transitions" for w in _writes(audit))
+
+        # A well into its work: several jobs' transitions written, not just the first.
+        eventually(lambda: a_transitions() >= 3, 30, what="A dispatching the first jobs")
         stalled_at = datetime.fromtimestamp(proxy.stall(), UTC)
         b_leads = eventually(
             lambda: _logged(b.log, " is the leader (lease "), LEASE_DURATION + 15, what="B leads"
         )
         held_open = proxy.open  # A's connections, stalled, still open at the takeover
-        time.sleep(3)  # submissions go on after the takeover too
+        submitted = len(ids)  # submissions go on after the takeover too
+        eventually(lambda: len(ids) >= submitted + 4, 30, what="submissions after the takeover")
         stop.set()
         submitter.join(30)
         assert not submitter.is_alive()
