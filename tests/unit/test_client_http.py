@@ -1,4 +1,4 @@
-"""The client commands' HTTP (cli/_http.py) against loopback stubs: what the API client
+"""The client commands' HTTP (client/_http.py) against loopback stubs: what the API client
 relies on — one connection kept while the server keeps it, queries written as httpx
 wrote them, the base URL's path kept, streams read as they arrive with the read
 timeout dropped only when asked, the environment's proxies, and failures of one line."""
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kubetrain.cli import _http
+from kubetrain.client import _http
 
 pytestmark = pytest.mark.unit
 
