@@ -47,7 +47,8 @@ def test_submit_get_jobs_cancel_history_and_usage(server: Server, tmp_path: Path
         "JOB_NOT_CREATED",
     )
     assert (job.reason_detail.link, job.reason_detail.actor) == ("control-plane", "platform")
-    assert job.created_at.tzinfo is not None and not job.done
+    assert job.created_at.tzinfo is not None
+    assert not job.done
     assert repr(job).startswith(f"Job(name='train-policy-v12', id='{job.id}', ")
     assert "state='CREATED'" in repr(job)
     assert "<th style='text-align:left'>state</th>" in job._repr_html_()
@@ -82,7 +83,8 @@ def test_submit_get_jobs_cancel_history_and_usage(server: Server, tmp_path: Path
     usage = sdk.usage(PROJECT, since=datetime.now(UTC) - timedelta(days=1))
     assert isinstance(usage, Usage)
     assert (usage.items, usage.total.total) == ([], 0)  # nothing ever ran
-    assert usage.since is not None and usage.since < usage.until
+    assert usage.since is not None
+    assert usage.since < usage.until
 
 
 def test_wait_stops_at_its_state_at_an_end_it_was_not_waiting_for_or_in_time(

@@ -35,9 +35,7 @@ def worked_example() -> tuple[str, str]:
     return found.group(1), found.group(2)
 
 
-def test_the_guides_worked_example_prints_what_the_guide_says(
-    server: Server, project: str
-) -> None:
+def test_the_guides_worked_example_prints_what_the_guide_says(server: Server, project: str) -> None:
     code, output = worked_example()
     env = {
         **server.env,

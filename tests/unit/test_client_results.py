@@ -47,7 +47,8 @@ def test_a_diagnosis_has_every_field_kubetrain_writes_and_reads_in_plain_words()
         "UNTOLERATED_TAINT",
         "scheduler",
     )
-    assert diagnosis.since is not None and diagnosis.since <= NOW
+    assert diagnosis.since is not None
+    assert diagnosis.since <= NOW
     assert diagnosis.since.tzinfo is not None
     assert diagnosis.blockers[0]["reason"] == "UNTOLERATED_TAINT"
     shown = repr(diagnosis)
@@ -57,7 +58,8 @@ def test_a_diagnosis_has_every_field_kubetrain_writes_and_reads_in_plain_words()
     assert "why train-policy-v12: QUEUED / UNTOLERATED_TAINT" in page
     assert "scheduler: blocking" in page
     assert "<script" not in Diagnosis({**made, "job": "<script>"})._repr_html_()
-    assert diagnosis == Diagnosis(diagnosis.raw) and diagnosis != made
+    assert diagnosis == Diagnosis(diagnosis.raw)
+    assert diagnosis != made
 
 
 @pytest.mark.parametrize(
