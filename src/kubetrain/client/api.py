@@ -27,7 +27,7 @@ import os
 import re
 import time
 from collections.abc import Iterable, Iterator, Mapping
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from datetime import datetime, timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -157,7 +157,9 @@ class Client:
         """One job in full: state, reason, runtime, spec, diagnosis, progress, GPU time."""
         project = self._project(project)
         found = self._find(project, name_or_id)
-        return Job(self.request("GET", self.job_path(project, found["id"])).body)
+        if "spec" not in found:  # found by name: a listing's entry
+            found = self.request("GET", self.job_path(project, found["id"])).body
+        return Job(found)
 
     def jobs(
         self,
@@ -196,11 +198,11 @@ class Client:
         wanted = frozenset(_several(until) or ())
         if not wanted or not wanted <= set(STATES):
             raise ValueError(f"until: give states among {', '.join(STATES)}, not {until!r}")
-        project = self._project(project)
-        job_id = self._find(project, name_or_id)["id"]
+        if poll_interval <= 0:
+            raise ValueError("poll_interval: give a number of seconds above 0")
         deadline = None if timeout is None else time.monotonic() + timeout
+        job = self.get(name_or_id, project)
         while True:
-            job = Job(self.request("GET", self.job_path(project, job_id)).body)
             if job.state in wanted:
                 return job
             if job.state in TERMINAL_STATES:
@@ -219,6 +221,7 @@ class Client:
             if deadline is not None:
                 pause = max(0.0, min(pause, deadline - time.monotonic()))
             time.sleep(pause)
+            job = Job(self.request("GET", self.job_path(job.project, job.id)).body)
 
     def why(self, name_or_id: str, project: str | None = None) -> Diagnosis:
         """Why the job is or is not running: the syncer's latest diagnosis. NotFound
@@ -434,18 +437,13 @@ class Client:
         return ClientError(f"{what} {self.url} failed: {exc}")
 
 
-class _transport:
-    """Transport failures as the client's ClientError (a context manager)."""
-
-    def __init__(self, client: Client, what: str) -> None:
-        self.client, self.what = client, what
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind: object, exc: BaseException | None, _: object) -> None:
-        if isinstance(exc, _http.TransportError):
-            raise self.client._failure(exc, self.what) from None
+@contextmanager
+def _transport(client: Client, what: str) -> Iterator[None]:
+    """Transport failures as the client's ClientError."""
+    try:
+        yield
+    except _http.TransportError as exc:
+        raise client._failure(exc, what) from None
 
 
 def _lines(chunks: Iterator[str]) -> Iterator[str]:
