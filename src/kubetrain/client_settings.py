@@ -24,6 +24,7 @@ __all__ = [
     "Secret",
     "config_path",
     "config_table",
+    "describe_invalid",
 ]
 
 CONFIG_ENV = "KUBETRAIN_CONFIG"
@@ -138,6 +139,19 @@ class ClientSettings:
             f"ClientSettings(url={self.url!r}, token={self.token!r}, "
             f"project={self.project!r}, timeout={self.timeout!r})"
         )
+
+
+def describe_invalid(exc: ValueError, what: str) -> str:
+    """A refusal of settings as one line: each field and pydantic's words for it (a
+    ValidationError), else the message itself (a config file that cannot be read)."""
+    errors = getattr(exc, "errors", None)
+    if not callable(errors):
+        return str(exc)
+    problems = "; ".join(
+        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
+        for error in errors(include_url=False, include_input=False)
+    )
+    return f"{what} settings are not valid: {problems}"
 
 
 def _number(value: Any, errors: list[dict[str, Any]]) -> float:

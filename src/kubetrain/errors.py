@@ -23,8 +23,12 @@
       x CorruptCheckpoint
       x IncompatibleCheckpoint
     x CacheError
+  + ClientError (client.errors)  - the SDK (kubetrain.Client) cannot do what was asked
+    x ApiError                   - the server refused; `problem` is its RFC 9457 answer
+      x NotFound                 - 404
+    x WaitTimeout                - Client.wait ran out of time (also a TimeoutError)
+    x JobEnded                   - Client.wait saw the job end in a state not waited for
   + CommandError (cli._errors)   - a command cannot do what was asked; the CLI prints it
-    x ApiError (cli._client)     - the server refused (a problem+json answer)
   + WhyError (cli.why)           - a dump or a job name `why` cannot use
   + TestbedError, BuildError, PoolError, PortInUseError (testbed) - the local cluster
 ```

@@ -15,6 +15,7 @@ import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 
+import kubetrain
 from kubetrain.local_server import CLI, LocalServer
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
@@ -309,3 +310,37 @@ def test_kubetrain_logs_follows_a_real_container_while_it_prints(real_server: Se
     assert [x for x in again.stdout.splitlines() if x.startswith("tick ")] == [
         f"tick {i}" for i in range(ticks)
     ]
+
+
+def test_the_sdk_follows_a_real_container_and_asks_about_the_job_between_lines(
+    real_server: Server,
+):
+    """A notebook's loop: `Client.logs(follow=True)` yields the container's lines as
+    they come, and the same Client, asked about the job between two lines, answers
+    (the stream keeps its connection, the question takes another)."""
+    p = project()
+    ticks = 8
+    script = (
+        "import time\n"
+        f"for i in range({ticks}):\n"
+        "    print(f'tick {i}', flush=True)\n"
+        "    time.sleep(1.5)\n"
+        "print('last words', end='')\n"  # no line break after the last line
+    )
+    sdk = kubetrain.Client(real_server.url, real_server.token, project=p)
+    submitted = sdk.submit(job("sdk-ticks", p, args=["python", "-c", script]))
+    sdk.wait(submitted.id, until="RUNNING", timeout=90, poll_interval=0.5)
+    lines: list[str] = []
+    asked: list[str] = []
+    for line in sdk.logs("sdk-ticks", follow=True):
+        lines.append(line)
+        if len(asked) == 0 and line.startswith("tick "):
+            asked.append(sdk.get(submitted.id).state)
+    assert asked == ["RUNNING"]  # streamed while it ran, not read at the end
+    assert [x for x in lines if x.startswith("tick ")] == [f"tick {i}" for i in range(ticks)]
+    assert lines[-1] == "last words"
+    done = sdk.wait(submitted.id, timeout=60, poll_interval=0.5)
+    assert (done.state, done.reason) == ("SUCCEEDED", "COMPLETED")
+    why = sdk.why("sdk-ticks")
+    assert (why.state, why.reason) == ("SUCCEEDED", "COMPLETED")
+    assert list(sdk.logs(submitted.id, tail=1)) == ["last words"]

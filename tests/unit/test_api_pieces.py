@@ -3,16 +3,16 @@
 from __future__ import annotations
 
 import io
+import json
 from datetime import UTC, datetime
 
-import httpx2 as httpx
 import pytest
 
 from kubetrain.api.body import parse_json
 from kubetrain.api.principal import PERMISSIONS, Action, Principal
 from kubetrain.api.problems import ProblemError, validation_error
-from kubetrain.cli._client import ApiError
 from kubetrain.cli._output import age, table
+from kubetrain.client import ApiError, NotFound
 from kubetrain.domain.spec import FieldProblem
 from kubetrain.store import Role
 
@@ -72,15 +72,26 @@ def test_refusals_print_as_a_few_lines() -> None:
             {"field": "", "message": "duplicate key"},
         ],
     }
-    error = ApiError.of(httpx.Response(422, json=problem))
+    error = ApiError.of(422, json.dumps(problem).encode())
     assert str(error) == (
         "The request is not valid (HTTP 422): the TrainingJob is refused\n"
         "  spec.resources.requests.cpu: required\n"
         "  (the document): duplicate key"
     )
-    assert error.status == 422
-    proxy = ApiError.of(httpx.Response(502, text="<html>\n<b>Bad Gateway</b></html>"))
+    assert (error.status, error.problem, error.errors[0]["field"]) == (
+        422,
+        problem,
+        "spec.resources.requests.cpu",
+    )
+    assert (error.type, error.detail) == (problem["type"], problem["detail"])
+    proxy = ApiError.of(502, b"<html>\n<b>Bad Gateway</b></html>")
     assert str(proxy) == "HTTP 502 from the server: <html> <b>Bad Gateway</b></html>"
+    assert proxy.problem == {
+        "status": 502,
+        "title": "HTTP 502 from the server",
+        "detail": "<html> <b>Bad Gateway</b></html>",
+    }
+    assert type(ApiError.of(404, b'{"title": "Not Found", "status": 404}')) is NotFound
 
 
 def test_ages_and_tables() -> None:

@@ -78,8 +78,7 @@ def test_the_client_commands_load_no_pydantic_httpx_or_yaml(tmp_path: Path) -> N
     script = (
         "import json, sys\n"
         "from kubetrain.cli import _client, datasets, jobs, logs, usage, webhooks\n"
-        "settings = _client.client_settings(__import__('argparse').Namespace())\n"
-        "_client.ApiClient(settings).__exit__()\n"
+        "_client.connect(__import__('argparse').Namespace()).close()\n"
         "print(json.dumps(sorted(sys.modules)))"
     )
     config = tmp_path / "config.toml"

@@ -3,6 +3,7 @@ or a cluster: non-root users, files that exist, manifests that agree with the co
 
 from __future__ import annotations
 
+import os
 import tomllib
 from pathlib import Path
 from typing import Any
@@ -118,3 +119,18 @@ def test_the_service_selects_the_pods_and_targets_their_port():
     assert service["spec"]["selector"].items() <= labels.items()
     (container,) = deployment["spec"]["template"]["spec"]["containers"]
     assert service["spec"]["ports"][0]["targetPort"] in {p["name"] for p in container["ports"]}
+
+
+def test_the_install_is_the_base_alone_and_no_chart_copies_it():
+    # docs/operations.md: Kustomize alone, no Helm chart; a chart would be a second
+    # source of these objects, which this project does not keep by hand.
+    readme = (ROOT / "README.md").read_text()
+    assert "kubectl apply -k deploy/base" in readme
+    charts = []
+    for folder, subfolders, files in os.walk(ROOT):
+        subfolders[:] = [d for d in subfolders if not d.startswith(".") and d != "__pycache__"]
+        charts += [Path(folder, name) for name in files if name == "Chart.yaml"]
+    assert charts == [], "a Helm chart must be generated from deploy/base, see operations.md"
+    kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
+    listed = set(kustomization["resources"])
+    assert listed == {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}

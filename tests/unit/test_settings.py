@@ -2,14 +2,13 @@
 
 from __future__ import annotations
 
-import argparse
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import BaseModel, ConfigDict, Field, SecretStr, ValidationError
 
-from kubetrain.cli._client import ApiClient, CommandError, client_settings
+from kubetrain.client import Client, ClientError
 from kubetrain.settings import DEFAULT_URL, ClientSettings, ServerSettings, config_path
 from tests.isolated import isolated_settings
 
@@ -182,8 +181,8 @@ def test_client_environment_names_are_not_case_sensitive(
 
 def test_a_bad_client_setting_is_one_line_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("KUBETRAIN_TIMEOUT", "0")
-    with pytest.raises(CommandError) as refused:
-        client_settings(argparse.Namespace())
+    with pytest.raises(ClientError) as refused:
+        Client()
     assert str(refused.value) == (
         "client settings are not valid: timeout: Input should be greater than 0"
     )
@@ -202,6 +201,6 @@ def test_the_client_refuses_a_url_or_token_it_cannot_use(
 ) -> None:
     monkeypatch.setenv("KUBETRAIN_TOKEN", "kt_secret")
     monkeypatch.setenv(variable, value)
-    with pytest.raises(CommandError, match=message) as refused:
-        ApiClient(client_settings(argparse.Namespace()))
+    with pytest.raises(ClientError, match=message) as refused:
+        Client()
     assert "kt_secret" not in str(refused.value)

@@ -1,10 +1,12 @@
 """CommandError on its own, so a command that never calls the server need not import
-the HTTP client to refuse something (cli/_client.py draws its tree)."""
+the HTTP client to refuse something (the SDK's refusals, kubetrain/client/errors.py,
+are kubetrain's errors too: main prints them the same way)."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
+from kubetrain.client_settings import describe_invalid
 from kubetrain.errors import KubetrainError
 
 if TYPE_CHECKING:
@@ -17,8 +19,4 @@ class CommandError(KubetrainError):
 
 def settings_error(exc: ValidationError, what: str) -> CommandError:
     """A settings refusal as one line: each field and pydantic's words for it."""
-    problems = "; ".join(
-        f"{'.'.join(str(part) for part in error['loc']) or 'settings'}: {error['msg']}"
-        for error in exc.errors(include_url=False, include_input=False)
-    )
-    return CommandError(f"{what} settings are not valid: {problems}")
+    return CommandError(describe_invalid(exc, what))

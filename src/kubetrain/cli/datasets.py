@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import argparse
 
-from kubetrain.cli._client import ApiClient, CommandError, client_settings
+from kubetrain.cli._client import CommandError, connect
 from kubetrain.cli._output import emit, short_time, table
 
 DATASETS = "/api/v1/datasets"
@@ -36,7 +36,7 @@ def _register(args: argparse.Namespace) -> int:
         lines = ["the dataset version is not valid:"]
         lines += [f"  {options.get(p.field, p.field)}: {p.message}" for p in exc.problems]
         raise CommandError("\n".join(lines)) from None
-    with ApiClient(client_settings(args)) as client:
+    with connect(args) as client:
         reply = client.request("POST", DATASETS, json=document)
     dataset = reply.body["dataset"]
     where = dataset["claim"] + (f":{dataset['subPath']}" if dataset.get("subPath") else "")
@@ -47,7 +47,7 @@ def _register(args: argparse.Namespace) -> int:
 
 def _list(args: argparse.Namespace) -> int:
     params = {"name": args.name} if args.name else None
-    with ApiClient(client_settings(args)) as client:
+    with connect(args) as client:
         items = client.request("GET", DATASETS, params=params).body["items"]
     if args.output != "table":
         emit(items, args.output)

@@ -12,12 +12,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from kubetrain.cli._client import (
-    ApiClient,
-    CommandError,
-    client_settings,
-    project_of,
-)
+from kubetrain.cli._client import CommandError, connect, project_of
 from kubetrain.cli._output import age, emit, printable, short_time, table
 
 
@@ -34,22 +29,19 @@ def _submit(args: argparse.Namespace) -> int:
     # Here: the TrainingJob models (pydantic) are for submit alone, not the reads.
     from kubetrain.domain.spec import SpecError, parse_training_job_yaml
 
-    settings = client_settings(args)
     text = _read(args.filename)
-    try:
-        job = parse_training_job_yaml(text, project=settings.project)
-    except SpecError as exc:
-        lines = [f"{args.filename} is not a valid TrainingJob:"]
-        lines += [
-            f"  {problem.field or '(the document)'}: {problem.message}" for problem in exc.problems
-        ]
-        raise CommandError("\n".join(lines)) from None
+    with connect(args) as client:
+        try:
+            job = parse_training_job_yaml(text, project=client.project)
+        except SpecError as exc:
+            lines = [f"{args.filename} is not a valid TrainingJob:"]
+            lines += [
+                f"  {problem.field or '(the document)'}: {problem.message}"
+                for problem in exc.problems
+            ]
+            raise CommandError("\n".join(lines)) from None
+        reply = client.submit_checked(job, idempotency_key=args.idempotency_key)
     project = job.metadata.project
-    headers = {"Idempotency-Key": args.idempotency_key} if args.idempotency_key else None
-    with ApiClient(settings) as client:
-        reply = client.request(
-            "POST", client.jobs_path(project), json=job.model_dump(mode="json"), headers=headers
-        )
     submitted = reply.body
     if args.output != "text":
         emit(submitted, args.output)
@@ -67,11 +59,10 @@ def _submit(args: argparse.Namespace) -> int:
 
 
 def _get_jobs(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    project = project_of(settings)
     if args.limit is not None and args.limit < 1:
         raise CommandError("--limit must be 1 or more")
-    with ApiClient(settings) as client:
+    with connect(args) as client:
+        project = project_of(client)
         jobs = client.list_jobs(
             project, limit=args.limit, state=args.state, reason=args.reason, name=args.name
         )
@@ -95,11 +86,8 @@ def _get_jobs(args: argparse.Namespace) -> int:
 
 
 def _get_job(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    project = project_of(settings)
-    with ApiClient(settings) as client:
-        found = client.find_job(project, args.job)
-        job = client.request("GET", client.job_path(project, found["id"])).body
+    with connect(args) as client:
+        job = client.get(args.job, project_of(client)).raw
     if args.output != "text":
         emit(job, args.output)
         return 0
@@ -224,13 +212,10 @@ def _change(row: dict[str, Any]) -> str:
 
 
 def _history(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    project = project_of(settings)
-    with ApiClient(settings) as client:
-        found = client.find_job(project, args.job)
-        history = client.request("GET", client.job_path(project, found["id"]) + "/history").body
+    with connect(args) as client:
+        items = [entry.raw for entry in client.history(args.job, project_of(client))]
     if args.output != "table":
-        emit(history["items"], args.output)
+        emit(items, args.output)
         return 0
     rows = [
         [
@@ -239,18 +224,17 @@ def _history(args: argparse.Namespace) -> int:
             _change(row),
             ": ".join(part for part in (row["raw_reason"], row["raw_message"]) if part),
         ]
-        for row in history["items"]
+        for row in items
     ]
     table(["TIME (UTC)", "SOURCE", "CHANGE", "KUBERNETES SAID"], rows)
     return 0
 
 
 def _cancel(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    project = project_of(settings)
-    with ApiClient(settings) as client:
-        found = client.find_job(project, args.job)
-        job = client.request("POST", client.job_path(project, found["id"]) + "/cancel").body
+    with connect(args) as client:
+        project = project_of(client)
+        found = client.find(args.job, project)
+        job = client.cancel(found["id"], project).raw
     if found["business_status"] == "CANCELLED":
         print(f"job {job['name']} ({job['id']}) was already cancelled")
     else:

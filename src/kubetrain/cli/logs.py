@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from kubetrain.cli._client import ApiClient, client_settings, project_of
+from kubetrain.cli._client import connect, project_of
 from kubetrain.cli._errors import CommandError
 from kubetrain.domain.durations import duration_seconds
 
@@ -17,25 +17,18 @@ def _logs(args: argparse.Namespace) -> int:
             duration_seconds(args.since)
         except ValueError as exc:
             raise CommandError(f"--since: {exc}") from None
-    settings = client_settings(args)
-    project = project_of(settings)
-    params: dict[str, object] = {}
-    for key, value in (
-        ("attempt", args.attempt),
-        ("worker", args.worker),
-        ("tail", args.tail),
-        ("since", args.since),
-    ):
-        if value is not None:
-            params[key] = value
-    if args.follow:
-        params["follow"] = "true"
-    if args.timestamps:
-        params["timestamps"] = "true"
-    with ApiClient(settings) as client:
-        job = client.find_job(project, args.name)
-        path = f"{client.job_path(project, job['id'])}/logs"
-        for chunk in client.stream_text(path, params=params, follow=args.follow):
+    with connect(args) as client:
+        chunks = client.log_chunks(
+            args.name,
+            project_of(client),
+            follow=args.follow,
+            attempt=args.attempt,
+            worker=args.worker,
+            tail=args.tail,
+            since=args.since,
+            timestamps=args.timestamps,
+        )
+        for chunk in chunks:
             sys.stdout.write(chunk)
             sys.stdout.flush()
     return 0

@@ -8,13 +8,12 @@ import argparse
 from io import StringIO
 from typing import Any
 
-from kubetrain.cli._client import ApiClient, client_settings
+from kubetrain.cli._client import connect
 from kubetrain.cli._output import emit, printable, table
 
 
 def _queues(args: argparse.Namespace) -> int:
-    settings = client_settings(argparse.Namespace(url=args.url))
-    with ApiClient(settings) as client:
+    with connect(argparse.Namespace(url=args.url)) as client:
         answer = client.request("GET", "/api/v1/queues").body
     if args.output != "table":
         emit(answer, args.output)

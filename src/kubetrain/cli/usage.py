@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 from datetime import UTC, datetime, timedelta
 
-from kubetrain.cli._client import ApiClient, client_settings
+from kubetrain.cli._client import connect
 from kubetrain.cli._errors import CommandError
 from kubetrain.cli._output import emit, short_time, table
 from kubetrain.domain.durations import duration_seconds
@@ -33,14 +33,9 @@ def since_time(text: str, *, now: datetime) -> datetime:
 
 
 def _usage(args: argparse.Namespace) -> int:
-    settings = client_settings(argparse.Namespace(url=args.url))  # -p is no default here
-    params: dict[str, str] = {}
-    if args.project:
-        params["project"] = args.project
-    if args.since:
-        params["since"] = since_time(args.since, now=datetime.now(UTC)).isoformat()
-    with ApiClient(settings) as client:
-        answer = client.request("GET", "/api/v1/usage", params=params).body
+    since = since_time(args.since, now=datetime.now(UTC)) if args.since else None
+    with connect(argparse.Namespace(url=args.url)) as client:  # -p is no default here
+        answer = client.usage(args.project, since).raw
     if args.output != "table":
         emit(answer, args.output)
         return 0

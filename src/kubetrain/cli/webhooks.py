@@ -11,7 +11,7 @@ import argparse
 import sys
 from urllib.parse import quote
 
-from kubetrain.cli._client import ApiClient, client_settings, project_of
+from kubetrain.cli._client import connect, project_of
 from kubetrain.cli._output import emit, short_time, table
 
 
@@ -20,12 +20,11 @@ def _path(project: str) -> str:
 
 
 def _create(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
     document: dict[str, object] = {"url": args.url_to_call}
     if args.events:
         document["events"] = args.events
-    with ApiClient(settings) as client:
-        created = client.request("POST", _path(project_of(settings)), json=document).body
+    with connect(args) as client:
+        created = client.request("POST", _path(project_of(client)), json=document).body
     print(
         f"webhook {created['id']} created for project {created['project']}: "
         f"{created['url']} ({', '.join(created['events']) or 'every event type'}); "
@@ -37,9 +36,8 @@ def _create(args: argparse.Namespace) -> int:
 
 
 def _list(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    with ApiClient(settings) as client:
-        items = client.request("GET", _path(project_of(settings))).body["items"]
+    with connect(args) as client:
+        items = client.request("GET", _path(project_of(client))).body["items"]
     if args.output != "table":
         emit(items, args.output)
         return 0
@@ -63,8 +61,7 @@ def _list(args: argparse.Namespace) -> int:
 
 
 def _delete(args: argparse.Namespace) -> int:
-    settings = client_settings(args)
-    with ApiClient(settings) as client:
-        client.request("DELETE", f"{_path(project_of(settings))}/{quote(args.id, safe='')}")
+    with connect(args) as client:
+        client.request("DELETE", f"{_path(project_of(client))}/{quote(args.id, safe='')}")
     print(f"webhook {args.id} deleted")
     return 0

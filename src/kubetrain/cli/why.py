@@ -203,16 +203,12 @@ def _direct(name: str, kubeconfig: str | None, namespace: str | None, output: st
 
 
 def _through_server(args: argparse.Namespace) -> int:
-    from kubetrain.cli._client import ApiClient, client_settings, project_of
+    from kubetrain.cli._client import connect, project_of
 
-    settings = client_settings(args)
-    project = project_of(settings)
-    with ApiClient(settings) as client:
-        found = client.find_job(project, args.ref)
-        reply = client.request("GET", client.job_path(project, found["id"]) + "/diagnosis")
-    diagnosis = reply.body
-    if not isinstance(diagnosis, dict):
-        raise CommandError("the server answered a diagnosis that is not an object")
+    with connect(args) as client:
+        project = project_of(client)
+        found = client.find(args.ref, project)
+        diagnosis = client.why(found["id"], project).raw
     k8s_name = found.get("kubernetes_job") or found.get("name") or args.ref
     facts = JobFacts(
         name=str(found.get("name") or args.ref),

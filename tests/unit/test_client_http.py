@@ -1,4 +1,4 @@
-"""The client commands' HTTP (cli/_http.py) against loopback stubs: what the API client
+"""The client commands' HTTP (client/_http.py) against loopback stubs: what the API client
 relies on — one connection kept while the server keeps it, queries written as httpx
 wrote them, the base URL's path kept, streams read as they arrive with the read
 timeout dropped only when asked, the environment's proxies, and failures of one line."""
@@ -15,7 +15,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from kubetrain.cli import _http
+from kubetrain.client import _http
 
 pytestmark = pytest.mark.unit
 
@@ -167,6 +167,29 @@ def test_a_stream_arrives_piece_by_piece_and_endless_drops_only_the_read_timeout
         ):
             list(answer.iter_text())
         client.close()
+
+
+def test_a_request_while_a_stream_is_read_takes_another_connection(no_proxy: None) -> None:
+    # A notebook reads a followed log and asks for the job between two lines.
+    def answer(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+        if seen.path == "/logs":
+            _slow_text(0.05)(handler, seen)
+        else:
+            _json(handler, seen)
+
+    for stub in _serve(answer):
+        client = _client(stub.url)
+        with client.stream("GET", "/logs") as answer_:
+            pieces = answer_.iter_text()
+            first = next(pieces)
+            assert client.request("GET", "/job").json() == {"ok": True}
+            rest = "".join(pieces)
+        assert first + rest == "line one\nGrüße\n"
+        assert client.request("GET", "/job").status_code == 200
+        client.close()
+        logs, job, again = stub.seen
+        assert logs.peer != job.peer  # the stream's connection was busy
+        assert again.peer in (logs.peer, job.peer)  # and a finished one serves again
 
 
 def test_failures_are_one_line_and_name_their_kind(no_proxy: None) -> None:

@@ -1,12 +1,12 @@
-"""HTTP/1.1 for the client commands, on the standard library (http.client).
+"""HTTP/1.1 for the SDK and the client commands, on the standard library (http.client).
 
 httpx took longer to import (about 60 ms) than a command that asks the server one
 question may take to answer in all (bench/cli_start.py). What the commands had
 from it, they have here: one connection kept across requests (a new one when the
-server has closed it), a timeout on connecting and on every read (a stream may
-drop the read timeout), TLS verified against the system's certificates
-(SSL_CERT_FILE and SSL_CERT_DIR honoured) with a context made only for https, the
-environment's HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY, and bodies read
+server has closed it, or while a stream still holds it), a timeout on connecting
+and on every read (a stream may drop the read timeout), TLS verified against the
+system's certificates (SSL_CERT_FILE and SSL_CERT_DIR honoured) with a context made
+only for https, the environment's HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY, and bodies read
 whole or streamed. No redirect is followed (nor was one with httpx).
 
 ```
@@ -152,6 +152,9 @@ class Client:
             ).encode()
             all_headers = _merged(all_headers, {"Content-Type": "application/json"})
         connection = self._connect()
+        # The answer's while it is read: a request made meanwhile (a notebook asking for
+        # a job between two lines of a followed log) opens a connection of its own.
+        self._connection = None
         target = self._prefix + path + ("?" + _query(params) if params else "")
         if self._via_proxy:
             target = self._origin + target
@@ -166,8 +169,10 @@ class Client:
             yield Stream(answer)
             finished = answer.isclosed()  # read to its end: the connection may serve again
         finally:
-            if not finished:
-                self.close()
+            if finished and self._connection is None:
+                self._connection = connection
+            else:
+                connection.close()
 
     def close(self) -> None:
         if self._connection is not None:
