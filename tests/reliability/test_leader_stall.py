@@ -280,6 +280,7 @@ def test_a_leader_cut_off_from_the_api_server_stops_acting_before_the_standby_ta
         b = serve("replica-b", loops, testbed.kubeconfig, api.token)
         submitter = threading.Thread(target=submit_continuously, args=(api,), daemon=True)
         submitter.start()
+
         def a_transitions() -> int:
             return sum(w.app == "replica-a" and w.table == "transitions" for w in _writes(audit))
 
