@@ -661,16 +661,26 @@ def test_the_user_env_comes_after_the_gang_env_so_it_may_refer_to_it():
 
 def test_a_gang_attempt_fails_at_once_on_any_failed_or_disrupted_worker():
     spec = gang()["spec"]
-    disrupted, fail = spec["podFailurePolicy"]["rules"]
+    disrupted, preflight, fail = spec["podFailurePolicy"]["rules"]
     # kubetrain restarts the whole gang as the next attempt, so a disrupted rank is
     # not replaced alone (the others could not rendezvous with it again).
     assert disrupted == {
         "action": "FailJob",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
+    # A rule of its own for the preflight's code, so that the Job's failure message
+    # ("matching FailJob rule at index 1") tells it even with the Pod gone.
+    assert preflight == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "In", "values": [86]},
+    }
     assert fail == {
         "action": "FailJob",
-        "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+        "onExitCodes": {
+            "containerName": m.CONTAINER_NAME,
+            "operator": "NotIn",
+            "values": [0, 86],
+        },
     }
     assert spec["backoffLimit"] == 0  # one Job per attempt: kubetrain counts the retries
 

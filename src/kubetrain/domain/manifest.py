@@ -83,6 +83,7 @@ from urllib.parse import urlsplit
 
 from kubetrain.domain import names, render_defaults
 from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.failures import PREFLIGHT_EXIT_CODE, gang_failures
 from kubetrain.domain.quantity import QuantityError, canonical_bytes, canonical_cpu, parse_quantity
 from kubetrain.domain.spec import (
     SecretKeyRef,
@@ -119,12 +120,6 @@ __all__ = [
     "render_status_secret",
     "status_secret_name",
 ]
-
-# The exit code our preflight ends with when the container cannot train (no
-# GPU visible, wrong dataset version). 86 is outside the codes shells and
-# runtimes use (1, 2, 126-128, 128+signal) and those Python itself exits with;
-# a training program that exits 86 of its own also fails the Job at once.
-PREFLIGHT_EXIT_CODE = 86
 
 CONTAINER_NAME = "trainer"
 DATASET_PATH = "/data"
@@ -285,20 +280,27 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
 def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
     """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
     without using a retry; the preflight's exit code fails the Job at once. A gang's
-    Job is one attempt: a disrupted worker or any non-zero exit fails it at once (the
-    other ranks cannot go on without it), and kubetrain starts the next."""
+    Job is one attempt: every failure class of domain/failures.py fails it at once (the
+    other ranks cannot go on without the failed one), each by its own rule so that the
+    Job's failure message names the class; kubetrain decides what follows."""
+    if gang:
+        return {
+            "rules": [
+                {"action": "FailJob", **failure.rule} for failure in gang_failures(CONTAINER_NAME)
+            ]
+        }
     return {
         "rules": [
             {
-                "action": "FailJob" if gang else "Ignore",
+                "action": "Ignore",
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
             },
             {
                 "action": "FailJob",
                 "onExitCodes": {
                     "containerName": CONTAINER_NAME,
-                    "operator": "NotIn" if gang else "In",
-                    "values": [0] if gang else [PREFLIGHT_EXIT_CODE],
+                    "operator": "In",
+                    "values": [PREFLIGHT_EXIT_CODE],
                 },
             },
         ]
