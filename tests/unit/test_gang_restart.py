@@ -143,8 +143,8 @@ def test_every_class_of_the_gang_failure_table_has_its_action():
     assert gang_action(R.PREFLIGHT_FAILED, "trainer") is GangAction.FAIL
     for reason in (R.NODE_LOST, R.PREEMPTED, R.EVICTED):
         assert gang_action(reason, "trainer") is GangAction.RESTART
-    for reason in (R.EXIT_NONZERO, R.OOM_KILLED, None):
-        assert gang_action(reason, "trainer") is GangAction.RETRY
+    for other in (R.EXIT_NONZERO, R.OOM_KILLED, None):
+        assert gang_action(other, "trainer") is GangAction.RETRY
 
 
 def test_a_gang_job_kubetrain_does_not_restart_fails_as_recorded():

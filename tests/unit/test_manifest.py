@@ -728,5 +728,6 @@ def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
     assert service["spec"] == {
         "clusterIP": "None",
         "publishNotReadyAddresses": True,
-        "selector": {"batch.kubernetes.io/job-name": GANG_NAME},
+        # The Job's own Pods, by its uid: an earlier attempt's Job had the same name.
+        "selector": {"batch.kubernetes.io/controller-uid": "uid-1"},
     }

@@ -98,6 +98,7 @@ __all__ = [
     "CACHE_DIR",
     "CHECKPOINT_DIR",
     "CONTAINER_NAME",
+    "CONTROLLER_UID",
     "DATASET_PATH",
     "DEFAULT_RENDER_OPTIONS",
     "LABEL_JOB_ID",
@@ -131,7 +132,9 @@ TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMes
 MASTER_PORT = 29500
 # The Job controller's annotation (and label) with a Pod's index in an Indexed Job.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its Pods
+# Set by the Job controller on its Pods: the Job's uid (one attempt of a gang, where the
+# name is every attempt's).
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
 LABEL_JOB_ID = "kubetrain.io/job-id"
 LABEL_PROJECT = "kubetrain.io/project"
@@ -312,7 +315,9 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
 
     Named like the Job, selecting its Pods, publishing them before they are ready
     (rank 0 must resolve while every rank is still starting), and owned by the Job
-    (`job_uid`), so the garbage collector removes it with the Job.
+    (`job_uid`), so the garbage collector removes it with the Job. It selects by the Job's
+    uid, not its name: every attempt of a gang has the name, and rank 0's DNS name must
+    never lead to an earlier attempt's Pod.
     """
     name = job_name(job_id)
     return {
@@ -335,7 +340,7 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {_JOB_NAME_LABEL: name},
+            "selector": {CONTROLLER_UID: job_uid},
         },
     }
 
