@@ -394,7 +394,8 @@ def _as_rank_1(job: dict[str, str], timeout: float) -> None:
     [
         (
             "name-unknown",
-            "rank 0's address rank-0.kubetrain-test.invalid did not resolve within 1 s",
+            "rank 0 is not placed: its address rank-0.kubetrain-test.invalid did not resolve "
+            "within 1 s",
         ),
         ("port-closed", "did not answer within 1 s (127.0.0.1: connection refused"),
     ],
@@ -448,6 +449,19 @@ def test_rank_0_fails_when_its_port_is_taken(job):
     assert rendezvous.detail.startswith(
         f"port {job['PET_MASTER_PORT']} (PET_MASTER_PORT) cannot be listened on here, on rank 0"
     )
+
+
+def test_the_rendezvous_waits_torchruns_own_default_unless_the_job_says(job):
+    from kubetrain.runtime import preflight
+
+    # torchrun's static rendezvous: `timeout` 600 s unless its rdzv options say otherwise.
+    assert preflight.RENDEZVOUS_TIMEOUT_SECONDS == 600
+    _as_rank_1(job, timeout=0.5)
+    job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
+    rendezvous = run_preflight(Context(job), Redactor(job)).results[-1]
+    assert rendezvous.status == "failed"
+    assert "within 0.5 s" in rendezvous.detail
+    assert "spec.rendezvousTimeout" in rendezvous.detail
 
 
 def test_a_single_worker_skips_the_rendezvous(job):

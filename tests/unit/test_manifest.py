@@ -659,6 +659,14 @@ def test_the_user_env_comes_after_the_gang_env_so_it_may_refer_to_it():
     assert names.index("PET_MASTER_ADDR") < names.index("EPOCHS")
 
 
+def test_a_gangs_rendezvous_timeout_is_the_runtimes_default_unless_the_spec_sets_it():
+    assert "KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS" not in env(gang())  # the runtime's: 600 s
+    data = full()
+    data["spec"]["workers"] = 2
+    data["spec"]["rendezvousTimeout"] = "15m"
+    assert env(render(data))["KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS"] == "900"
+
+
 def test_a_gang_attempt_fails_at_once_on_any_failed_or_disrupted_worker():
     spec = gang()["spec"]
     disrupted, preflight, fail = spec["podFailurePolicy"]["rules"]

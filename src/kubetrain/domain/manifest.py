@@ -60,10 +60,11 @@ torch runtime sets up torchrun, so its images run unchanged:
 * Failure is the gang's, and so is the restart, the way JobSet's
   `RestartJobSet` does it: each attempt is one Job (`backoffLimit: 0`), whose
   podFailurePolicy fails it at once when a worker's trainer exits non-zero or
-  a worker is disrupted (DisruptionTarget: node lost, preempted), so the Job
-  controller terminates the other ranks rather than leaving them to hold
-  their GPUs in a broken collective. kubetrain then deletes that Job and
-  creates the next attempt under the same name (the syncer decides,
+  a worker is disrupted (DisruptionTarget: node lost, preempted), one rule per
+  class of domain/failures.py, so the Job controller terminates the other
+  ranks rather than leaving them to hold their GPUs in a broken collective.
+  kubetrain then deletes that Job and, once every Pod of it has ended, creates
+  the next attempt under the same name (the syncer decides,
   domain/diagnosis/gang.py `next_attempt`; the dispatcher acts). The Job
   carries its attempt (`kubetrain.io/attempt`, also on its Pods), the job's
   `retries` and the failures already counted against them
@@ -345,7 +346,9 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
     }
 
 
-def _gang_env(name: str, namespace: str, workers: int, gpus: int) -> list[dict[str, Any]]:
+def _gang_env(
+    name: str, namespace: str, workers: int, gpus: int, rendezvous_timeout: int | None
+) -> list[dict[str, Any]]:
     index = {
         "valueFrom": {
             "fieldRef": {
@@ -363,7 +366,12 @@ def _gang_env(name: str, namespace: str, workers: int, gpus: int) -> list[dict[s
         _plain("PET_MASTER_PORT", str(MASTER_PORT)),
         {"name": "KUBETRAIN_WORKER_INDEX", **index},
         _plain("KUBETRAIN_WORKERS", str(workers)),
-    ]
+    ] + (
+        # spec.rendezvousTimeout; unset, the runtime waits torchrun's default (600 s).
+        [_plain("KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", str(rendezvous_timeout))]
+        if rendezvous_timeout is not None
+        else []
+    )
 
 
 def render_job(
@@ -443,7 +451,14 @@ def render_job(
     if options.gpu_resource.startswith("nvidia.com/"):
         env.append(_plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)))
     if gang:
-        env += _gang_env(name, namespace, spec.workers, res.gpus)
+        rendezvous = spec.rendezvous_timeout
+        env += _gang_env(
+            name,
+            namespace,
+            spec.workers,
+            res.gpus,
+            duration_seconds(rendezvous) if rendezvous is not None else None,
+        )
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if dataset is not None:
