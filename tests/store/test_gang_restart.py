@@ -13,11 +13,11 @@ from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
     Database,
     PodObservation,
+    WaitedForAttempt,
     claim_due_jobs,
     get_job_any_project,
     job_history,
     list_attempts,
-    WaitedForAttempt,
     record_dispatch_outcomes,
 )
 from kubetrain.store.outbox import RESTART_POLL
