@@ -494,3 +494,17 @@ def test_a_cpu_only_torch_counts_no_gpu_without_being_imported(tmp_path, cuda, s
         check=True,
     )
     assert done.stdout.strip() == says
+
+
+def test_a_rank_that_failed_a_check_already_does_not_wait_for_rank_0(job):
+    # It cannot train anyway: waiting up to the rendezvous timeout for an unplaced rank 0
+    # would only hold back its failure, and the gang's.
+    _as_rank_1(job, timeout=600)
+    job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
+    job["KUBETRAIN_EXPECTED_GPUS"] = "1"
+    report = run_preflight(Context(job), Redactor(job))
+    assert report.failure is not None
+    assert report.failure.name == "gpu-visible"
+    rendezvous = report.results[-1]
+    assert rendezvous.status == "failed"
+    assert "did not resolve within 2 s" in rendezvous.detail  # one try, not 600 s

@@ -648,6 +648,10 @@ def test_a_gang_gets_the_torchrun_environment_of_trainer_v2():
     assert variables["PET_MASTER_PORT"] == "29500"
     assert variables["KUBETRAIN_WORKER_INDEX"] == INDEX_REF
     assert variables["KUBETRAIN_WORKERS"] == "3"
+    # The attempt, from the Pod's own label (every attempt of a gang has the name).
+    assert variables["KUBETRAIN_ATTEMPT"] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['kubetrain.io/attempt']"}
+    }
 
 
 def test_a_cpu_gang_runs_one_process_per_worker():

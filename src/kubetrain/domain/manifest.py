@@ -366,6 +366,14 @@ def _gang_env(
         _plain("PET_MASTER_PORT", str(MASTER_PORT)),
         {"name": "KUBETRAIN_WORKER_INDEX", **index},
         _plain("KUBETRAIN_WORKERS", str(workers)),
+        # The gang's attempt, from the Pod's own label: a rank can tell (and log) which
+        # attempt it and its peers belong to.
+        {
+            "name": "KUBETRAIN_ATTEMPT",
+            "valueFrom": {
+                "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.labels['{LABEL_ATTEMPT}']"}
+            },
+        },
     ] + (
         # spec.rendezvousTimeout; unset, the runtime waits torchrun's default (600 s).
         [_plain("KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", str(rendezvous_timeout))]

@@ -88,6 +88,7 @@ class Context:
     rootfs: Path = Path("/")
     dev: Path = Path("/dev")
     passed: set[str] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)  # the checks that failed so far
 
     def get(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
@@ -154,6 +155,8 @@ def run_preflight(context: Context, redact: Callable[[str], str]) -> PreflightRe
             detail, status = f"skipped: {exc}", "skipped"
         except Exception as exc:  # a broken check fails its check, not the run
             detail, status = f"{type(exc).__name__}: {exc}", "failed"
+        if status == "failed":
+            context.failed.append(name)
         detail = redact(" ".join(detail.split()))
         results.append(CheckResult(name, status, detail, time.perf_counter() - started))
     return PreflightReport(tuple(results))
@@ -507,6 +510,10 @@ def check_rendezvous_reachable(context: Context) -> str:
     if host is None:
         raise CheckFailed("PET_MASTER_ADDR is not set: the other ranks cannot find rank 0")
     timeout = _seconds(context, "KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", RENDEZVOUS_TIMEOUT_SECONDS)
+    if context.failed:
+        # This Pod cannot train anyway: one try, not a wait of up to the timeout that
+        # would only hold back the failure (and the gang's end) that much longer.
+        timeout = min(timeout, RENDEZVOUS_ATTEMPT_SECONDS)
     deadline = time.monotonic() + timeout
     where = f"rank {gang.rank} of {gang.workers}"
     if gang.rank == 0:
