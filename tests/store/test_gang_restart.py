@@ -154,6 +154,18 @@ def test_a_restart_waits_for_the_ended_attempts_pods_and_the_history_says_how_lo
         assert stored.restart_job_uid == "job-uid-1"
         assert stored.next_dispatch_at == at(3) + RESTART_POLL
         assert (stored.dispatch_attempts, stored.last_dispatch_error) == (0, None)
+        assert stored.reason_message == (
+            "retrying; waiting for attempt 1's Pods to end: kt-g-0-a0 (Running, terminating)"
+        )
+    with db.transaction() as session:  # asked again: the words replaced, not appended
+        record_dispatch_outcomes(
+            session, waiting={job.id: ["kt-g-0-a0 (Unknown, terminating)"]}, now=at(4)
+        )
+    with db.read_only() as session:
+        stored = get_job_any_project(session, job.id)
+        assert stored.reason_message == (
+            "retrying; waiting for attempt 1's Pods to end: kt-g-0-a0 (Unknown, terminating)"
+        )
     wait = WaitedForAttempt(attempt=1, since=at(3), seconds=31.5, pods=left)
     with db.transaction() as session:
         assert [j.id for j in claim_due_jobs(session, now=at(35))] == [job.id]

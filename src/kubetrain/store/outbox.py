@@ -39,6 +39,7 @@ from kubetrain.store.errors import JobNotFound
 from kubetrain.store.jobs import apply_locked_business_change, lock_jobs, state_entered
 from kubetrain.store.models import Job, Source, Transition, TransitionKind
 
+_WAITING = "; waiting for attempt "
 RESTART_POLL = timedelta(seconds=1)  # a gang's restart asks again whether attempt N ended
 CLAIM_HOLD = timedelta(seconds=60)  # well over one create call, incl. client timeouts
 BACKOFF_FIRST = timedelta(seconds=1)
@@ -187,6 +188,12 @@ def record_dispatch_outcomes(
         if job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED:
             job.next_dispatch_at = now + RESTART_POLL
             job.updated_at = now
+            # The job's words say what it waits for (the syncer leaves it alone meanwhile).
+            said = (job.reason_message or "").split(_WAITING)[0]
+            job.reason_message = (
+                f"{said}{_WAITING}{job.current_attempt - 1}'s Pods to end: "
+                f"{', '.join(waiting[job_id])}"
+            )
     for job_id, (raw_reason, raw_message) in failed.items():
         job = jobs[job_id]
         restarting = job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED
