@@ -267,9 +267,10 @@ class Dispatcher:
         try:
             if job.ended is not None:
                 name = manifest["metadata"]["name"]
-                await delete_attempt(
-                    self.client, namespace, name, job.ended, status_secret_name(job_id)
-                )
+                if job_id not in self._waits:  # deleted already while it waits
+                    await delete_attempt(
+                        self.client, namespace, name, job.ended, status_secret_name(job_id)
+                    )
                 # A blocking recreate (JobSet's BlockingRecreate): the next attempt only
                 # once every Pod of the last has ended, so that no rank of the new one
                 # finds a dying rank of the old (rank 0's name, its port).
