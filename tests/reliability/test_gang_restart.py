@@ -65,8 +65,17 @@ def history_by_attempt(server: Server, project: str, job_id: str, reason: str) -
     assert set(numbers) == {1, 2}
     last = max(i for i, r in enumerate(business) if r["attempt"] == 1)
     assert (business[last]["to_state"], business[last]["to_reason"]) == ("QUEUED", reason)
-    runtime = {(r["attempt"], r["rank"]) for r in rows if r["kind"] == "runtime"}
+    runtime = {
+        (r["attempt"], r["rank"])
+        for r in rows
+        if r["kind"] == "runtime" and r["raw_reason"] != "PreviousAttemptEnded"
+    }
     assert runtime == {(1, 0), (1, 1), (2, 0), (2, 1)}
+    # Attempt 2 was made only once attempt 1's Pods had ended, and the history says so.
+    (waited,) = [r for r in rows if r["raw_reason"] == "PreviousAttemptEnded"]
+    assert waited["attempt"] == 1
+    assert waited["raw_message"].startswith("attempt 2 created")
+    assert waited["detail"]["waited_seconds"] >= 0
 
 
 @pytest.mark.timeout(600)

@@ -395,7 +395,8 @@ def _as_rank_1(job: dict[str, str], timeout: float) -> None:
     [
         (
             "name-unknown",
-            "rank 0's address rank-0.kubetrain-test.invalid did not resolve within 1 s",
+            "rank 0 is not placed: its address rank-0.kubetrain-test.invalid did not resolve "
+            "within 1 s",
         ),
         ("port-closed", "did not answer within 1 s (127.0.0.1: connection refused"),
     ],
@@ -456,6 +457,19 @@ def test_rank_0_fails_when_its_port_is_taken(job):
     )
 
 
+def test_the_rendezvous_waits_torchruns_own_default_unless_the_job_says(job):
+    from kubetrain.runtime import preflight
+
+    # torchrun's static rendezvous: `timeout` 600 s unless its rdzv options say otherwise.
+    assert preflight.RENDEZVOUS_TIMEOUT_SECONDS == 600
+    _as_rank_1(job, timeout=0.5)
+    job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
+    rendezvous = run_preflight(Context(job), Redactor(job)).results[-1]
+    assert rendezvous.status == "failed"
+    assert "within 0.5 s" in rendezvous.detail
+    assert "spec.rendezvousTimeout" in rendezvous.detail
+
+
 def test_a_single_worker_skips_the_rendezvous(job):
     for name in ("KUBETRAIN_WORKERS", "PET_NNODES"):
         job[name] = "1"
@@ -486,3 +500,17 @@ def test_a_cpu_only_torch_counts_no_gpu_without_being_imported(tmp_path, cuda, s
         check=True,
     )
     assert done.stdout.strip() == says
+
+
+def test_a_rank_that_failed_a_check_already_does_not_wait_for_rank_0(job):
+    # It cannot train anyway: waiting up to the rendezvous timeout for an unplaced rank 0
+    # would only hold back its failure, and the gang's.
+    _as_rank_1(job, timeout=600)
+    job["PET_MASTER_ADDR"] = "rank-0.kubetrain-test.invalid"
+    job["KUBETRAIN_EXPECTED_GPUS"] = "1"
+    report = run_preflight(Context(job), Redactor(job))
+    assert report.failure is not None
+    assert report.failure.name == "gpu-visible"
+    rendezvous = report.results[-1]
+    assert rendezvous.status == "failed"
+    assert "did not resolve within 2 s" in rendezvous.detail  # one try, not 600 s

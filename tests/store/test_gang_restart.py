@@ -13,12 +13,14 @@ from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
     Database,
     PodObservation,
+    WaitedForAttempt,
     claim_due_jobs,
     get_job_any_project,
     job_history,
     list_attempts,
     record_dispatch_outcomes,
 )
+from kubetrain.store.outbox import RESTART_POLL
 from kubetrain.store.sync import SyncedJob, plan_synced, record_synced
 from tests.store.builders import T0, at, new_job
 
@@ -129,6 +131,61 @@ def test_a_gang_attempt_is_one_row_per_rank_and_a_restart_is_recorded_once(db: D
             if row.kind == "runtime"
         ]
         assert {(1, 0), (1, 1), (2, 0), (2, 1)} <= set(runtime)
+
+
+def test_a_restart_waits_for_the_ended_attempts_pods_and_the_history_says_how_long(
+    db: Database,
+) -> None:
+    with db.transaction() as session:
+        job = new_job(session, state=Q)
+        first = [rank(0, 1, "a0"), rank(1, 1, "a1")]
+        record_synced(session, [synced(job.id, first, R, ReasonCode.RENDEZVOUS)], now=at(1))
+        restart = GangRestart(2, True, 1, "job-uid-1")
+        step = synced(job.id, first, Q, ReasonCode.EXIT_NONZERO, restart, "retrying")
+        record_synced(session, [step], now=at(2))
+    left = ["kt-g-0-a0 (Running, terminating)"]
+    with db.transaction() as session:
+        assert [j.id for j in claim_due_jobs(session, now=at(3))] == [job.id]
+        record_dispatch_outcomes(session, waiting={job.id: left}, now=at(3))
+    with db.read_only() as session:
+        stored = get_job_any_project(session, job.id)
+        # Still QUEUED with the ended attempt's cause; no failure counted, no backoff.
+        assert (stored.business_state, stored.reason) == (Q, ReasonCode.EXIT_NONZERO)
+        assert stored.restart_job_uid == "job-uid-1"
+        assert stored.next_dispatch_at == at(3) + RESTART_POLL
+        assert (stored.dispatch_attempts, stored.last_dispatch_error) == (0, None)
+        assert stored.reason_message == (
+            "retrying; waiting for attempt 1's Pods to end: kt-g-0-a0 (Running, terminating)"
+        )
+    with db.transaction() as session:  # asked again: the words replaced, not appended
+        record_dispatch_outcomes(
+            session, waiting={job.id: ["kt-g-0-a0 (Unknown, terminating)"]}, now=at(4)
+        )
+    with db.read_only() as session:
+        stored = get_job_any_project(session, job.id)
+        assert stored.reason_message == (
+            "retrying; waiting for attempt 1's Pods to end: kt-g-0-a0 (Unknown, terminating)"
+        )
+    wait = WaitedForAttempt(attempt=1, since=at(3), seconds=31.5, pods=left)
+    with db.transaction() as session:
+        assert [j.id for j in claim_due_jobs(session, now=at(35))] == [job.id]
+        record_dispatch_outcomes(
+            session, dispatched={job.id: "kt-g"}, waited={job.id: wait}, now=at(35)
+        )
+    with db.read_only() as session:
+        assert get_job_any_project(session, job.id).restart_job_uid is None
+        (row,) = [
+            r
+            for r in job_history(session, "ai-training", job.id)
+            if r.raw_reason == "PreviousAttemptEnded"
+        ]
+        assert (row.kind, row.attempt) == ("runtime", 1)
+        assert row.raw_message == (
+            "attempt 2 created once every Pod of attempt 1 had ended: waited 31.5 s for "
+            "kt-g-0-a0 (Running, terminating)"
+        )
+        assert row.detail is not None
+        assert row.detail["waited_seconds"] == 31.5
 
 
 def test_a_restart_of_a_cancelled_job_is_never_recorded(db: Database) -> None:

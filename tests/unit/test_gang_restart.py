@@ -97,6 +97,56 @@ def test_a_disrupted_worker_restarts_the_gang_without_a_retry(reason: str):
     assert "(a disruption, not counted against retries)" in d.explanation
 
 
+def preflight_failed(data: dict[str, Any], rank: int) -> None:
+    """Rank `rank` ended as the real preflight ends where no GPU is visible (exit 86, the
+    termination message naming the check), and the Job's podFailurePolicy names it."""
+    pod = rank_pod(data, rank)
+    (status,) = pod["status"]["containerStatuses"]
+    status["state"]["terminated"].update(
+        exitCode=86,
+        reason="Error",
+        message="preflight failed: gpu-visible: expected 8 GPUs, found 0",
+    )
+    job = the_job(data)
+    for condition in job["status"]["conditions"]:
+        if condition["reason"] == "PodFailurePolicy":
+            condition["message"] = (
+                f"Container trainer for pod {pod['metadata']['namespace']}/"
+                f"{pod['metadata']['name']} failed with exit code 86 matching FailJob rule "
+                "at index 1"
+            )
+
+
+def test_a_failed_preflight_of_any_rank_fails_the_gang_at_once_without_a_retry():
+    # retries: 2 left, as in the issue: none is spent on what would fail the same way.
+    data = failed_gang(retries=2)
+    preflight_failed(data, 1)
+    d = run(data)
+    assert (d.state, d.reason, d.restart) == (S.FAILED, R.PREFLIGHT_FAILED, None)
+    # The rank and the check named.
+    assert "Rank 1 (Pod " in d.explanation
+    assert "preflight failed: gpu-visible: expected 8 GPUs, found 0" in d.explanation
+
+
+def test_a_failed_preflight_read_from_the_jobs_message_when_the_pod_is_gone():
+    data = failed_gang(retries=2)
+    preflight_failed(data, 1)
+    name = rank_pod(data, 1)["metadata"]["name"]
+    data["items"] = [o for o in data["items"] if o["metadata"].get("name") != name]
+    d = run(data)
+    assert (d.state, d.reason, d.restart) == (S.FAILED, R.PREFLIGHT_FAILED, None)
+
+
+def test_every_class_of_the_gang_failure_table_has_its_action():
+    from kubetrain.domain.failures import GangAction, gang_action
+
+    assert gang_action(R.PREFLIGHT_FAILED, "trainer") is GangAction.FAIL
+    for reason in (R.NODE_LOST, R.PREEMPTED, R.EVICTED):
+        assert gang_action(reason, "trainer") is GangAction.RESTART
+    for other in (R.EXIT_NONZERO, R.OOM_KILLED, None):
+        assert gang_action(other, "trainer") is GangAction.RETRY
+
+
 def test_a_gang_job_kubetrain_does_not_restart_fails_as_recorded():
     # As recorded: no attempt label (another's Indexed Job, or one from before restarts).
     d: Diagnosis = run(dump("gang-worker-failed"))

@@ -648,6 +648,10 @@ def test_a_gang_gets_the_torchrun_environment_of_trainer_v2():
     assert variables["PET_MASTER_PORT"] == "29500"
     assert variables["KUBETRAIN_WORKER_INDEX"] == INDEX_REF
     assert variables["KUBETRAIN_WORKERS"] == "3"
+    # The attempt, from the Pod's own label (every attempt of a gang has the name).
+    assert variables["KUBETRAIN_ATTEMPT"] == {
+        "fieldRef": {"apiVersion": "v1", "fieldPath": "metadata.labels['kubetrain.io/attempt']"}
+    }
 
 
 def test_a_cpu_gang_runs_one_process_per_worker():
@@ -659,18 +663,36 @@ def test_the_user_env_comes_after_the_gang_env_so_it_may_refer_to_it():
     assert names.index("PET_MASTER_ADDR") < names.index("EPOCHS")
 
 
+def test_a_gangs_rendezvous_timeout_is_the_runtimes_default_unless_the_spec_sets_it():
+    assert "KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS" not in env(gang())  # the runtime's: 600 s
+    data = full()
+    data["spec"]["workers"] = 2
+    data["spec"]["rendezvousTimeout"] = "15m"
+    assert env(render(data))["KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS"] == "900"
+
+
 def test_a_gang_attempt_fails_at_once_on_any_failed_or_disrupted_worker():
     spec = gang()["spec"]
-    disrupted, fail = spec["podFailurePolicy"]["rules"]
+    disrupted, preflight, fail = spec["podFailurePolicy"]["rules"]
     # kubetrain restarts the whole gang as the next attempt, so a disrupted rank is
     # not replaced alone (the others could not rendezvous with it again).
     assert disrupted == {
         "action": "FailJob",
         "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
     }
+    # A rule of its own for the preflight's code, so that the Job's failure message
+    # ("matching FailJob rule at index 1") tells it even with the Pod gone.
+    assert preflight == {
+        "action": "FailJob",
+        "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "In", "values": [86]},
+    }
     assert fail == {
         "action": "FailJob",
-        "onExitCodes": {"containerName": m.CONTAINER_NAME, "operator": "NotIn", "values": [0]},
+        "onExitCodes": {
+            "containerName": m.CONTAINER_NAME,
+            "operator": "NotIn",
+            "values": [0, 86],
+        },
     }
     assert spec["backoffLimit"] == 0  # one Job per attempt: kubetrain counts the retries
 
@@ -718,5 +740,6 @@ def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
     assert service["spec"] == {
         "clusterIP": "None",
         "publishNotReadyAddresses": True,
-        "selector": {"batch.kubernetes.io/job-name": GANG_NAME},
+        # The Job's own Pods, by its uid: an earlier attempt's Job had the same name.
+        "selector": {"batch.kubernetes.io/controller-uid": "uid-1"},
     }

@@ -183,3 +183,59 @@ def test_the_preemptors_diagnosis_names_the_jobs_it_preempted() -> None:
         if condition["type"] == "Preempted":
             condition["status"] = "False"
     assert run(data, urgent_facts).preempted == ()
+
+
+def test_a_workload_of_an_earlier_job_of_the_same_name_is_not_this_jobs() -> None:
+    # A gang's ended attempt left its Workload (until the garbage collector removes it),
+    # admitted: matched by name, it made the new suspended Job read "Kueue is resuming".
+    data = dump("kueue-waiting")
+    old = copy.deepcopy(_pending(data))
+    old["metadata"].update(name=old["metadata"]["name"] + "-old", uid="uid-old-workload")
+    old["metadata"]["ownerReferences"][0]["uid"] = "uid-of-attempt-1"
+    old["status"]["conditions"] = [
+        {
+            "type": t,
+            "status": "True",
+            "reason": t,
+            "message": "",
+            "lastTransitionTime": "2026-12-04T22:00:00Z",
+        }
+        for t in ("QuotaReserved", "Admitted")
+    ]
+    data["items"].insert(0, old)
+    d = run(data)
+    assert (d.state, d.reason) == (BusinessState.QUEUED, R.WAITING_FOR_QUOTA)
+    assert "resuming" not in d.explanation
+    assert d.blockers[0].position == 1
+
+
+def test_an_admission_check_eviction_requeues_at_the_eviction_as_kueue_orders() -> None:
+    data = dump("kueue-waiting")
+    # Created long before this job, evicted by an AdmissionCheck after it was created:
+    # Kueue orders it by the eviction (Ordering.GetQueueOrderTimestamp), so behind it.
+    checked = _another(data, "checked", priority=0, created="2026-12-04T20:00:00Z")
+    checked["status"]["conditions"].append(
+        {
+            "type": "Evicted",
+            "status": "True",
+            "reason": "AdmissionCheck",
+            "message": "At least one admission check is false",
+            "lastTransitionTime": "2026-12-04T23:00:00Z",
+        }
+    )
+    assert run(data).blockers[0].position == 1
+    checked["status"]["conditions"][-1]["reason"] = "Preempted"  # ordered by creation
+    assert run(data).blockers[0].ahead == ("checked",)
+
+
+def test_a_workload_in_kueues_backoff_is_out_of_the_line_until_requeue_at() -> None:
+    data = dump("kueue-waiting")
+    backing = _another(data, "backing-off", priority=0, created="2026-12-04T20:00:00Z")
+    backing["status"]["requeueState"] = {"count": 1, "requeueAt": "2999-01-01T00:00:00Z"}
+    assert run(data).blockers[0].position == 1  # not ahead while it backs off
+    backing["status"]["requeueState"]["requeueAt"] = "2026-12-01T00:00:00Z"  # past: in line
+    assert run(data).blockers[0].ahead == ("backing-off",)
+    _pending(data)["status"]["requeueState"] = {"count": 2, "requeueAt": "2999-01-01T00:00:00Z"}
+    d = run(data)
+    assert d.blockers[0].position is None
+    assert "out of the queue until 2999-01-01 00:00:00Z (Kueue's backoff" in d.explanation

@@ -1003,6 +1003,7 @@ def test_the_digest_is_a_stable_sha256():
         ("spec.maxRuntime", "90m", "1h30m"),
         ("spec.stallAfter", "90m", "1h30m"),
         ("spec.cancelAfterStall", "90m", "1h30m"),
+        ("spec.rendezvousTimeout", "15m", "900s"),
         ("spec.cache", {"size": "1Gi"}, {"size": "1024Mi"}),
         ("spec.args", [], DELETE),
         ("metadata.labels", {"a": "1", "b": "2"}, {"b": "2", "a": "1"}),
@@ -1022,6 +1023,7 @@ def test_the_digest_ignores_spelling(path, first, second):
         ("spec.workers", 2),
         ("spec.stallAfter", "1h"),
         ("spec.cancelAfterStall", "1h"),
+        ("spec.rendezvousTimeout", "20m"),
         ("spec.env", [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}]),
     ],
 )
@@ -1052,6 +1054,18 @@ def test_a_job_without_cancel_after_stall_keeps_the_digest_it_had_before_the_fie
 @pytest.mark.parametrize(("text", "says"), [("2d", "no days"), ("0s", "from 1s"), (60, "string")])
 def test_bad_cancel_after_stalls_are_refused(text, says):
     assert says in refused("spec.cancelAfterStall", text)
+
+
+def test_a_job_without_rendezvous_timeout_keeps_the_digest_it_had_before_the_field():
+    assert "rendezvousTimeout" not in _normalized(parse_training_job(full()))["spec"]
+    job = parse_training_job(put(minimal(), "spec.rendezvousTimeout", "15m"))
+    assert job.spec.rendezvous_timeout == "15m"
+    assert _normalized(job)["spec"]["rendezvousTimeout"] == "900s"
+
+
+@pytest.mark.parametrize(("text", "says"), [("2d", "no days"), ("0s", "from 1s"), (60, "string")])
+def test_bad_rendezvous_timeouts_are_refused(text, says):
+    assert says in refused("spec.rendezvousTimeout", text)
 
 
 def test_one_worker_keeps_the_digest_of_a_job_that_names_none():

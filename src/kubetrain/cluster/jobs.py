@@ -14,11 +14,17 @@ from typing import Any, ParamSpec, TypeVar, cast
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Secret, Service
+from lightkube.resources.core_v1 import Namespace, Pod, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
 from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors
-from kubetrain.domain.manifest import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from kubetrain.domain.manifest import (
+    CONTROLLER_UID,
+    LABEL_ATTEMPT,
+    LABEL_JOB_ID,
+    LABEL_MANAGED_BY,
+    MANAGED_BY,
+)
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -158,10 +164,14 @@ async def put_service(client: AsyncClient, manifest: dict[str, Any]) -> None:
         )
     owners = (existing.metadata.ownerReferences if existing.metadata else None) or []
     if [o.uid for o in owners] != [o["uid"] for o in meta["ownerReferences"]]:
+        # Its selector too: it names the Pods of one Job (controller uid) only.
         await client.patch(
             Service,
             meta["name"],
-            {"metadata": {"ownerReferences": meta["ownerReferences"]}},
+            {
+                "metadata": {"ownerReferences": meta["ownerReferences"]},
+                "spec": {"selector": manifest["spec"]["selector"]},
+            },
             namespace=meta["namespace"],
             patch_type=PatchType.MERGE,
         )
@@ -197,6 +207,23 @@ async def delete_attempt(
     job = await _found(client.get(Job, name, namespace=namespace))
     if job is not None and _uid(job) == uid:
         await _found(client.delete(Job, name, namespace=namespace, cascade=cascade))
+
+
+@_wrapped
+async def attempt_pods_left(client: AsyncClient, namespace: str, uid: str) -> list[str]:
+    """The Pods of the Job of `uid` that have not ended (phase neither Succeeded nor
+    Failed), each as "name (phase, terminating)": a gang's next attempt waits until there
+    are none, so that no two attempts' Pods are ever alive at once. Found by the label the
+    Job controller puts on its Pods, so they are found after their Job is gone too."""
+    left = []
+    async for pod in client.list(Pod, namespace=namespace, labels={CONTROLLER_UID: uid}):
+        phase = pod.status.phase if pod.status else None
+        if phase in ("Succeeded", "Failed"):
+            continue
+        meta = pod.metadata
+        terminating = ", terminating" if meta is not None and meta.deletionTimestamp else ""
+        left.append(f"{meta.name if meta else '?'} ({phase or 'Unknown'}{terminating})")
+    return sorted(left)
 
 
 async def _found(call: Awaitable[_R]) -> _R | None:

@@ -24,8 +24,10 @@ import asyncio
 import contextlib
 import logging
 import secrets
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import Any
 
 from sqlalchemy import exc as sa_exc
@@ -34,6 +36,7 @@ from sqlalchemy.orm import Session
 from kubetrain.cluster.client import TypedClient
 from kubetrain.cluster.errors import ClusterError
 from kubetrain.cluster.jobs import (
+    attempt_pods_left,
     create_job,
     delete_attempt,
     delete_job,
@@ -43,6 +46,7 @@ from kubetrain.cluster.jobs import (
     put_status_secret,
 )
 from kubetrain.domain.manifest import (
+    LABEL_ATTEMPT,
     RenderOptions,
     job_name,
     render_job,
@@ -57,6 +61,7 @@ from kubetrain.store import (
     Database,
     Job,
     Source,
+    WaitedForAttempt,
     apply_locked_business_change,
     claim_due_deletions,
     claim_due_jobs,
@@ -88,6 +93,15 @@ class _Prepared:
 class _Created:
     job_id: str
     k8s_job_name: str
+    waited: WaitedForAttempt | None = None  # a gang's restart: how long it waited
+
+
+@dataclass(frozen=True, slots=True)
+class _Waiting:
+    """A gang's next attempt not made yet: Pods of the ended attempt have not ended."""
+
+    job_id: str
+    left: list[str]
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,7 +116,7 @@ class _Deleted:
     job_id: str
 
 
-_Outcome = _Created | _Failed | _Deleted
+_Outcome = _Created | _Failed | _Deleted | _Waiting
 
 
 class Dispatcher:
@@ -130,6 +144,11 @@ class Dispatcher:
         self._failing = False
         self._namespaces: set[str] = set()
         self._unrecorded: list[_Outcome] = []  # what a round did but could not write
+        # Gang restarts waiting for the ended attempt's Pods: since when (wall clock, for
+        # the history; monotonic, for the length), and the Pods first seen left.
+        self._waits: dict[str, tuple[datetime, float, list[str]]] = {}
+        self.clock: Callable[[], datetime] = lambda: datetime.now(UTC)
+        self.monotonic: Callable[[], float] = time.monotonic
 
     def notify(self) -> None:
         """Called (from any thread) after the API commits something for us."""
@@ -242,13 +261,30 @@ class Dispatcher:
             return None
         return _Deleted(job_id)
 
-    async def _create(self, job: _Prepared) -> _Created | _Failed:
+    async def _create(self, job: _Prepared) -> _Created | _Failed | _Waiting:
         job_id, namespace, manifest, secret = job.job_id, job.namespace, job.manifest, job.secret
+        waited = None
         try:
             if job.ended is not None:
                 name = manifest["metadata"]["name"]
-                await delete_attempt(
-                    self.client, namespace, name, job.ended, status_secret_name(job_id)
+                if job_id not in self._waits:  # deleted already while it waits
+                    await delete_attempt(
+                        self.client, namespace, name, job.ended, status_secret_name(job_id)
+                    )
+                # A blocking recreate (JobSet's BlockingRecreate): the next attempt only
+                # once every Pod of the last has ended, so that no rank of the new one
+                # finds a dying rank of the old (rank 0's name, its port).
+                left = await attempt_pods_left(self.client, namespace, job.ended)
+                since, began, first = self._waits.setdefault(
+                    job_id, (self.clock(), self.monotonic(), left)
+                )
+                if left:
+                    return _Waiting(job_id, left)
+                waited = WaitedForAttempt(
+                    attempt=int(manifest["metadata"]["labels"][LABEL_ATTEMPT]) - 1,
+                    since=since,
+                    seconds=round(self.monotonic() - began, 1),
+                    pods=first,
                 )
             if self.manage_namespaces and namespace not in self._namespaces:
                 await ensure_namespace(self.client, namespace)
@@ -283,6 +319,7 @@ class Dispatcher:
                 extra={"job_id": job_id, "namespace": namespace},
             )
             return _Failed(job_id, raw_reason, raw_message)
+        self._waits.pop(job_id, None)
         self.created += 1
         DISPATCHER_CREATED.inc()
         log.info(
@@ -293,7 +330,7 @@ class Dispatcher:
                 "k8s_job": manifest["metadata"]["name"],
             },
         )
-        return _Created(job_id, manifest["metadata"]["name"])
+        return _Created(job_id, manifest["metadata"]["name"], waited)
 
     def _prepare(self, session: Session, claimed: Sequence[Job]) -> list[_Prepared]:
         """The claimed jobs still to be created, with their manifests and, when Pods
@@ -309,6 +346,7 @@ class Dispatcher:
             if job.last_dispatch_error is not None:
                 DISPATCHER_RETRIES.inc()
             if job.cancel_requested and restart:
+                self._waits.pop(job.id, None)
                 continue  # the cancel deletes the Job; no next attempt
             if job.cancel_requested:
                 apply_locked_business_change(
@@ -361,6 +399,12 @@ class Dispatcher:
             record_dispatch_outcomes(
                 session,
                 dispatched={o.job_id: o.k8s_job_name for o in outcomes if isinstance(o, _Created)},
+                waited={
+                    o.job_id: o.waited
+                    for o in outcomes
+                    if isinstance(o, _Created) and o.waited is not None
+                },
+                waiting={o.job_id: o.left for o in outcomes if isinstance(o, _Waiting)},
                 failed={
                     o.job_id: (o.raw_reason, o.raw_message)
                     for o in outcomes

@@ -60,10 +60,11 @@ torch runtime sets up torchrun, so its images run unchanged:
 * Failure is the gang's, and so is the restart, the way JobSet's
   `RestartJobSet` does it: each attempt is one Job (`backoffLimit: 0`), whose
   podFailurePolicy fails it at once when a worker's trainer exits non-zero or
-  a worker is disrupted (DisruptionTarget: node lost, preempted), so the Job
-  controller terminates the other ranks rather than leaving them to hold
-  their GPUs in a broken collective. kubetrain then deletes that Job and
-  creates the next attempt under the same name (the syncer decides,
+  a worker is disrupted (DisruptionTarget: node lost, preempted), one rule per
+  class of domain/failures.py, so the Job controller terminates the other
+  ranks rather than leaving them to hold their GPUs in a broken collective.
+  kubetrain then deletes that Job and, once every Pod of it has ended, creates
+  the next attempt under the same name (the syncer decides,
   domain/diagnosis/gang.py `next_attempt`; the dispatcher acts). The Job
   carries its attempt (`kubetrain.io/attempt`, also on its Pods), the job's
   `retries` and the failures already counted against them
@@ -83,6 +84,7 @@ from urllib.parse import urlsplit
 
 from kubetrain.domain import names, render_defaults
 from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.failures import PREFLIGHT_EXIT_CODE, gang_failures
 from kubetrain.domain.quantity import QuantityError, canonical_bytes, canonical_cpu, parse_quantity
 from kubetrain.domain.spec import (
     SecretKeyRef,
@@ -97,6 +99,7 @@ __all__ = [
     "CACHE_DIR",
     "CHECKPOINT_DIR",
     "CONTAINER_NAME",
+    "CONTROLLER_UID",
     "DATASET_PATH",
     "DEFAULT_RENDER_OPTIONS",
     "LABEL_JOB_ID",
@@ -120,12 +123,6 @@ __all__ = [
     "status_secret_name",
 ]
 
-# The exit code our preflight ends with when the container cannot train (no
-# GPU visible, wrong dataset version). 86 is outside the codes shells and
-# runtimes use (1, 2, 126-128, 128+signal) and those Python itself exits with;
-# a training program that exits 86 of its own also fails the Job at once.
-PREFLIGHT_EXIT_CODE = 86
-
 CONTAINER_NAME = "trainer"
 DATASET_PATH = "/data"
 CHECKPOINT_DIR = "/checkpoints"
@@ -136,7 +133,9 @@ TERMINATION_LOG = "/dev/termination-log"  # the kubelet's default terminationMes
 MASTER_PORT = 29500
 # The Job controller's annotation (and label) with a Pod's index in an Indexed Job.
 COMPLETION_INDEX = "batch.kubernetes.io/job-completion-index"
-_JOB_NAME_LABEL = "batch.kubernetes.io/job-name"  # set by the Job controller on its Pods
+# Set by the Job controller on its Pods: the Job's uid (one attempt of a gang, where the
+# name is every attempt's).
+CONTROLLER_UID = "batch.kubernetes.io/controller-uid"
 
 LABEL_JOB_ID = "kubetrain.io/job-id"
 LABEL_PROJECT = "kubetrain.io/project"
@@ -285,20 +284,27 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
 def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
     """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
     without using a retry; the preflight's exit code fails the Job at once. A gang's
-    Job is one attempt: a disrupted worker or any non-zero exit fails it at once (the
-    other ranks cannot go on without it), and kubetrain starts the next."""
+    Job is one attempt: every failure class of domain/failures.py fails it at once (the
+    other ranks cannot go on without the failed one), each by its own rule so that the
+    Job's failure message names the class; kubetrain decides what follows."""
+    if gang:
+        return {
+            "rules": [
+                {"action": "FailJob", **failure.rule} for failure in gang_failures(CONTAINER_NAME)
+            ]
+        }
     return {
         "rules": [
             {
-                "action": "FailJob" if gang else "Ignore",
+                "action": "Ignore",
                 "onPodConditions": [{"type": "DisruptionTarget", "status": "True"}],
             },
             {
                 "action": "FailJob",
                 "onExitCodes": {
                     "containerName": CONTAINER_NAME,
-                    "operator": "NotIn" if gang else "In",
-                    "values": [0] if gang else [PREFLIGHT_EXIT_CODE],
+                    "operator": "In",
+                    "values": [PREFLIGHT_EXIT_CODE],
                 },
             },
         ]
@@ -310,7 +316,9 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
 
     Named like the Job, selecting its Pods, publishing them before they are ready
     (rank 0 must resolve while every rank is still starting), and owned by the Job
-    (`job_uid`), so the garbage collector removes it with the Job.
+    (`job_uid`), so the garbage collector removes it with the Job. It selects by the Job's
+    uid, not its name: every attempt of a gang has the name, and rank 0's DNS name must
+    never lead to an earlier attempt's Pod.
     """
     name = job_name(job_id)
     return {
@@ -333,12 +341,14 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {_JOB_NAME_LABEL: name},
+            "selector": {CONTROLLER_UID: job_uid},
         },
     }
 
 
-def _gang_env(name: str, namespace: str, workers: int, gpus: int) -> list[dict[str, Any]]:
+def _gang_env(
+    name: str, namespace: str, workers: int, gpus: int, rendezvous_timeout: int | None
+) -> list[dict[str, Any]]:
     index = {
         "valueFrom": {
             "fieldRef": {
@@ -356,7 +366,20 @@ def _gang_env(name: str, namespace: str, workers: int, gpus: int) -> list[dict[s
         _plain("PET_MASTER_PORT", str(MASTER_PORT)),
         {"name": "KUBETRAIN_WORKER_INDEX", **index},
         _plain("KUBETRAIN_WORKERS", str(workers)),
-    ]
+        # The gang's attempt, from the Pod's own label: a rank can tell (and log) which
+        # attempt it and its peers belong to.
+        {
+            "name": "KUBETRAIN_ATTEMPT",
+            "valueFrom": {
+                "fieldRef": {"apiVersion": "v1", "fieldPath": f"metadata.labels['{LABEL_ATTEMPT}']"}
+            },
+        },
+    ] + (
+        # spec.rendezvousTimeout; unset, the runtime waits torchrun's default (600 s).
+        [_plain("KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", str(rendezvous_timeout))]
+        if rendezvous_timeout is not None
+        else []
+    )
 
 
 def render_job(
@@ -436,7 +459,14 @@ def render_job(
     if options.gpu_resource.startswith("nvidia.com/"):
         env.append(_plain("KUBETRAIN_EXPECTED_GPUS", str(res.gpus)))
     if gang:
-        env += _gang_env(name, namespace, spec.workers, res.gpus)
+        rendezvous = spec.rendezvous_timeout
+        env += _gang_env(
+            name,
+            namespace,
+            spec.workers,
+            res.gpus,
+            duration_seconds(rendezvous) if rendezvous is not None else None,
+        )
     volumes: list[dict[str, Any]] = []
     mounts: list[dict[str, Any]] = []
     if dataset is not None:

@@ -2,9 +2,14 @@
 place among the others, and a ClusterQueue's quota and use per flavor.
 
 The order is Kueue's (pkg/queue, BestEffortFIFO and StrictFIFO alike): higher
-priority first, then the earlier queue-ordering timestamp — the Workload's creation,
-or, for one evicted because its Pods were not ready in time, the eviction (Kueue's
-default `requeuingStrategy.timestamp: Eviction`) — then the name, for a stable answer.
+priority first, then the earlier queue-ordering timestamp (Kueue's
+`Ordering.GetQueueOrderTimestamp`) — the Workload's creation; for one evicted because
+its Pods were not ready in time, the eviction (Kueue's default
+`requeuingStrategy.timestamp: Eviction`); for one evicted by an AdmissionCheck, that
+eviction; for one preempted to reclaim what its queue borrowed, just after the
+preemption — then the name, for a stable answer. A Workload whose
+`status.requeueState.requeueAt` is still to come waits out Kueue's backoff outside the
+line (Kueue keeps it off its heap until then): it is ahead of no one, and has no place.
 A dump or the caches hold every Workload, so the position computed here is the one
 Kueue's visibility API would give, as of the snapshot.
 """
@@ -13,7 +18,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -23,6 +28,7 @@ from kubetrain.domain.quantity import QuantityError, parse_quantity
 __all__ = [
     "FlavorQuota",
     "QueuedWorkload",
+    "backing_off",
     "flavor_quota",
     "pending_in_order",
     "queued",
@@ -69,6 +75,7 @@ class QueuedWorkload:
     local_queue: str | None
     priority: int
     ordered_at: datetime | None
+    requeue_at: datetime | None  # in Kueue's backoff until then, out of the line
     reserved: bool  # QuotaReserved=True: it holds quota
     finished: bool
     active: bool  # spec.active is not false (a deactivated one leaves the queue)
@@ -106,12 +113,21 @@ def queued(
     priority = as_map(workload, "spec").get("priority")
     evicted = workload_condition(workload, "Evicted")
     ordered_at = timestamp(workload, "metadata", "creationTimestamp")
+    preempted = workload_condition(workload, "Preempted")
     if (
         evicted is not None
         and text(evicted, "status") == "True"
-        and text(evicted, "reason") == "PodsReadyTimeout"
+        and text(evicted, "reason") in ("PodsReadyTimeout", "AdmissionCheck")
     ):
         ordered_at = timestamp(evicted, "lastTransitionTime") or ordered_at
+    elif (
+        preempted is not None
+        and text(preempted, "status") == "True"
+        and text(preempted, "reason") == "InCohortReclaimWhileBorrowing"
+    ):
+        # Kueue's epsilon: strictly after the preemptor that reclaimed the quota.
+        moment = timestamp(preempted, "lastTransitionTime")
+        ordered_at = moment + timedelta(milliseconds=1) if moment else ordered_at
     requests: dict[str, Decimal] = {}
     for pod_set in as_list(workload, "status", "resourceRequests"):
         for resource, value in as_map(pod_set, "resources").items():
@@ -140,6 +156,7 @@ def queued(
         local_queue=local or None,
         priority=priority if isinstance(priority, int) else 0,
         ordered_at=ordered_at,
+        requeue_at=timestamp(workload, "status", "requeueState", "requeueAt"),
         reserved=_true(workload, "QuotaReserved"),
         finished=_true(workload, "Finished"),
         active=as_map(workload, "spec").get("active") is not False,
@@ -166,11 +183,21 @@ def _pod_set_requests(workload: Mapping[str, Any]) -> dict[str, Decimal]:
 
 
 def pending_in_order(
-    workloads: Iterable[QueuedWorkload], cluster_queue: str
+    workloads: Iterable[QueuedWorkload], cluster_queue: str, now: datetime | None = None
 ) -> list[QueuedWorkload]:
-    """The ClusterQueue's pending Workloads, first in line first (the module's order)."""
-    waiting = [w for w in workloads if w.cluster_queue == cluster_queue and w.pending]
+    """The ClusterQueue's pending Workloads, first in line first (the module's order);
+    as of `now`, those still in Kueue's backoff (requeueAt to come) are left out."""
+    waiting = [
+        w
+        for w in workloads
+        if w.cluster_queue == cluster_queue and w.pending and not backing_off(w, now)
+    ]
     return sorted(waiting, key=lambda w: (-w.priority, w.ordered_at or _EPOCH, w.name))
+
+
+def backing_off(workload: QueuedWorkload, now: datetime | None) -> bool:
+    """Still in Kueue's backoff after an eviction at `now` (requeueAt to come)."""
+    return now is not None and workload.requeue_at is not None and workload.requeue_at > now
 
 
 @dataclass(frozen=True)

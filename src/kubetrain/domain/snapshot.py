@@ -443,13 +443,19 @@ class SnapshotIndex:
                 and message.startswith("Created pod: ")
             ):
                 self.created_pods[(namespace, name)].append(message[len("Created pod: ") :])
+        # By the owning Job's name (a Job gone, or a dump without uids) and by its uid: a
+        # gang's attempts are Jobs of one name, and the Workload of an ended attempt
+        # lingers until the garbage collector removes it (readers match by uid first).
         self.workloads_by_job: dict[tuple[str, str], list[dict[str, Any]]] = defaultdict(list)
+        self.workloads_by_job_uid: dict[str, list[dict[str, Any]]] = defaultdict(list)
         for workload in snap.workloads:
             for ref in as_list(workload, "metadata", "ownerReferences"):
                 if text(ref, "kind") == "Job" and text(ref, "name"):
                     self.workloads_by_job[
                         (meta_namespace(workload), str(text(ref, "name")))
                     ].append(workload)
+                    if text(ref, "uid"):
+                        self.workloads_by_job_uid[str(text(ref, "uid"))].append(workload)
         self.pvcs_by_ns: dict[str, list[dict[str, Any]]] = defaultdict(list)
         self.pvcs: dict[tuple[str, str], dict[str, Any]] = {}
         for pvc in snap.pvcs:

@@ -53,7 +53,10 @@ PROBE_NAME = ".kubetrain-preflight-probe"
 # How long a worker waits for rank 0's name to resolve and its port to answer: the
 # ranks of a gang start within seconds of each other when all are placed, but an
 # image pull or a slow node can put minutes between them.
-RENDEZVOUS_TIMEOUT_SECONDS = 300.0
+# torchrun's own static rendezvous waits 600 s by default (its `timeout` rdzv option,
+# torch.distributed.elastic.rendezvous.static_tcp_rendezvous): the check waits as long,
+# so a gang still being placed is never failed sooner than torchrun would fail it.
+RENDEZVOUS_TIMEOUT_SECONDS = 600.0
 RENDEZVOUS_ATTEMPT_SECONDS = 2.0  # one connection attempt (a dropped SYN never answers)
 RETRY_SECONDS = 0.5  # between attempts of the checks that wait (status, rendezvous)
 LAST_ATTEMPT_SECONDS = 0.1  # the least time an attempt is given
@@ -85,6 +88,7 @@ class Context:
     rootfs: Path = Path("/")
     dev: Path = Path("/dev")
     passed: set[str] = field(default_factory=set)
+    failed: list[str] = field(default_factory=list)  # the checks that failed so far
 
     def get(self, name: str) -> str | None:
         value = self.environ.get(name, "").strip()
@@ -151,6 +155,8 @@ def run_preflight(context: Context, redact: Callable[[str], str]) -> PreflightRe
             detail, status = f"skipped: {exc}", "skipped"
         except Exception as exc:  # a broken check fails its check, not the run
             detail, status = f"{type(exc).__name__}: {exc}", "failed"
+        if status == "failed":
+            context.failed.append(name)
         detail = redact(" ".join(detail.split()))
         results.append(CheckResult(name, status, detail, time.perf_counter() - started))
     return PreflightReport(tuple(results))
@@ -504,6 +510,10 @@ def check_rendezvous_reachable(context: Context) -> str:
     if host is None:
         raise CheckFailed("PET_MASTER_ADDR is not set: the other ranks cannot find rank 0")
     timeout = _seconds(context, "KUBETRAIN_RENDEZVOUS_TIMEOUT_SECONDS", RENDEZVOUS_TIMEOUT_SECONDS)
+    if context.failed:
+        # This Pod cannot train anyway: one try, not a wait of up to the timeout that
+        # would only hold back the failure (and the gang's end) that much longer.
+        timeout = min(timeout, RENDEZVOUS_ATTEMPT_SECONDS)
     deadline = time.monotonic() + timeout
     where = f"rank {gang.rank} of {gang.workers}"
     if gang.rank == 0:
@@ -514,10 +524,15 @@ def check_rendezvous_reachable(context: Context) -> str:
             "to listen on (the other ranks connect once torchrun listens)"
         )
     started = time.monotonic()
-    address = _connect_until(host, gang.master_port, deadline, timeout)
+    address, unplaced = _connect_until(host, gang.master_port, deadline, timeout)
+    waited = (
+        f" (rank 0 was not placed yet, its name without an address, for {unplaced:.1f} s)"
+        if unplaced
+        else ""
+    )
     return (
         f"{where}: rank 0 at {host}:{gang.master_port} ({address}) answered after "
-        f"{time.monotonic() - started:.2f} s"
+        f"{time.monotonic() - started:.2f} s{waited}"
     )
 
 
@@ -572,13 +587,23 @@ def _resolve_until(host: str, port: int, deadline: float, timeout: float) -> lis
             )
 
 
-def _connect_until(host: str, port: int, deadline: float, timeout: float) -> str:
-    """Resolves again before each round: a restarted rank 0 comes back with another address."""
+def _connect_until(host: str, port: int, deadline: float, timeout: float) -> tuple[str, float]:
+    """Resolves again before each round: a restarted rank 0 comes back with another address.
+    Returns the address that answered and how long rank 0's name had none (rank 0 not
+    placed: cluster DNS names a Pod once it has an address)."""
+    started = time.monotonic()
+    unplaced = 0.0
     while True:
         try:
             addresses = _lookup(host, port, deadline - time.monotonic())
         except OSError as exc:
-            failure = f"rank 0's address {host} did not resolve within {timeout:g} s: {_cause(exc)}"
+            unplaced = time.monotonic() - started
+            failure = (
+                f"rank 0 is not placed: its address {host} did not resolve within {timeout:g} s: "
+                f"{_cause(exc)} (its Pod has no node or no address yet, or the headless Service "
+                "its name belongs to is missing; a gang still waiting for nodes may be given "
+                "longer with spec.rendezvousTimeout)"
+            )
         else:
             failure, refused = "", []
             for family, sockaddr in addresses:
@@ -588,7 +613,7 @@ def _connect_until(host: str, port: int, deadline: float, timeout: float) -> str
                             max(0.05, min(RENDEZVOUS_ATTEMPT_SECONDS, deadline - time.monotonic()))
                         )
                         sock.connect(sockaddr)
-                    return str(sockaddr[0])
+                    return str(sockaddr[0]), unplaced
                 except OSError as exc:
                     refused.append(f"{sockaddr[0]}: {_cause(exc)}")
             failure = (

@@ -70,6 +70,7 @@ from kubetrain.store.models import (
     TransitionKind,
 )
 from kubetrain.store.outbox import (
+    WaitedForAttempt,
     claim_due_deletions,
     claim_due_jobs,
     dispatch_backoff,
@@ -137,6 +138,7 @@ __all__ = [
     "Token",
     "Transition",
     "TransitionKind",
+    "WaitedForAttempt",
     "apply_business_change",
     "apply_locked_business_change",
     "authenticate_token",

@@ -19,13 +19,16 @@ waiting out a backoff due at once, rather than each sleeping out its own
 
 A gang's restart goes through the same outbox: the syncer sets `restart_job_uid`
 (the ended attempt's Job) and makes the job due while it stays `QUEUED`;
-`claim_due_jobs` takes it too, the dispatcher deletes that Job and creates attempt
-`current_attempt`, and recording the create clears `restart_job_uid`.
+`claim_due_jobs` takes it too, the dispatcher deletes that Job and, once every Pod
+of it has ended, creates attempt `current_attempt`; until then the job is due again
+every `RESTART_POLL` (not a failure: no backoff), and recording the create clears
+`restart_job_uid` and writes how long it waited into the history.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Collection, Mapping
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from sqlalchemy import ColumnElement, and_, or_, select, update
@@ -34,8 +37,10 @@ from sqlalchemy.orm import Session
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store.errors import JobNotFound
 from kubetrain.store.jobs import apply_locked_business_change, lock_jobs, state_entered
-from kubetrain.store.models import Job, Source, Transition
+from kubetrain.store.models import Job, Source, Transition, TransitionKind
 
+_WAITING = "; waiting for attempt "
+RESTART_POLL = timedelta(seconds=1)  # a gang's restart asks again whether attempt N ended
 CLAIM_HOLD = timedelta(seconds=60)  # well over one create call, incl. client timeouts
 BACKOFF_FIRST = timedelta(seconds=1)
 BACKOFF_CAP = timedelta(minutes=5)  # an outage of hours still retries every few minutes
@@ -94,10 +99,33 @@ def _claim(
     return jobs
 
 
+@dataclass(frozen=True, slots=True)
+class WaitedForAttempt:
+    """A gang's next attempt was made once every Pod of attempt `attempt` had ended: the
+    dispatcher first looked at `since` and waited `seconds` for `pods` (those left then)."""
+
+    attempt: int
+    since: datetime
+    seconds: float
+    pods: list[str]
+
+    def message(self) -> str:
+        if not self.pods:
+            return (
+                f"attempt {self.attempt + 1} created: every Pod of attempt {self.attempt} had ended"
+            )
+        return (
+            f"attempt {self.attempt + 1} created once every Pod of attempt {self.attempt} "
+            f"had ended: waited {self.seconds:g} s for {', '.join(self.pods)}"
+        )
+
+
 def record_dispatch_outcomes(
     session: Session,
     *,
     dispatched: Mapping[str, str] | None = None,
+    waited: Mapping[str, WaitedForAttempt] | None = None,
+    waiting: Mapping[str, list[str]] | None = None,
     failed: Mapping[str, tuple[str, str]] | None = None,
     deleted: Collection[str] = (),
     backoff: Callable[[int], timedelta] = dispatch_backoff,
@@ -114,14 +142,21 @@ def record_dispatch_outcomes(
       unreachable, refused). The job stays `CREATED` with reason `JOB_NOT_CREATED`
       and the raw error, and is due again after `backoff(failures in a row)`. One
       that has moved on meanwhile is left alone.
+    * `waited` (job id -> the wait): a gang's next attempt among `dispatched` waited for
+      the ended attempt's Pods; a history row says so, on the ended attempt.
+    * `waiting` (job id -> the Pods left): a gang's next attempt waits for these Pods of
+      the ended one to end; the job stays `QUEUED` with its cause, due again after
+      `RESTART_POLL`, no failure counted.
     * `deleted`: a cancelled job's Kubernetes Job is gone (or going): it leaves the outbox.
     """
     now = now if now is not None else datetime.now(UTC)
     dispatched = dispatched or {}
+    waited = waited or {}
+    waiting = waiting or {}
     failed = failed or {}
     # Every row of the round at once, in id order: no deadlock with another batch.
-    jobs = lock_jobs(session, {*dispatched, *failed, *deleted})
-    for job_id in (*dispatched, *failed, *deleted):
+    jobs = lock_jobs(session, {*dispatched, *waiting, *failed, *deleted})
+    for job_id in (*dispatched, *waiting, *failed, *deleted):
         if job_id not in jobs:
             raise JobNotFound(job_id)
     # When the jobs moving to QUEUED entered CREATED, for the time-per-state metric.
@@ -146,6 +181,19 @@ def record_dispatch_outcomes(
         job.updated_at = now
         if job.business_state == BusinessState.CREATED:
             move(job, BusinessState.QUEUED, ReasonCode.SCHEDULING)
+        if job_id in waited:
+            session.add(_waited_row(job_id, waited[job_id], now))
+    for job_id in waiting:
+        job = jobs[job_id]
+        if job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED:
+            job.next_dispatch_at = now + RESTART_POLL
+            job.updated_at = now
+            # The job's words say what it waits for (the syncer leaves it alone meanwhile).
+            said = (job.reason_message or "").split(_WAITING)[0]
+            job.reason_message = (
+                f"{said}{_WAITING}{job.current_attempt - 1}'s Pods to end: "
+                f"{', '.join(waiting[job_id])}"
+            )
     for job_id, (raw_reason, raw_message) in failed.items():
         job = jobs[job_id]
         restarting = job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED
@@ -161,6 +209,28 @@ def record_dispatch_outcomes(
         jobs[job_id].next_dispatch_at = None
         jobs[job_id].updated_at = now
     return rows
+
+
+def _waited_row(job_id: str, wait: WaitedForAttempt, now: datetime) -> Transition:
+    """The history row of a gang's restart that waited for its ended attempt: a runtime
+    row of that attempt (its Pods are what was waited for), Kubernetes' state unchanged."""
+    return Transition(
+        job_id=job_id,
+        at=now,
+        source=Source.DISPATCHER,
+        kind=TransitionKind.RUNTIME,
+        from_state=None,
+        to_state=None,
+        raw_reason="PreviousAttemptEnded",
+        raw_message=wait.message(),
+        attempt=wait.attempt,
+        detail={
+            "waited_for_attempt": wait.attempt,
+            "waited_seconds": wait.seconds,
+            "waiting_since": wait.since.isoformat(),
+            "pods": list(wait.pods),
+        },
+    )
 
 
 def retry_backed_off_now(session: Session, *, now: datetime | None = None) -> int:

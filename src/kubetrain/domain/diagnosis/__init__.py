@@ -102,7 +102,7 @@ S = BusinessState
 
 def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     """Why `job` is or is not running, from `snapshot` as of `now` (see the module docstring)."""
-    reader = _Reader(job, snapshot)
+    reader = _Reader(job, snapshot, now)
     reader.attempts = _attempts(reader)
     outcome = _stalled(reader, _outcome(reader), now)
     primary = outcome.findings[0]

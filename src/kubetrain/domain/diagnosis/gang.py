@@ -27,6 +27,8 @@ from kubetrain.domain.diagnosis.reading import (
     _state,
 )
 from kubetrain.domain.diagnosis.result import GangRestart
+from kubetrain.domain.failures import GangAction, gang_action, gang_failures
+from kubetrain.domain.manifest import CONTAINER_NAME
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
 from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
@@ -53,7 +55,9 @@ _SCHEDULING = frozenset(
 
 
 # What ends a worker's Pod without its trainer failing (the DisruptionTarget condition).
-DISRUPTIONS = frozenset({R.NODE_LOST, R.PREEMPTED, R.EVICTED})
+DISRUPTIONS = next(
+    f.reasons for f in gang_failures(CONTAINER_NAME) if f.action is GangAction.RESTART
+)
 
 
 @dataclass
@@ -338,6 +342,10 @@ def gang_restart(
     disrupted = (cause is not None and cause.reason in DISRUPTIONS) or (
         "condition DisruptionTarget" in (job_message or "")
     )
+    if not disrupted and gang_action(cause.reason if cause else None, CONTAINER_NAME) is (
+        GangAction.FAIL
+    ):
+        return None  # a failed preflight: the next attempt would fail the same way
     restart = next_attempt(gang, disrupted=disrupted)
     if restart is None:
         return None

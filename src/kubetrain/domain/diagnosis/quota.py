@@ -24,7 +24,13 @@ from kubetrain.domain.diagnosis.reading import (
 )
 from kubetrain.domain.objects import meta_namespace, text, timestamp
 from kubetrain.domain.quantity import format_quantity
-from kubetrain.domain.queues import QueuedWorkload, flavor_quota, pending_in_order, queued
+from kubetrain.domain.queues import (
+    QueuedWorkload,
+    backing_off,
+    flavor_quota,
+    pending_in_order,
+    queued,
+)
 from kubetrain.domain.states import ReasonCode
 
 R = ReasonCode
@@ -101,7 +107,7 @@ def _refusal_finding(refusal: AdmissionRefusal) -> _Finding:
 
 
 def _suspended(reader: _Reader) -> list[_Finding]:
-    workloads = reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
+    workloads = reader.workloads
     job_conditions = _conditions(reader.k8s_job)
     suspended = job_conditions.get("Suspended")
     since = timestamp(suspended, "lastTransitionTime") if suspended else None
@@ -176,9 +182,7 @@ def _pods_ready_wait(reader: _Reader, findings: list[_Finding]) -> None:
     the time counts. The timeout itself is Kueue's configuration, not in any object."""
     if not findings:
         return
-    for workload in reader.index.workloads_by_job.get(
-        (reader.job.namespace, reader.job.k8s_name), []
-    ):
+    for workload in reader.workloads:
         conditions = _conditions(workload)
         admitted, ready = _true(conditions, "Admitted"), conditions.get("PodsReady")
         if admitted is None or ready is None or text(ready, "status") != "False":
@@ -230,8 +234,16 @@ def _place(reader: _Reader, workload: Mapping[str, Any], finding: _Finding) -> N
     me = _queued(reader, workload)
     if me.cluster_queue is None or not me.pending:
         return
+    if backing_off(me, reader.now) and me.requeue_at is not None:
+        # Kueue keeps it out of the line until then (its backoff after an eviction).
+        finding.numbers["queue"] = me.cluster_queue
+        finding.detail += (
+            f"; out of the queue until {me.requeue_at.strftime('%Y-%m-%d %H:%M:%SZ')} "
+            "(Kueue's backoff after an eviction, status.requeueState.requeueAt)"
+        )
+        return
     everyone = [_queued(reader, w) for w in reader.index.all_workloads]
-    line = pending_in_order(everyone, me.cluster_queue)
+    line = pending_in_order(everyone, me.cluster_queue, reader.now)
     at = next((n for n, w in enumerate(line) if w.uid == me.uid and w.name == me.name), None)
     if at is None:
         return
@@ -374,10 +386,7 @@ def _preempted_for(reader: _Reader) -> tuple[str, ...]:
     """The jobs whose current Preempted condition names one of this job's Workloads that
     holds quota: Kueue preempted them to admit it. (Re-admitted, a job's condition turns
     False, "Previously: …", and it is no longer named.)"""
-    mine = [
-        _queued(reader, w)
-        for w in reader.index.workloads_by_job.get((reader.job.namespace, reader.job.k8s_name), [])
-    ]
+    mine = [_queued(reader, w) for w in reader.workloads]
     uids = {w.uid for w in mine if w.reserved and w.uid}
     if not uids:
         return ()

@@ -77,8 +77,9 @@ class GangAttempt:
 class _Reader:
     """What one diagnosis reads from the snapshot, with the notes it makes."""
 
-    def __init__(self, job: JobFacts, snapshot: Snapshot) -> None:
+    def __init__(self, job: JobFacts, snapshot: Snapshot, now: datetime | None = None) -> None:
         self.job = job
+        self.now = now  # the diagnosis' moment: a Workload's requeueAt is judged against it
         self.index: SnapshotIndex = snapshot.index
         self.notes: list[str] = list(snapshot.skipped)
         for problem in self.index.problems[:5]:
@@ -123,6 +124,19 @@ class _Reader:
         if number is None or number < 1 or retries is None or used is None or not uid:
             return None
         return GangAttempt(number, retries, used, uid)
+
+    @cached_property
+    def workloads(self) -> list[dict[str, Any]]:
+        """The Job's Kueue Workloads: those its uid owns (an earlier attempt's Job of the
+        same name owned the others); by name when the Job or the owner reference has no
+        uid (a Job gone, a hand-made dump)."""
+        named = self.index.workloads_by_job.get((self.job.namespace, self.job.k8s_name), [])
+        uid = text(self.k8s_job, "metadata", "uid") if self.k8s_job else None
+        if not uid:
+            return list(named)
+        owned = self.index.workloads_by_job_uid.get(uid, [])
+        unowned = [w for w in named if not _owner_uids(w)]
+        return [*owned, *(w for w in unowned if w not in owned)]
 
     def rank_of(self, pod: object) -> int | None:
         """A gang Pod's index (the Job controller's annotation, else its name
@@ -268,3 +282,11 @@ def _without_preflight_lines(message: str | None) -> str | None:
         return message
     lines = [line for line in message.splitlines() if not line.startswith(_PREFLIGHT_LINE)]
     return "\n".join(lines).strip() or message
+
+
+def _owner_uids(workload: Mapping[str, Any]) -> list[str]:
+    return [
+        str(text(ref, "uid"))
+        for ref in as_list(workload, "metadata", "ownerReferences")
+        if text(ref, "kind") == "Job" and text(ref, "uid")
+    ]

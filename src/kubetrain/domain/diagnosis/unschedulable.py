@@ -129,9 +129,7 @@ def _flavor_mismatch(reader: _Reader, pod: Mapping[str, Any], finding: _Finding)
     selector = as_map(pod, "spec", "nodeSelector")
     if not nodes or not selector:
         return
-    for workload in reader.index.workloads_by_job.get(
-        (reader.job.namespace, reader.job.k8s_name), []
-    ):
+    for workload in reader.workloads:
         if _true(_conditions(workload), "QuotaReserved") is None:
             continue
         queue = text(workload, "status", "admission", "clusterQueue") or "?"

@@ -36,6 +36,10 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
         del data["spec"]["cancelAfterStall"]  # likewise
     else:
         data["spec"]["cancelAfterStall"] = f"{duration_seconds(job.spec.cancel_after_stall)}s"
+    if job.spec.rendezvous_timeout is None:
+        del data["spec"]["rendezvousTimeout"]  # likewise
+    else:
+        data["spec"]["rendezvousTimeout"] = f"{duration_seconds(job.spec.rendezvous_timeout)}s"
     if job.spec.workers == 1:
         # One worker is every job made before gangs: their digests stay what they were.
         del data["spec"]["workers"]

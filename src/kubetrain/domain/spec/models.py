@@ -239,6 +239,9 @@ class TrainingJobSpec(SpecModel):
     # NO_PROGRESS for this long (counted from the stall threshold) cancels the job, as a
     # user's cancel would; unset: a stalled job is never cancelled for it.
     cancel_after_stall: Duration | None = None
+    # How long a gang's rendezvous check waits for rank 0 (placed, listening); unset:
+    # torchrun's own rendezvous default, 600 s. Ignored for a single worker.
+    rendezvous_timeout: Duration | None = None
     retries: Retries = 0
 
     @model_validator(mode="after")
