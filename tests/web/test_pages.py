@@ -338,7 +338,7 @@ def test_nodes_page_draws_bars_per_accelerator_with_waiting_demand(
     )
     assert gpu_bars == [("0", "8"), ("0", "8")]  # the recorded H100 nodes, nothing bound
     assert "GPUs in use" in page
-    assert "<b>16</b> GPUs" in page
+    assert "<b>16 GPUs</b>" in page
     # the recorded Pod waiting in PROJECT's namespace, with where it could go
     assert "kt-insufficient-gpu" in page
     assert "fits on no node" in page
@@ -423,11 +423,14 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     assert points is not None
     assert len(points.group(1).split()) == 5  # one point per reported step
     assert "loss by step" in section
-    # the checkpoint at step 14 and the resume from step 10 are marked where they fall
+    # the checkpoint at step 14 and the resume from step 10 are marked where they fall:
+    # the step axis runs 10..14 across the plot
     marks = re.findall(r'<line class="mark mark-(\w+)" x1="([\d.]+)"', section)
-    assert marks == [("checkpoint", "600.0"), ("resume", "0.0")]
+    assert marks == [("resume", "72.0"), ("checkpoint", "620.0")]
+    assert '<path class="mark mark-last-checkpoint" d="M620.0 ' in section
     table = section[section.index('id="checkpoints"') :]
     assert re.search(r"<td>14</td><td>2.0 MiB</td><td>0.50 s</td><td>[^<]*" + pod, table)
+    assert "Show all" not in section  # one checkpoint: nothing folded
 
 
 def test_a_job_that_never_reported_has_no_progress_card(client: TestClient, tokens: Tokens) -> None:
