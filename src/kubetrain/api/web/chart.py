@@ -119,7 +119,7 @@ class Scale:
 
 WIDTH = 640
 LEFT, RIGHT = 72, 20  # room for the y tick labels and the y axis' title
-MAIN_HEIGHT, RATE_HEIGHT = 250, 130
+MAIN_HEIGHT, RATE_HEIGHT = 250, 150
 TOP, BOTTOM = 24, 48  # room for the resume's label; the x tick labels and title
 CHECKPOINT_TICK = 7  # a checkpoint's tick on the step axis, in pixels
 RATE_METRICS = ("lr", "learning_rate")
