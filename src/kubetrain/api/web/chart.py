@@ -25,7 +25,7 @@ def nice_step(span: float, count: int) -> float:
     if not math.isfinite(span) or span <= 0:
         return 1.0
     raw = span / max(count, 1)
-    power = 10 ** math.floor(math.log10(raw))
+    power = 10.0 ** math.floor(math.log10(raw))
     for factor in (1, 2, 5, 10):
         if raw <= factor * power * (1 + 1e-9):
             return factor * power
