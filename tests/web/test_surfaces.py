@@ -282,6 +282,7 @@ def test_a_pod_with_no_container_says_so_and_why(
         f"/api/v1/projects/{PROJECT}/jobs/{job_id}/logs", headers=tokens("viewer", PROJECT)
     )
     assert answer.status_code == 409, answer.text
+    assert answer.json()["type"] == "urn:kubetrain:problem:no-container"
     assert why in answer.json()["detail"]
 
 

@@ -48,6 +48,7 @@ MAX_TAIL = 100_000  # lines; beyond, ask for a window (since) instead
 POD_GONE = "urn:kubetrain:problem:pod-gone"
 NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
 NO_CLUSTER = "urn:kubetrain:problem:no-cluster"
+NO_CONTAINER = "urn:kubetrain:problem:no-container"
 
 
 def choose_attempt(
@@ -125,7 +126,7 @@ async def get_logs(
         )
     missing = no_container(chosen)
     if missing is not None:
-        raise ProblemError(409, missing, title="The Pod has no container")
+        raise ProblemError(409, missing, type=NO_CONTAINER, title="The Pod has no container")
     request = LogRequest(
         namespace=namespace,
         pod=chosen.pod_name,
