@@ -376,6 +376,10 @@ def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_line
     page.locator("#more-checkpoints summary").click()
     expect(page.locator("table.checkpoints tbody tr")).to_have_count(len(rows))
     assert page.locator("#older-checkpoints tbody tr").first.is_visible()
+    # The live refresh (every 5 s) re-renders the card and keeps the reader's disclosure open.
+    page.wait_for_function("() => document.querySelector('[data-live]').dataset.refreshed")
+    expect(page.locator("#more-checkpoints")).to_have_attribute("open", "")
+    expect(page.locator("table.checkpoints tbody tr").last).to_be_visible()
     # A tiny model's checkpoints are a few KiB: sized as such, never "0.0 MiB".
     assert all(row[1].endswith(" KiB") for row in rows), rows
 
