@@ -374,12 +374,11 @@ def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_line
     assert start[0][0] == f"{newest.step} a resume started here", start
     assert start[0][3] == f"attempt 1 · {one['pod']}", start
     page.locator("#more-checkpoints summary").click()
-    expect(page.locator("table.checkpoints tbody tr")).to_have_count(len(rows))
-    assert page.locator("#older-checkpoints tbody tr").first.is_visible()
+    assert page.evaluate(VISIBLE_ROWS) == len(rows)
     # The live refresh (every 5 s) re-renders the card and keeps the reader's disclosure open.
     page.wait_for_function("() => document.querySelector('[data-live]').dataset.refreshed")
     expect(page.locator("#more-checkpoints")).to_have_attribute("open", "")
-    expect(page.locator("table.checkpoints tbody tr").last).to_be_visible()
+    assert page.evaluate(VISIBLE_ROWS) == len(rows)
     # A tiny model's checkpoints are a few KiB: sized as such, never "0.0 MiB".
     assert all(row[1].endswith(" KiB") for row in rows), rows
 
@@ -414,8 +413,10 @@ def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_line
     assert "Phase" not in said, cli.stdout
 
 
-# The progress card as the browser rendered it; rows inside a closed <details> have no
-# boxes, so `open` is what a reader sees before asking for more.
+VISIBLE_ROWS = """() => [...document.querySelectorAll('table.checkpoints tbody tr')]
+  .filter((tr) => tr.checkVisibility()).length"""
+# The progress card as the browser rendered it; rows inside a closed <details> are not
+# visible (checkVisibility), so `open` is what a reader sees before asking for more.
 READ_PROGRESS_CARD = """() => {
   const card = document.querySelector('#progress');
   const text = (e) => e.textContent.replace(/\\s+/g, ' ').trim();
@@ -452,7 +453,7 @@ READ_PROGRESS_CARD = """() => {
     },
     rate_titles: rate ? [...rate.querySelectorAll('text.axis-title')].map(text) : [],
     rows: rows.map(cells),
-    open: rows.filter((tr) => tr.getClientRects().length > 0).map(cells),
+    open: rows.filter((tr) => tr.checkVisibility()).map(cells),
     summary: text(card.querySelector('#more-checkpoints summary')),
   };
 }"""
