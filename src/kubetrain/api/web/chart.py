@@ -168,7 +168,8 @@ class Chart:
     checkpoints: tuple[Mark, ...]  # small ticks on the step axis
     last_checkpoint: Mark | None
     resumes: tuple[Mark, ...]
-    saved: int  # checkpoints saved, in all (some may fall outside the steps drawn)
+    saved: int  # checkpoint reports, in all (as the table counts them; some may fall
+    # outside the steps drawn, or save a step again after a resume)
     width: int = WIDTH
     left: int = LEFT
     right: int = WIDTH - RIGHT
@@ -293,5 +294,5 @@ def progress_chart(
         checkpoints=tuple(Mark(x(s), s, "checkpoint") for s in within(checkpoints)),
         last_checkpoint=newest,
         resumes=tuple(Mark(x(s), s, "resume") for s in within(resumes)),
-        saved=len(set(checkpoints)),
+        saved=len(checkpoints),
     )
