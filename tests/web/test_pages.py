@@ -429,7 +429,8 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     assert marks == [("resume", "72.0"), ("checkpoint", "620.0")]
     assert '<path class="mark mark-last-checkpoint" d="M620.0 ' in section
     table = section[section.index('id="checkpoints"') :]
-    assert re.search(r"<td>14</td><td>2.0 MiB</td><td>0.50 s</td><td>[^<]*" + pod, table)
+    cells = r"<td>14</td><td class=\"nowrap\">2.0 MiB</td><td class=\"nowrap\">0.50 s</td>"
+    assert re.search(cells + r"<td>[^<]*" + pod, table)
     assert "Show all" not in section  # one checkpoint: nothing folded
 
 

@@ -166,7 +166,7 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
     ) in before
     assert "<dt>Phase</dt>" not in before
     assert "step 5, 4.2 KiB in 0.01 s" in before
-    assert "<td>5</td><td>4.2 KiB</td>" in before
+    assert '<td>5</td><td class="nowrap">4.2 KiB</td>' in before
     assert "<th>Bound to</th>" in before
     assert "dataset <code>mnist@v2</code><br>code <code>c1</code><br>params <code>unset</code>" in (
         before
