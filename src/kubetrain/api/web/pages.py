@@ -96,8 +96,6 @@ ENV = Environment(
 ENV.globals.update(
     reason_words=views.reason_words,
     state_class=views.state_class,
-    byte_size=facts.byte_size,
-    save_seconds=facts.save_seconds,
     checkpoint_words=facts.checkpoint_words,
     phase_fact=facts.phase_fact,
     dropped_words=facts.dropped_words,
