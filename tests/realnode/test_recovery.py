@@ -11,6 +11,8 @@ both mount the same directory: what a shared filesystem is on a real cluster.
 from __future__ import annotations
 
 import base64
+import itertools
+import math
 import os
 import subprocess
 import sys
@@ -293,7 +295,8 @@ def test_a_lost_node_s_training_resumes_on_the_other_node_bit_for_bit(
 def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_lineage(
     resumed: Resumed, real_server: Server, page: Page, artifacts: Path
 ) -> None:
-    """The same run's job page in real headless Chromium, read from the rendered DOM."""
+    """The same run's job page in real headless Chromium, read from the rendered DOM: a
+    chart with axes and round ticks, the checkpoints folded, the resume marked."""
     p, job_id, newest = resumed.project, resumed.job_id, resumed.newest
     one, two = resumed.attempts
     series = get(real_server, p, job_id, "/progress?limit=2000")
@@ -301,58 +304,83 @@ def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_line
     sign_in(page, real_server.url, real_server.create_token(p, "viewer", "web-viewer"))
     page.goto(f"{real_server.url}/ui/projects/{p}/jobs/{job_id}")
     expect(page.locator("h1")).to_have_text("resume")
-    shown: dict[str, Any] = page.evaluate(
-        """() => {
-          const card = document.querySelector('#progress');
-          const text = (e) => e.textContent.replace(/\\s+/g, ' ').trim();
-          const facts = [...card.querySelectorAll('dl.facts dt')].map(
-            (dt) => [text(dt), text(dt.nextElementSibling)]);
-          const svg = card.querySelector('figure.chart svg');
-          return {
-            facts,
-            label: svg.getAttribute('aria-label'),
-            points: svg.querySelector('polyline').getAttribute('points'),
-            marks: [...svg.querySelectorAll('line.mark')].map((l) => ({
-              cls: l.getAttribute('class'),
-              x: l.getAttribute('x1'),
-              title: text(l.querySelector('title')),
-            })),
-            caption: text(card.querySelector('figure.chart figcaption')),
-            lineage: [...card.querySelectorAll('ul.lineage li')].map(
-              (li) => [li.getAttribute('class'), text(li)]),
-            checkpoints: [...card.querySelectorAll('#checkpoints tbody tr')].map(
-              (tr) => [...tr.querySelectorAll('td')].map(text)),
-          };
-        }"""
-    )
+    shown: dict[str, Any] = page.evaluate(READ_PROGRESS_CARD)
     screenshot = artifacts / "resume-job-page.png"
     page.screenshot(path=str(screenshot), full_page=True)
+    page.locator("#chart").screenshot(path=str(artifacts / "resume-job-chart.png"))
     print(f"screenshot: {screenshot}")
 
     # The loss curve: one point per step reported, by step; attempt 1's steps up to its
     # checkpoint and every step attempt 2 trained from the step it resumed from.
-    assert shown["label"] == "loss by step"
-    points = [tuple(float(v) for v in xy.split(",")) for xy in shown["points"].split()]
+    chart = shown["chart"]
+    assert chart["title"] == "loss by step"
+    points = [tuple(float(v) for v in xy.split(",")) for xy in chart["points"].split()]
     assert len(points) == len(claimed), (len(points), claimed)
     assert set(range(1, 2 * EVERY + 1)) | set(range(newest.step + 1, STEPS + 1)) <= set(claimed)
     xs = [x for x, _ in points]
     assert xs == sorted(set(xs)), xs  # never back: a step trained again is drawn once
-    assert f"steps {claimed[0]}\u2013{STEPS}" in shown["caption"], shown["caption"]
     x_at = dict(zip(claimed, xs, strict=True))
 
-    # Marks where they fall on the curve: each checkpoint saved, the step resumed from.
-    marks: dict[str, list[int]] = {"checkpoint": [], "resume": []}
-    for mark in shown["marks"]:
-        kind = mark["cls"].removeprefix("mark mark-")
-        step = int(mark["title"].removeprefix(f"{kind} at step "))
-        assert abs(float(mark["x"]) - x_at[step]) < 0.06, (mark, x_at[step])
-        marks[kind].append(step)
-    assert marks["resume"] == [newest.step], shown["marks"]
-    saved = [int(row[0]) for row in shown["checkpoints"]]
-    assert marks["checkpoint"] == sorted(set(saved)), (marks, saved)
+    # Axes people read: titles, round tick labels on both, laid out without overlap; the
+    # loss on a log scale where it spans more than two decades (this run's does).
+    losses = [s["metrics"]["loss"] for s in series["steps"]]
+    log = max(losses) > 100 * min(losses)
+    assert chart["scale"] == ("log" if log else "linear"), (min(losses), max(losses))
+    assert chart["axis_titles"] == ["loss (log scale)" if log else "loss", "step"], chart
+    assert chart["x_labels"] == ["0", "50", "100", "150", "200"], chart["x_labels"]
+    y_values = [float(label.replace(",", "")) for label in chart["y_labels"]]
+    assert len(y_values) >= 3, chart["y_labels"]
+    if log:  # powers of ten
+        assert all(abs(math.log10(v) - round(math.log10(v))) < 1e-9 for v in y_values), y_values
+    else:  # evenly spaced
+        gaps = {round(b - a, 9) for a, b in itertools.pairwise(y_values)}
+        assert len(gaps) == 1, y_values
+    assert y_values[0] <= min(losses), (y_values, losses)
+    assert y_values[-1] >= max(losses), (y_values, losses)
+    for boxes in (chart["x_label_boxes"], chart["y_label_boxes"]):
+        assert all(box["width"] > 0 for box in boxes), boxes  # drawn, not clipped away
+    lefts = sorted(chart["x_label_boxes"], key=lambda box: box["left"])
+    assert all(a["right"] < b["left"] for a, b in itertools.pairwise(lefts)), lefts
+    assert f"steps {claimed[0]} to {STEPS}" in chart["desc"], chart["desc"]
+    assert chart["labelledby"] == "chart-main-title chart-main-desc"
+    # The learning rate the run reports, on a small chart of its own.
+    assert shown["rate_titles"][0].startswith("learning rate"), shown["rate_titles"]
+
+    # Checkpoints are short ticks on the step axis, each where its step falls; the last
+    # one and the step resumed from are marked apart.
+    saved = sorted({int(row[0].split()[0]) for row in shown["rows"]})
+    ticks = chart["checkpoints"]
+    assert [t["step"] for t in ticks] == saved, (ticks, saved)
+    assert all(abs(t["x"] - x_at[t["step"]]) < 0.06 for t in ticks), ticks
+    assert all(t["height"] <= 8 for t in ticks), ticks  # not full-height lines
+    assert [r["step"] for r in chart["resumes"]] == [newest.step], chart["resumes"]
+    assert abs(chart["resumes"][0]["x"] - x_at[newest.step]) < 0.06
+    assert chart["resume_label"] == f"resumed from step {newest.step}"
+    assert chart["last_checkpoint"] == STEPS
     every = set(range(EVERY, STEPS + 1, EVERY))
     attempt_2 = set(range(newest.step + EVERY, STEPS + 1, EVERY))
     assert set(range(EVERY, 2 * EVERY + 1, EVERY)) | attempt_2 <= set(saved) <= every, saved
+
+    # Folded: at most ten rows open, the newest first and the one attempt 2 resumed from
+    # among them; the rest behind "Show all N", which opens them all.
+    rows, opened = shown["rows"], shown["open"]
+    assert len(opened) <= 10, opened
+    assert len(rows) > len(opened), (len(rows), len(opened))
+    assert shown["summary"].startswith(f"Show all {len(rows)} checkpoints"), shown["summary"]
+    final = opened[0]
+    assert (final[0], final[3]) == (str(STEPS), f"attempt 2 · {two['pod']}"), final
+    start = [row for row in opened if row[0].startswith(f"{newest.step} ")]
+    assert len(start) == 1, opened
+    assert start[0][0] == f"{newest.step} a resume started here", start
+    assert start[0][3] == f"attempt 1 · {one['pod']}", start
+    page.locator("#more-checkpoints summary").click()
+    assert page.evaluate(VISIBLE_ROWS) == len(rows)
+    # The live refresh (every 5 s) re-renders the card and keeps the reader's disclosure open.
+    page.wait_for_function("() => document.querySelector('[data-live]').dataset.refreshed")
+    expect(page.locator("#more-checkpoints")).to_have_attribute("open", "")
+    assert page.evaluate(VISIBLE_ROWS) == len(rows)
+    # A tiny model's checkpoints are a few KiB: sized as such, never "0.0 MiB".
+    assert all(row[1].endswith(" KiB") for row in rows), rows
 
     # The lineage: attempt 2 resumed from attempt 1's step, on another node, allowed.
     resumes = [dd for dt, dd in shown["facts"] if dt == "Resumed"]
@@ -365,18 +393,70 @@ def test_the_job_page_draws_the_resumed_run_with_its_checkpoints_resume_and_line
         "verdict-differs-allowed",
         f"node: {resumed.lost} -> {two['node']} (allowed)",
     ], shown["lineage"]
-
-    # The checkpoints, newest first: the final one, step 200, written by attempt 2.
-    final = shown["checkpoints"][0]
-    assert (final[0], final[3]) == (str(STEPS), f"attempt 2 · {two['pod']}"), final
-    assert any(row[3] == f"attempt 1 · {one['pod']}" for row in shown["checkpoints"])
-    # A tiny model's checkpoints are a few KiB: sized as such, never "0.0 MiB".
-    assert all(row[1].endswith(" KiB") for row in shown["checkpoints"]), shown["checkpoints"]
     facts = dict(shown["facts"])
-    assert facts["Last checkpoint"].startswith(f"step {STEPS}, {final[1]} in "), facts
+    assert facts["Last checkpoint"] == (
+        f"step {STEPS}, {final[1]} in {final[2]}; {len(rows)} checkpoints saved"
+    ), facts
     # The job is over: its runtime's last phase is what it reported, not what it is.
     assert facts["Last phase reported"] == f"TRAINING by {two['pod']}", facts
     assert "Phase" not in facts
+
+    # `kubetrain get job` says the same facts in the same words (one renderer).
+    cli = real_server.cli("get", "job", job_id, "--project", p)
+    assert cli.returncode == 0, cli.stderr
+    said = {
+        label.strip(): value.strip()
+        for label, _, value in (line.partition(":") for line in cli.stdout.splitlines())
+    }
+    assert said["Last checkpoint"] == facts["Last checkpoint"], cli.stdout
+    assert said["Last phase reported"] == facts["Last phase reported"], cli.stdout
+    assert "Phase" not in said, cli.stdout
+
+
+VISIBLE_ROWS = """() => [...document.querySelectorAll('table.checkpoints tbody tr')]
+  .filter((tr) => tr.checkVisibility()).length"""
+# The progress card as the browser rendered it; rows inside a closed <details> are not
+# visible (checkVisibility), so `open` is what a reader sees before asking for more.
+READ_PROGRESS_CARD = """() => {
+  const card = document.querySelector('#progress');
+  const text = (e) => e.textContent.replace(/\\s+/g, ' ').trim();
+  const cells = (tr) => [...tr.querySelectorAll('td')].map(text);
+  const box = (e) => { const r = e.getBoundingClientRect();
+    return {left: r.left, right: r.right, width: r.width}; };
+  const svg = card.querySelector('#chart-main');
+  const rate = card.querySelector('#chart-rate');
+  const rows = [...card.querySelectorAll('table.checkpoints tbody tr')];
+  const last = svg.querySelector('.mark-last-checkpoint');
+  return {
+    facts: [...card.querySelectorAll('dl.facts dt')].map(
+      (dt) => [text(dt), text(dt.nextElementSibling)]),
+    lineage: [...card.querySelectorAll('ul.lineage li')].map(
+      (li) => [li.getAttribute('class'), text(li)]),
+    chart: {
+      title: text(svg.querySelector('title')),
+      desc: text(svg.querySelector('desc')),
+      labelledby: svg.getAttribute('aria-labelledby'),
+      scale: svg.dataset.scale,
+      points: svg.querySelector('polyline').getAttribute('points'),
+      axis_titles: [...svg.querySelectorAll('text.axis-title')].map(text),
+      x_labels: [...svg.querySelectorAll('.axis-x text.tick-label')].map(text),
+      y_labels: [...svg.querySelectorAll('.axis-y text.tick-label')].map(text),
+      x_label_boxes: [...svg.querySelectorAll('.axis-x text.tick-label')].map(box),
+      y_label_boxes: [...svg.querySelectorAll('.axis-y text.tick-label')].map(box),
+      checkpoints: [...svg.querySelectorAll('line.mark-checkpoint')].map((l) => ({
+        step: +l.dataset.step, x: +l.getAttribute('x1'),
+        height: +l.getAttribute('y2') - +l.getAttribute('y1')})),
+      resumes: [...svg.querySelectorAll('line.mark-resume')].map(
+        (l) => ({step: +l.dataset.step, x: +l.getAttribute('x1')})),
+      resume_label: text(svg.querySelector('.mark-resume-label')),
+      last_checkpoint: last ? +last.dataset.step : null,
+    },
+    rate_titles: rate ? [...rate.querySelectorAll('text.axis-title')].map(text) : [],
+    rows: rows.map(cells),
+    open: rows.filter((tr) => tr.checkVisibility()).map(cells),
+    summary: text(card.querySelector('#more-checkpoints summary')),
+  };
+}"""
 
 
 def test_a_dataset_of_another_version_fails_the_preflight_and_the_job_at_once(

@@ -59,7 +59,7 @@ def test_without_a_diagnosis_the_catalog_speaks():
 
 
 def test_progress_shows_sub_phase_step_checkpoint_and_resume_lineage():
-    job = job_view(None, "TRAINING")
+    job = {**job_view(None, "TRAINING"), "business_status": "RUNNING"}
     job["progress"] = {
         "pod": "kt-1-bbbbb",
         "phase": "TRAINING",
@@ -84,17 +84,34 @@ def test_progress_shows_sub_phase_step_checkpoint_and_resume_lineage():
             }
         ],
     }
+    job["progress"]["checkpoints"] = 5
     text = describe(job)
-    assert "Phase:" in text
-    assert "TRAINING" in text
+    said = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+    assert said["Phase"].strip().startswith("TRAINING on kt-1-bbbbb (")
     assert "1200 (loss 0.125, lr 0.0003)" in text
-    assert "step 1000, 3.0 MiB in 0.50 s" in text
+    assert said["Last checkpoint"].strip() == "step 1000, 3.0 MiB in 0.50 s; 5 checkpoints saved"
     assert "attempt 2 from step 800 of attempt 1" in text
     # what differed between the checkpoint and attempt 2, one line each, under it
     after = text[text.index("attempt 2 from step 800 of attempt 1") :].splitlines()
     assert after[1].strip() == "node: node-a -> node-b (allowed)"
     assert after[2].strip() == "dataset version: v3 (same)"
-    assert "2 dropped by the reporter" in text
+    assert "2 events dropped by the reporter" in text
+
+
+def test_a_finished_run_says_its_last_phase_reported_and_a_small_checkpoint_in_kib():
+    job = {**job_view(None, "COMPLETED"), "business_status": "SUCCEEDED"}
+    job["progress"] = {
+        "pod": "kt-1-bbbbb",
+        "phase": "TRAINING",
+        "phase_since": "2026-12-02T10:01:00Z",
+        "step": 200,
+        "checkpoint": {"step": 200, "sizeBytes": 18_022, "durationSeconds": 0.01},
+        "checkpoints": 40,
+    }
+    lines = describe(job).splitlines()
+    assert "Last phase reported: TRAINING by kt-1-bbbbb" in lines
+    assert not any(line.startswith("Phase:") for line in lines)
+    assert "Last checkpoint:     step 200, 17.6 KiB in 0.01 s; 40 checkpoints saved" in lines
 
 
 def test_no_progress_no_progress_lines():

@@ -1,9 +1,9 @@
-"""The dashboard's arithmetic: ages, chip colours, counts, timeline lanes, bars, demand,
-quotas, and the session cookie's signature."""
+"""The dashboard's arithmetic: chip colours, counts, timeline lanes, bars, demand,
+quotas, the checkpoint table and its folding, and the session cookie's signature."""
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from decimal import Decimal
 from types import SimpleNamespace
 
@@ -17,15 +17,6 @@ from kubetrain.domain.states import ReasonCode as R
 pytestmark = pytest.mark.unit
 
 NOW = datetime(2026, 12, 2, 12, 0, tzinfo=UTC)
-
-
-@pytest.mark.parametrize(
-    ("seconds", "text"),
-    [(-5, "0s"), (42, "42s"), (60 * 12, "12m"), (3600 * 3, "3h"), (3600 * 3 + 300, "3h 5m"),
-     (86400 * 2 + 3600 * 4, "2d 4h"), (86400, "1d")],
-)  # fmt: skip
-def test_age_reads_in_the_two_largest_units(seconds: int, text: str) -> None:
-    assert views.age(NOW - timedelta(seconds=seconds), NOW) == text
 
 
 def test_chip_colours_say_who_acts() -> None:
@@ -161,59 +152,6 @@ def test_a_session_cookie_is_refused_when_forged_tampered_or_expired() -> None:
     assert not same_secret(session.csrf, "")
 
 
-def test_the_step_chart_prefers_loss_and_scales_into_its_box():
-    steps = [(0, {"lr": 0.1, "loss": 2.0}), (50, {"lr": 0.1, "loss": 1.0}), (100, {"loss": 0.0})]
-    chart = views.step_chart(steps)
-    assert chart is not None
-    assert (chart.metric, chart.first_step, chart.last_step) == ("loss", 0, 100)
-    assert chart.points.split() == ["0.0,0.0", "300.0,80.0", "600.0,160.0"]
-    assert views.step_chart([(1, {"loss": 1.0})]) is None  # one point is no line
-    assert views.step_chart([(1, {}), (2, {})]) is None
-
-
-def test_steps_trained_again_after_a_resume_are_drawn_once_by_step_as_last_reported():
-    # Attempt 1 reported steps 1-12 and died after its checkpoint at 10; attempt 2
-    # resumed from 10 and reported 11-14: the line runs 1..14, never back.
-    first = [(step, {"loss": 1.0}) for step in range(1, 13)]
-    second = [(step, {"loss": 2.0}) for step in range(11, 15)]
-    chart = views.step_chart([*first, *second], checkpoints=[5, 10], resumes=[10])
-    assert chart is not None
-    assert (chart.first_step, chart.last_step) == (1, 14)
-    points = [tuple(float(v) for v in p.split(",")) for p in chart.points.split()]
-    xs = [x for x, _ in points]
-    assert len(xs) == 14
-    assert xs == sorted(set(xs))
-    # 11 and 12 as attempt 2 reported them (2.0, the top of the box), not attempt 1
-    assert [y for _, y in points] == [160.0] * 10 + [0.0] * 4
-    assert [(m.kind, m.step) for m in chart.marks] == [
-        ("checkpoint", 5),
-        ("checkpoint", 10),
-        ("resume", 10),
-    ]
-
-
-def test_sizes_are_shown_in_the_unit_that_shows_them():
-    assert [views.byte_size(n) for n in (0, 1023, 1024, 4300, 2 * 2**20, 3 * 2**30, 5 * 2**40)] == [
-        "0 B",
-        "1023 B",
-        "1.0 KiB",
-        "4.2 KiB",
-        "2.0 MiB",
-        "3.0 GiB",
-        "5120.0 GiB",
-    ]
-
-
-def test_checkpoints_and_resumes_are_marked_only_within_the_steps_drawn():
-    steps = [(100, {"loss": 2.0}), (200, {"loss": 1.0}), (300, {"loss": 0.5})]
-    chart = views.step_chart(steps, checkpoints=[50, 200, 200], resumes=[300])
-    assert chart is not None
-    assert [(m.kind, m.step, m.x) for m in chart.marks] == [
-        ("checkpoint", 200, views.CHART_WIDTH / 2),
-        ("resume", 300, float(views.CHART_WIDTH)),
-    ]
-
-
 def test_the_checkpoint_table_says_what_each_checkpoint_is_bound_to() -> None:
     at = datetime(2026, 12, 5, 1, 0, tzinfo=UTC)
     digest = "sha256:" + "ab" * 32
@@ -244,3 +182,33 @@ def test_the_checkpoint_table_says_what_each_checkpoint_is_bound_to() -> None:
         ("params", "unset"),
     )
     assert oldest.binding == ()  # a runtime that did not report one: "not reported"
+
+
+def _row(step: int, pod: str = "pod-b") -> views.CheckpointRow:
+    return views.CheckpointRow(step, "17.6 KiB", "0.01 s", 2, pod, NOW)
+
+
+def test_checkpoints_fold_to_the_newest_few_and_the_one_a_resume_started_from() -> None:
+    # 40 checkpoints newest first (200 down to 5); attempt 2 resumed from step 60 of pod-a.
+    rows = [_row(step, "pod-b" if step > 60 else "pod-a") for step in range(200, 0, -5)]
+    folded = views.fold_checkpoints(rows, [(60, "pod-a")])
+    assert [r.step for r in folded.shown] == [200, 195, 190, 60]
+    assert [r.step for r in folded.shown if r.resumed_from] == [60]
+    assert folded.total == 40
+    assert len(folded.more) == 36
+    assert 60 not in [r.step for r in folded.more]
+    assert [r.step for r in folded.more] == sorted((r.step for r in folded.more), reverse=True)
+    # A step another Pod saved is not the checkpoint the resume read.
+    assert not any(r.resumed_from for r in views.fold_checkpoints(rows, [(60, "pod-c")]).shown)
+    # A resume whose writer the lineage does not know matches by step.
+    assert views.fold_checkpoints(rows, [(60, None)]).shown[-1].step == 60
+
+
+def test_never_more_than_ten_checkpoint_rows_open() -> None:
+    rows = [_row(step) for step in range(100, 0, -1)]
+    folded = views.fold_checkpoints(rows, [(step, None) for step in range(10, 90, 5)])
+    assert len(folded.shown) == views.MOST_OPEN_ROWS
+    assert [r.step for r in folded.shown[:3]] == [100, 99, 98]
+    assert folded.total == 100
+    few = views.fold_checkpoints(rows[:2], [])
+    assert (len(few.shown), few.more) == (2, [])

@@ -338,7 +338,7 @@ def test_nodes_page_draws_bars_per_accelerator_with_waiting_demand(
     )
     assert gpu_bars == [("0", "8"), ("0", "8")]  # the recorded H100 nodes, nothing bound
     assert "GPUs in use" in page
-    assert "<b>16</b> GPUs" in page
+    assert "<b>16 GPUs</b>" in page
     # the recorded Pod waiting in PROJECT's namespace, with where it could go
     assert "kt-insufficient-gpu" in page
     assert "fits on no node" in page
@@ -423,14 +423,108 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     assert points is not None
     assert len(points.group(1).split()) == 5  # one point per reported step
     assert "loss by step" in section
-    # the checkpoint at step 14 and the resume from step 10 are marked where they fall
+    # the checkpoint at step 14 and the resume from step 10 are marked where they fall:
+    # the step axis runs 10..14 across the plot
     marks = re.findall(r'<line class="mark mark-(\w+)" x1="([\d.]+)"', section)
-    assert marks == [("checkpoint", "600.0"), ("resume", "0.0")]
+    assert marks == [("resume", "72.0"), ("checkpoint", "620.0")]
+    assert '<path class="mark mark-last-checkpoint" d="M620.0 ' in section
     table = section[section.index('id="checkpoints"') :]
-    assert re.search(r"<td>14</td><td>2.0 MiB</td><td>0.50 s</td><td>[^<]*" + pod, table)
+    cells = r"<td>14</td><td class=\"nowrap\">2.0 MiB</td><td class=\"nowrap\">0.50 s</td>"
+    assert re.search(cells + r"<td>[^<]*" + pod, table)
+    assert "Show all" not in section  # one checkpoint: nothing folded
 
 
 def test_a_job_that_never_reported_has_no_progress_card(client: TestClient, tokens: Tokens) -> None:
     job_id = submitted(client, tokens)
     sign_in(client, plaintext(tokens, "viewer"))
     assert 'id="progress"' not in client.get(_job_page(job_id)).text
+
+
+def _report(client: TestClient, job_id: str, pod: str, events: list[dict[str, Any]]) -> None:
+    for start in range(0, len(events), 100):  # the API takes 100 events a batch
+        answer = client.post(
+            f"/api/v1/jobs/{job_id}/reports",
+            json={"pod": pod, "events": events[start : start + 100]},
+            headers={"Authorization": "Bearer kts_resumed"},
+        )
+        assert answer.status_code == 202, answer.text
+
+
+def _trained(first: int, last: int, seq: int) -> list[dict[str, Any]]:
+    """Steps first..last as the tiny training reports them: the loss falling 2.5 decades
+    over 200 steps, the learning rate halved every 20, a checkpoint every 5 steps."""
+    events: list[dict[str, Any]] = []
+    for step in range(first, last + 1):
+        metrics = {"loss": 3.85 * 10 ** (-2.5 * step / 200), "lr": 0.05 * 0.5 ** (step // 20)}
+        events.append({"type": "step", "step": step, "metrics": metrics})
+        if step % 5 == 0:
+            events.append(
+                {"type": "checkpoint", "step": step, "sizeBytes": 18_022, "durationSeconds": 0.01}
+            )
+    return [
+        {"seq": seq + i, "time": "2026-12-02T16:00:00Z", **event} for i, event in enumerate(events)
+    ]
+
+
+def test_a_resumed_run_s_chart_has_axes_and_ticks_and_its_checkpoints_fold(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    """200 steps checkpointed every 5, resumed at step 60 by another Pod: issue 34's run."""
+    from kubetrain.domain.manifest import job_name
+    from kubetrain.store import set_status_token
+
+    job_id = submitted(client, tokens)
+    with db.transaction() as session:
+        set_status_token(session, job_id, "kts_resumed")
+    one, two = f"{job_name(job_id)}-aaaaa", f"{job_name(job_id)}-bbbbb"
+    _report(client, job_id, one, _trained(1, 63, 0))  # killed after its checkpoint at 60
+    resumed = {"seq": 0, "time": "2026-12-02T16:01:00Z", "type": "resumed", "fromStep": 60}
+    _report(client, job_id, two, [resumed, *_trained(61, 200, 1)])
+    sign_in(client, plaintext(tokens, "viewer"))
+    page = client.get(_job_page(job_id)).text
+    section = page[page.index('id="progress"') : page.index("<h2>Logs")]
+
+    main = section[section.index('<svg class="plot" id="chart-main"') :]
+    main = main[: main.index("</svg>")]
+    # Axis titles, the loss on a log scale (it spans 2.5 decades), round tick labels.
+    titles = re.findall(r'<text class="axis-title"[^>]*>([^<]+)</text>', main)
+    assert titles == ["loss (log scale)", "step"]
+    labels = re.findall(r'<text class="tick-label"[^>]*>([^<]+)</text>', main)
+    assert labels == ["0.01", "0.1", "1", "10", "0", "50", "100", "150", "200"]
+    assert 'data-scale="log"' in main
+    # Text for screen readers: a title and a description the image is labelled by.
+    assert 'role="img" aria-labelledby="chart-main-title chart-main-desc"' in main
+    desc = re.search(r'<desc id="chart-main-desc">([^<]+)</desc>', main)
+    assert desc is not None
+    assert "steps 1 to 200, log scale" in desc.group(1)
+    said = "Resumed from the checkpoint of step 60. 40 checkpoints saved, the last at step 200."
+    assert said in desc.group(1)
+    # The checkpoints are short ticks on the step axis; the last and the resume apart.
+    ticks = re.findall(r'<line class="mark mark-checkpoint"[^>]*y1="([\d.]+)" y2="([\d.]+)"', main)
+    assert len(ticks) == 40
+    assert all(float(y2) - float(y1) <= 8 for y1, y2 in ticks)
+    assert re.findall(r'class="mark mark-resume"[^>]*data-step="(\d+)"', main) == ["60"]
+    assert re.findall(r'class="mark mark-last-checkpoint"[^>]*data-step="(\d+)"', main) == ["200"]
+    assert "resumed from step 60</text>" in main
+    # The learning rate: a small chart of its own, with its own axis.
+    rate = section[section.index('<svg class="plot" id="chart-rate"') :]
+    rate = rate[: rate.index("</svg>")]
+    assert re.findall(r'<text class="axis-title"[^>]*>([^<]+)</text>', rate) == [
+        "learning rate (log scale)",
+        "step",
+    ]
+
+    # Folded: the newest three and the one attempt 2 resumed from open, the rest behind
+    # "Show all 40".
+    shown = section[section.index('<table class="checkpoints" id="checkpoints">') :]
+    shown = shown[: shown.index("</table>")]
+    assert re.findall(r"<tr[^>]*><td>(\d+)", shown) == ["200", "195", "190", "60"]
+    assert '<tr class="resumed-from"><td>60 <span class="chip chip-active">' in shown
+    assert "Show all 40 checkpoints (36 more, older)" in section
+    folded = section[section.index('<details class="more-checkpoints"') :]
+    assert len(re.findall(r"<tr[^>]*><td>\d+", folded[: folded.index("</details>")])) == 36
+    assert "step 200, 17.6 KiB in 0.01 s; 40 checkpoints saved" in section
+
+    # The CLI's words come from the same functions: the API gives it the count too.
+    detail = client.get(f"/api/v1/projects/{PROJECT}/jobs/{job_id}", headers=tokens("viewer"))
+    assert detail.json()["progress"]["checkpoints"] == 40

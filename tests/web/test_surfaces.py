@@ -97,7 +97,7 @@ def test_a_project_sees_its_own_place_in_the_queue_and_not_who_is_ahead(
     sign_in(client, plaintext(tokens, "viewer", OTHER))
     page = client.get("/ui/queues").text
     assert re.findall(r'data-position="(\d+)"', page) == ["2"]
-    assert "1 pending jobs of other projects are not shown; the positions count them" in page
+    assert "1 pending job of other projects is not shown; the positions count them" in page
     for secret in ("queued-one", job_id, WAITING_NAMESPACE, "kt-kueue-waiting"):
         assert secret not in page
 
@@ -166,7 +166,7 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
     ) in before
     assert "<dt>Phase</dt>" not in before
     assert "step 5, 4.2 KiB in 0.01 s" in before
-    assert "<td>5</td><td>4.2 KiB</td>" in before
+    assert '<td>5</td><td class="nowrap">4.2 KiB</td>' in before
     assert "<th>Bound to</th>" in before
     assert "dataset <code>mnist@v2</code><br>code <code>c1</code><br>params <code>unset</code>" in (
         before
@@ -241,6 +241,49 @@ def test_when_the_pod_is_gone_the_panel_shows_its_termination_message(
     termination = re.search(r'<pre class="logs" id="log-termination">([^<]*)</pre>', card)
     assert termination is not None
     assert termination.group(1) == "Traceback …\nRuntimeError: CUDA error: out of memory"
+
+
+def _recorded_pod(scenario: str) -> PodObservation:
+    """The job's last Pod in a dump recorded from the testbed, as the syncer stores it."""
+    from tests.unit.diagnosis_helpers import recorded
+
+    view = recorded(scenario).attempts[-1]
+    return PodObservation(
+        view.pod_name,
+        view.pod_uid,
+        node=view.node,
+        pod_phase=view.phase,
+        container_state=view.container_state,
+        raw_reason=view.raw_reason,
+        raw_message=view.raw_message,
+    )
+
+
+@pytest.mark.parametrize(
+    ("scenario", "why"),
+    [
+        ("insufficient-gpu", "it has not been scheduled to a node (Unschedulable: 0/4 nodes"),
+        ("real-image-pull-failed", "its image has not been pulled (ImagePullBackOff: Back-off"),
+    ],
+)
+def test_a_pod_with_no_container_says_so_and_why(
+    client: TestClient, tokens: Tokens, db: Database, pod_logs: FakeLogs, scenario: str, why: str
+) -> None:
+    job_id = submitted(client, tokens, "early")
+    pod = _recorded_pod(scenario)
+    _ran(db, job_id, pod)
+    sign_in(client, plaintext(tokens, "viewer"))
+    card = _logs_card(client, job_id)
+    assert f"Pod {pod.pod_name} (attempt 1) has no container, so no logs: {why}" in card
+    assert "printed nothing" not in card
+    assert pod_logs.asked == []  # the API server has nothing to give: not even asked
+    # The logs endpoint says the same, as a problem rather than an empty stream.
+    answer = client.get(
+        f"/api/v1/projects/{PROJECT}/jobs/{job_id}/logs", headers=tokens("viewer", PROJECT)
+    )
+    assert answer.status_code == 409, answer.text
+    assert answer.json()["type"] == "urn:kubetrain:problem:no-container"
+    assert why in answer.json()["detail"]
 
 
 def test_before_a_pod_or_without_a_cluster_the_panel_says_why(

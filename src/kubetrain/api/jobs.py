@@ -67,6 +67,7 @@ from kubetrain.store import (
     Job,
     Source,
     apply_business_change,
+    count_checkpoints,
     current_attempts,
     get_attempt,
     get_job,
@@ -311,7 +312,11 @@ def job_gpu_seconds(session: Any, job: Job) -> JobGpuSeconds | None:
 
 def progress_view(session: Any, job_id: str) -> ProgressView | None:
     progress = get_progress(session, job_id)
-    return ProgressView.of(progress, resume_lineage(session, job_id)) if progress else None
+    if progress is None:
+        return None
+    return ProgressView.of(
+        progress, resume_lineage(session, job_id), count_checkpoints(session, job_id)
+    )
 
 
 @router.get(

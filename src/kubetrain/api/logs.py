@@ -8,7 +8,8 @@ other reads: a job outside the token's projects is a 404.
 What cannot be streamed is said as a problem, before any byte: a Pod that is gone
 (410, with the termination message the Job's `FallbackToLogsOnError` policy kept:
 the last lines of a crash), a Pod on a KWOK fake node, which runs no containers
-(409), a process without a cluster connection (503: it runs no control loops).
+(409), a Pod with no container (409: not scheduled to a node, or its image not pulled),
+a process without a cluster connection (503: it runs no control loops).
 
 `read_tail` gives the job page its logs panel: the last lines, or the same words on why
 there are none.
@@ -47,6 +48,7 @@ MAX_TAIL = 100_000  # lines; beyond, ask for a window (since) instead
 POD_GONE = "urn:kubetrain:problem:pod-gone"
 NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
 NO_CLUSTER = "urn:kubetrain:problem:no-cluster"
+NO_CONTAINER = "urn:kubetrain:problem:no-container"
 
 
 def choose_attempt(
@@ -122,6 +124,9 @@ async def get_logs(
             "ask one that does",
             type=NO_CLUSTER,
         )
+    missing = no_container(chosen)
+    if missing is not None:
+        raise ProblemError(409, missing, type=NO_CONTAINER, title="The Pod has no container")
     request = LogRequest(
         namespace=namespace,
         pod=chosen.pod_name,
@@ -167,6 +172,28 @@ def _attempt(
 
 def _where(attempt: Attempt) -> str:
     return f"Pod {attempt.pod_name} (attempt {attempt.number})"
+
+
+# The kubelet's waiting reasons of a container whose image it has not pulled.
+IMAGE_NOT_PULLED = frozenset(
+    {"ErrImagePull", "ImagePullBackOff", "InvalidImageName", "ErrImageNeverPull"}
+)
+
+
+def no_container(attempt: Attempt) -> str | None:
+    """Why `attempt`'s Pod has no container to read a log from, as its record says: never
+    scheduled to a node (the API server would answer an empty log, which reads as a
+    container that printed nothing), or its image not pulled. None: it may have one."""
+    said = ": ".join(part for part in (attempt.raw_reason, attempt.raw_message) if part)
+    why = f" ({said})" if said else ""
+    if not attempt.node and attempt.container_state is None:
+        return (
+            f"{_where(attempt)} has no container, so no logs: it has not been scheduled "
+            f"to a node{why}"
+        )
+    if attempt.container_state == "waiting" and attempt.raw_reason in IMAGE_NOT_PULLED:
+        return f"{_where(attempt)} has no container, so no logs: its image has not been pulled{why}"
+    return None
 
 
 def _fake_node(attempt: Attempt) -> ProblemError:
@@ -248,6 +275,9 @@ async def read_tail(
     if attempt is None or not attempt.pod_name:
         return LogTail(None, None, None, "no Pod yet: the job has not started an attempt")
     number, pod, kept = attempt.number, attempt.pod_name, attempt.termination_message
+    missing = no_container(attempt)
+    if missing is not None:
+        return LogTail(number, pod, None, missing, termination_message=kept)
     logs = context.pod_logs
     if logs is None:
         return LogTail(

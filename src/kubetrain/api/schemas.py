@@ -217,11 +217,16 @@ class ProgressView(BaseModel):
     checkpoint: dict[str, Any] | None = Field(
         description="the last checkpoint saved: step, sizeBytes, durationSeconds, at"
     )
+    checkpoints: int = Field(
+        default=0, description="how many checkpoints the job's Pods reported saving"
+    )
     dropped: int = Field(description="events the reporter dropped rather than block training")
     resumes: list[ResumeView] = Field(description="the resume lineage across attempts")
 
     @classmethod
-    def of(cls, progress: Progress, resumes: Sequence[Resume]) -> ProgressView:
+    def of(
+        cls, progress: Progress, resumes: Sequence[Resume], checkpoints: int = 0
+    ) -> ProgressView:
         return cls(
             pod=progress.pod,
             phase=progress.phase,
@@ -230,6 +235,7 @@ class ProgressView(BaseModel):
             step_at=progress.step_at,
             metrics=progress.metrics or {},
             checkpoint=progress.checkpoint,
+            checkpoints=checkpoints,
             dropped=progress.dropped,
             resumes=[ResumeView(**r.to_json()) for r in resumes],
         )

@@ -9,6 +9,9 @@ from collections.abc import Sequence
 from datetime import UTC, datetime
 from typing import Any, TextIO
 
+from kubetrain.domain.facts import age as facts_age
+from kubetrain.domain.facts import clock
+
 CELL_LIMIT = 80  # a raw Kubernetes message can be kilobytes; tables show its start
 
 
@@ -73,21 +76,11 @@ def parse_time(text: str | None) -> datetime | None:
 
 
 def short_time(text: str | None) -> str | None:
-    """An API timestamp as `2026-03-01 12:00:05` (UTC), for tables."""
+    """An API timestamp as `2026-03-01 12:00:05` (UTC), for tables: the page's clock."""
     when = parse_time(text)
-    return when.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S") if when else None
+    return clock(when) if when else None
 
 
 def age(text: str | None, *, now: datetime | None = None) -> str:
-    """kubectl's short ages: 42s, 7m, 5h, 3d."""
-    when = parse_time(text)
-    if when is None:
-        return "-"
-    seconds = max(0, int(((now or datetime.now(UTC)) - when).total_seconds()))
-    if seconds < 120:
-        return f"{seconds}s"
-    if seconds < 120 * 60:
-        return f"{seconds // 60}m"
-    if seconds < 48 * 3600:
-        return f"{seconds // 3600}h"
-    return f"{seconds // 86400}d"
+    """How long ago, as the dashboard says it: 42s, 7m, 5h 3m, 3d 2h."""
+    return facts_age(parse_time(text), now or datetime.now(UTC))

@@ -14,6 +14,7 @@ from typing import Any
 
 from kubetrain.cli._client import CommandError, connect, project_of
 from kubetrain.cli._output import age, emit, printable, short_time, table
+from kubetrain.domain.facts import checkpoint_words, count, dropped_words, phase_fact
 
 
 def _read(filename: str) -> str:
@@ -139,7 +140,7 @@ def describe(job: dict[str, Any]) -> str:
             lines.append(("Termination", runtime["termination_message"]))
     else:
         lines.append(("Attempt", "none yet"))
-    lines += _progress_lines(job.get("progress"))
+    lines += _progress_lines(job.get("progress"), running=job["business_status"] == "RUNNING")
     if job.get("cancel_requested"):
         lines.append(("Cancel", "requested"))
     lines.append(("Created", f"{job['created_at']} ({age(job['created_at'])} ago)"))
@@ -151,14 +152,18 @@ def describe(job: dict[str, Any]) -> str:
     )
 
 
-def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
-    """What the job's runtime reported: the RUNNING sub-phase, step, checkpoint, resumes."""
+def _progress_lines(progress: dict[str, Any] | None, *, running: bool) -> list[tuple[str, str]]:
+    """What the job's runtime reported: the RUNNING sub-phase (a finished job's last
+    phase reported), step, last checkpoint and how many, resumes."""
     if not progress:
         return []
     lines = []
     if progress.get("phase"):
+        said = phase_fact(progress["phase"], progress["pod"], running=running)
         since = progress.get("phase_since")
-        lines.append(("Phase", f"{progress['phase']}" + (f" ({age(since)})" if since else "")))
+        # How long a phase has lasted is news only while it is the job's.
+        lasted = f" ({age(since)})" if since and said.current else ""
+        lines.append((said.label, f"{said}{lasted}"))
     if progress.get("step") is not None:
         metrics = ", ".join(
             f"{k} {v:g}" for k, v in sorted((progress.get("metrics") or {}).items())
@@ -167,14 +172,7 @@ def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
         lines.append(("Step", f"{progress['step']}" + (f" ({metrics})" if metrics else "") + ago))
     checkpoint = progress.get("checkpoint")
     if checkpoint:
-        size = checkpoint.get("sizeBytes", 0) / 2**20
-        lines.append(
-            (
-                "Checkpoint",
-                f"step {checkpoint.get('step')}, {size:.1f} MiB in "
-                f"{checkpoint.get('durationSeconds', 0):.2f} s",
-            )
-        )
+        lines.append(("Last checkpoint", checkpoint_words(checkpoint, progress.get("checkpoints"))))
     for resume in progress.get("resumes") or []:
         here = f"attempt {resume['attempt']}" if resume.get("attempt") else resume["pod"]
         origin = (
@@ -186,7 +184,7 @@ def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
         # What differed between the checkpoint and this attempt, and whether it may.
         lines += [("", f"  {compared['says']}") for compared in resume.get("compared") or []]
     if progress.get("dropped"):
-        lines.append(("Reports", f"{progress['dropped']} dropped by the reporter"))
+        lines.append(("Reports", dropped_words(progress["dropped"])))
     return lines
 
 
@@ -195,7 +193,7 @@ def _size_words(job: dict[str, Any]) -> str:
     if workers == 1:
         return str(each)
     used = job.get("retries_used") or 0
-    counted = f"; {used} failed attempt{'s' * (used != 1)} counted against retries" if used else ""
+    counted = f"; {count(used, 'failed attempt')} counted against retries" if used else ""
     return f"{workers * each} ({workers} workers of {each}){counted}"
 
 

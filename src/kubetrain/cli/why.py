@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 from kubetrain.cli._errors import CommandError
 from kubetrain.cli._output import printable
 from kubetrain.domain.diagnosis import ChainState, JobFacts, diagnose
+from kubetrain.domain.facts import age
 from kubetrain.domain.manifest import LABEL_NAME, LABEL_QUEUE
 from kubetrain.domain.objects import labels, meta_name, meta_namespace
 from kubetrain.domain.snapshot import Snapshot, SnapshotError
@@ -310,13 +311,8 @@ def pick_job(snapshot: Snapshot, name: str | None, namespace: str | None) -> dic
 
 
 def _ago(since: datetime, now: datetime) -> str:
-    seconds = (now - since).total_seconds()
-    if seconds < 60:
-        return "just now"
-    for unit, size in (("d", 86400), ("h", 3600), ("min", 60)):
-        if seconds >= size:
-            return f"{int(seconds // size)} {unit} ago"
-    return "just now"  # pragma: no cover
+    """As the job page says it (kubetrain.domain.facts): "3h 5m ago"."""
+    return f"{age(since, now)} ago"
 
 
 def _wrap(label: str, body: str, indent: int = 10) -> list[str]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.lineage import Compared, compare_resume
@@ -255,3 +255,13 @@ def checkpoint_reports(
         .limit(limit)
     ).all()
     return list(reversed(rows))
+
+
+def count_checkpoints(session: Session, job_id: str) -> int:
+    """How many checkpoints the job's Pods reported (those kept: MAX_REPORTS' cap)."""
+    found = session.scalar(
+        select(func.count())
+        .select_from(Report)
+        .where(Report.job_id == job_id, Report.kind == "checkpoint")
+    )
+    return int(found or 0)

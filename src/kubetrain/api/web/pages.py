@@ -33,6 +33,7 @@ from kubetrain.api.problems import ProblemError
 from kubetrain.api.queues import queue_boards, queues_view
 from kubetrain.api.schemas import HistoryEntry, JobDetail, JobStatus
 from kubetrain.api.usage import usage_answer
+from kubetrain.api.web import chart as charts
 from kubetrain.api.web import views
 from kubetrain.api.web.sessions import (
     CSRF_FIELD,
@@ -44,6 +45,7 @@ from kubetrain.api.web.sessions import (
     WebSession,
     same_secret,
 )
+from kubetrain.domain import facts
 from kubetrain.domain.inventory import inventory
 from kubetrain.domain.manifest import render_job
 from kubetrain.domain.reasons import CATALOG
@@ -94,7 +96,10 @@ ENV = Environment(
 ENV.globals.update(
     reason_words=views.reason_words,
     state_class=views.state_class,
-    byte_size=views.byte_size,
+    checkpoint_words=facts.checkpoint_words,
+    phase_fact=facts.phase_fact,
+    dropped_words=facts.dropped_words,
+    clock=facts.clock,
     reason_class=views.reason_class,
     catalog=CATALOG,
     states=list(BusinessState),
@@ -103,6 +108,9 @@ ENV.globals.update(
     csrf_field=CSRF_FIELD,
     admin_action=Action.ADMIN,
 )
+
+# "{{ total | counted("job") }}": "1 job", "2 jobs" (Jinja's own `count` is `length`).
+ENV.filters["counted"] = facts.count
 
 Context = Annotated[ApiContext, Depends(get_context)]
 
@@ -355,7 +363,7 @@ def jobs_page(request: Request, project: str, signed: Signed, context: Context) 
         rows = [
             {
                 "job": status,
-                "since": views.age(_since(status, job.diagnosis), now),
+                "since": facts.age(_since(status, job.diagnosis), now),
                 "gpus": _gpus(job.spec),
             }
             for job in page.jobs
@@ -438,6 +446,8 @@ async def job_page(
     # async: the Pod's log is read on the event loop, where the cluster client lives.
     log_tail = await read_tail(context, data["namespace"], data["attempt"])
     diagnosis = detail.diagnosis or {}
+    resumes = detail.progress.resumes if detail.progress else []
+    last = detail.progress.checkpoint if detail.progress else None
     may_cancel = signed.principal.may(Action.CANCEL) and detail.business_status not in TERMINAL
     return render(
         request,
@@ -448,15 +458,19 @@ async def job_page(
         job=detail,
         diagnosis=diagnosis,
         reason=CATALOG[detail.reason],
-        since=views.age(_since(detail, detail.diagnosis), now),
+        since=facts.age(_since(detail, detail.diagnosis), now),
         timeline=views.timeline(data["history"]),
         progress=detail.progress,
-        chart=views.step_chart(
+        chart=charts.progress_chart(
             data["steps"],
             checkpoints=[int(d["step"]) for _, d, _ in saved],
-            resumes=[r.from_step for r in (detail.progress.resumes if detail.progress else ())],
+            resumes=[r.from_step for r in resumes],
+            last_checkpoint=(last or {}).get("step"),
         ),
-        checkpoints=views.checkpoint_rows(saved, data["attempts"]),
+        checkpoints=views.fold_checkpoints(
+            views.checkpoint_rows(saved, data["attempts"]),
+            [(r.from_step, r.from_pod) for r in resumes],
+        ),
         logs=log_tail,
         manifest=data["manifest"],
         gpus=_gpus(detail.spec),
@@ -577,7 +591,7 @@ async def queues_page(request: Request, signed: Signed, context: Context) -> Res
         no_cluster=NO_CLUSTER,
         queues=queues,
         cards=views.queue_cards(queues),
-        age=lambda moment: views.age(moment, _now()),
+        age=lambda moment: facts.age(moment, _now()),
         updated=_now().strftime("%H:%M:%S UTC"),
     )
 

@@ -1,5 +1,7 @@
-"""What the web pages show, computed from stored rows and cluster objects: ages, chip
-colours, counts per reason, the timeline's lanes, node bars and quota bars.
+"""What the web pages show, computed from stored rows and cluster objects: chip colours,
+counts per reason, the timeline's lanes, node bars, quota bars, the checkpoint table
+(the chart is chart.py; a job's facts in words are kubetrain.domain.facts, shared with
+the CLI).
 
 Pure (time is passed in), so the pages' arithmetic is tested without a browser;
 the templates only lay the values out.
@@ -8,11 +10,12 @@ the templates only lay the values out.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Any
 
+from kubetrain.domain.facts import byte_size, save_seconds
 from kubetrain.domain.inventory import Inventory, NodeRow
 from kubetrain.domain.nodes import is_gpu_resource
 from kubetrain.domain.objects import as_map, meta_name, meta_namespace
@@ -73,23 +76,6 @@ def reason_class(state: BusinessState, code: ReasonCode) -> str:
         return "chip-muted"
     actor = CATALOG[code].actor
     return {Actor.USER: "chip-user", Actor.PLATFORM: "chip-platform"}.get(actor, "chip-active")
-
-
-def age(moment: datetime | None, now: datetime) -> str:
-    """'45s', '12m', '3h 5m', '2d 4h': how long ago, to the two largest units."""
-    if moment is None:
-        return "-"
-    if moment.tzinfo is None:
-        moment = moment.replace(tzinfo=UTC)
-    seconds = max(int((now - moment).total_seconds()), 0)
-    minutes, hours, days = seconds // 60, seconds // 3600, seconds // 86400
-    if seconds < 60:
-        return f"{seconds}s"
-    if minutes < 60:
-        return f"{minutes}m"
-    if hours < 24:
-        return f"{hours}h {minutes % 60}m" if minutes % 60 else f"{hours}h"
-    return f"{days}d {hours % 24}h" if hours % 24 else f"{days}d"
 
 
 def parse_time(text: str | None) -> datetime | None:
@@ -342,89 +328,17 @@ def quotas(items: Iterable[Mapping[str, Any]], namespaces: set[str] | None) -> l
 
 
 @dataclass(frozen=True)
-class Chart:
-    """One metric over steps as an SVG polyline (no script, no library)."""
-
-    metric: str
-    points: str  # "x,y x,y ..." in a WIDTH x HEIGHT box
-    first_step: int
-    last_step: int
-    low: float
-    high: float
-    # Checkpoints and resumes within the steps drawn, as x positions in the box.
-    marks: tuple[ChartMark, ...] = ()
-
-
-@dataclass(frozen=True)
-class ChartMark:
-    x: float
-    kind: str  # "checkpoint" or "resume"
-    step: int
-
-
-CHART_WIDTH, CHART_HEIGHT = 600, 160
-
-
-def step_chart(
-    steps: Sequence[tuple[int, Mapping[str, float]]],
-    checkpoints: Sequence[int] = (),
-    resumes: Sequence[int] = (),
-) -> Chart | None:
-    """The first metric the steps carry (loss, by preference), scaled into the box,
-    with the checkpoints saved and the steps resumed from marked where they fall.
-
-    `steps` come in the order they were reported. A resumed attempt trains again the
-    steps its predecessor did after its last checkpoint: the line runs by step, and a
-    step reported again is drawn as last reported (the run that went on from there)."""
-    names = [name for _, metrics in steps for name in metrics]
-    if not names:
-        return None
-    metric = "loss" if "loss" in names else names[0]
-    latest = {step: metrics[metric] for step, metrics in steps if metric in metrics}
-    series = sorted(latest.items())
-    if len(series) < 2:
-        return None
-    first, last = series[0][0], series[-1][0]
-    low, high = min(v for _, v in series), max(v for _, v in series)
-    span_x, span_y = max(last - first, 1), (high - low) or 1.0
-    points = " ".join(
-        f"{(step - first) / span_x * CHART_WIDTH:.1f},"
-        f"{CHART_HEIGHT - (value - low) / span_y * CHART_HEIGHT:.1f}"
-        for step, value in series
-    )
-    marks = tuple(
-        ChartMark(round((step - first) / span_x * CHART_WIDTH, 1), kind, step)
-        for kind, at in (("checkpoint", checkpoints), ("resume", resumes))
-        for step in sorted(set(at))
-        if first <= step <= last
-    )
-    return Chart(metric, points, first, last, low, high, marks)
-
-
-def byte_size(count: int) -> str:
-    """A size in the unit that shows it: a small model's checkpoint of a few KiB is
-    not "0.0 MiB"."""
-    if count < 1024:
-        return f"{count} B"
-    value = float(count)
-    for unit in ("KiB", "MiB", "GiB"):
-        value /= 1024
-        if value < 1024 or unit == "GiB":
-            break
-    return f"{value:.1f} {unit}"
-
-
-@dataclass(frozen=True)
 class CheckpointRow:
     step: int
     size: str  # "12.3 MiB", "4.2 KiB"
-    seconds: float  # how long the save took
+    save: str  # how long the save took: "0.50 s"
     attempt: int | None  # the attempt whose Pod wrote it, where known
     pod: str
     at: datetime
     # (what, value) of its binding: dataset version, code version, params digest;
     # empty: the runtime that wrote it did not report one.
     binding: tuple[tuple[str, str], ...] = ()
+    resumed_from: bool = False  # a resume started from it (set by `fold_checkpoints`)
 
 
 # The binding fields as the table says them; digests are cut to this many characters.
@@ -457,7 +371,7 @@ def checkpoint_rows(
         CheckpointRow(
             step=int(data["step"]),
             size=byte_size(int(data.get("sizeBytes") or 0)),
-            seconds=float(data.get("durationSeconds") or 0.0),
+            save=save_seconds(float(data.get("durationSeconds") or 0.0)),
             attempt=attempts.get(pod),
             pod=pod,
             at=at,
@@ -466,6 +380,49 @@ def checkpoint_rows(
         for pod, data, at in reports
     ]
     return rows[::-1]
+
+
+NEWEST_CHECKPOINTS = 3  # rows the job page shows before "show all N"
+MOST_OPEN_ROWS = 10  # never more rows open at once, however many resumes
+
+
+@dataclass(frozen=True)
+class FoldedCheckpoints:
+    """The checkpoint table folded: `shown` open, `more` behind a disclosure."""
+
+    shown: list[CheckpointRow]
+    more: list[CheckpointRow]
+
+    @property
+    def total(self) -> int:
+        return len(self.shown) + len(self.more)
+
+
+def fold_checkpoints(
+    rows: Sequence[CheckpointRow],
+    resumed_from: Iterable[tuple[int, str | None]],
+    *,
+    newest: int = NEWEST_CHECKPOINTS,
+) -> FoldedCheckpoints:
+    """The newest `newest` rows, and each one a resume started from (its step, and the
+    Pod that wrote it where the lineage knows it), open; the rest folded. Newest first,
+    and at most MOST_OPEN_ROWS open: a run resumed many times keeps its latest resumes."""
+    starts = list(resumed_from)
+
+    def started_a_resume(row: CheckpointRow) -> bool:
+        return any(row.step == step and pod in (None, row.pod) for step, pod in starts)
+
+    marked = [replace(row, resumed_from=started_a_resume(row)) for row in rows]
+    keep = set(range(min(newest, len(marked))))
+    for index, row in enumerate(marked):
+        if len(keep) >= MOST_OPEN_ROWS:
+            break
+        if row.resumed_from:
+            keep.add(index)
+    return FoldedCheckpoints(
+        shown=[row for i, row in enumerate(marked) if i in keep],
+        more=[row for i, row in enumerate(marked) if i not in keep],
+    )
 
 
 # -- Kueue's queues ----------------------------------------------------------------

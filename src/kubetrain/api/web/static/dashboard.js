@@ -16,8 +16,11 @@ function refresh(block) {
           return;
         }
         if (response.ok) {
+          // A disclosure the reader opened ("Show all N checkpoints") stays open.
+          const opened = [...block.querySelectorAll("details[id][open]")].map((d) => d.id);
           // The server escaped every value in this fragment; nothing in it is script.
           block.innerHTML = await response.text();
+          opened.forEach((id) => document.getElementById(id)?.setAttribute("open", ""));
           block.dataset.refreshed = String(Date.now());
         }
       } catch (error) {
