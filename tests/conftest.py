@@ -35,6 +35,8 @@ def _group(item: pytest.Item) -> str:
     callspec = getattr(item, "callspec", None)
     # The recorded scenarios ask for their pool's testbed by name, at run time.
     scenario = callspec.params.get("scenario") if callspec is not None else None
+    if not hasattr(scenario, "pool"):  # a parameter of that name that is no Scenario
+        scenario = None
     if names & _REAL or (
         scenario is not None
         and (scenario.stop_device_plugin or (scenario.pool == "real" and scenario.queue is None))
