@@ -47,7 +47,7 @@ from kubetrain.store.errors import (
 )
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
-from kubetrain.store.webhooks import enqueue_deliveries
+from kubetrain.store.webhooks import enqueue_deliveries, note_business_rows
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
@@ -239,8 +239,9 @@ def _insert_new_job(
     if connection.execute(_sqlite_insert_job(), job).first() is None:
         return None
     result = connection.execute(_INSERT_FIRST_ROW, {**first_row, "job_id": job["id"]})
-    (row_id,) = result.inserted_primary_key or (None,)
-    return int(row_id)
+    inserted = result.inserted_primary_key
+    assert inserted is not None  # a plain INSERT of one row
+    return int(inserted[0])
 
 
 _CONFLICT_ON = ["project", "idempotency_key"]
@@ -561,8 +562,7 @@ def apply_locked_business_change(
         )
     )
     session.add(row)
-    session.flush()  # the row's id, for the webhooks' outbox
-    enqueue_deliveries(session, [(row.id, job_id)])
+    note_business_rows(session, [row])  # the webhooks' outbox, when the transaction commits
     return row
 
 

@@ -1,8 +1,10 @@
 """Webhooks, their outbox (`webhook_deliveries`) and the installation's id.
 
 Every business history row gets, in the transaction that writes it, one
-delivery row per webhook of the job's project (`enqueue_deliveries`; the three
-writers of history rows call it). A delivery row goes once the receiver
+delivery row per webhook of the job's project (`enqueue_deliveries`: the batch
+writers call it; the one-job path notes its rows with `note_business_rows`, and
+a listener queues them all at once when the transaction commits, so a round of
+the dispatcher looks up the webhooks once, not once per job). A delivery row goes once the receiver
 answered 2xx, in its own short transaction: a crash in between delivers that
 event again (at least once; its id, made from the row's random key, stays the
 same). So a new webhook hears what happens after its creation, and a history
@@ -17,7 +19,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, exists, func, insert, select
+from sqlalchemy import delete, event, exists, func, insert, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.notifications import new_secret
@@ -40,6 +42,7 @@ __all__ = [
     "enqueue_deliveries",
     "installation_id",
     "list_webhooks",
+    "note_business_rows",
     "pending_deliveries",
     "previous_business_detail",
     "record_delivered",
@@ -118,6 +121,28 @@ def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> i
     ]
     session.execute(insert(WebhookDelivery), queued)
     return len(queued)
+
+
+# session.info key: the business history rows the one-job path wrote in this transaction.
+NOTED_ROWS_KEY = "kubetrain.webhook_rows"
+
+
+def note_business_rows(session: Session, rows: Collection[Transition]) -> None:
+    """Queue these rows (added to the session, perhaps not flushed) when it commits."""
+    session.info.setdefault(NOTED_ROWS_KEY, []).extend(rows)
+
+
+@event.listens_for(Session, "before_commit")
+def _queue_noted_rows(session: Session) -> None:
+    rows: list[Transition] = session.info.pop(NOTED_ROWS_KEY, [])
+    if rows:
+        session.flush()  # their ids
+        enqueue_deliveries(session, [(row.id, row.job_id) for row in rows])
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_noted_rows(session: Session) -> None:
+    session.info.pop(NOTED_ROWS_KEY, None)
 
 
 def due_webhooks(session: Session, now: datetime, *, limit: int = 1000) -> list[Webhook]:
