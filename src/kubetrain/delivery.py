@@ -21,9 +21,13 @@ platform, so each delivery is held on a short leash:
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import functools
 import socket
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from concurrent.futures import Executor, ThreadPoolExecutor
 from contextlib import asynccontextmanager
+from typing import Any
 
 import httpx2 as httpx
 
@@ -32,6 +36,7 @@ from kubetrain.domain.networks import Address, Network, address_refusal, literal
 TIMEOUT_SECONDS = 10.0
 ANSWER_CAP = 64 * 1024  # bytes of a receiver's answer read; a 2xx needs none
 MAX_CONNECTIONS = 64
+RESOLVER_THREADS = 8
 USER_AGENT = "kubetrain-webhooks/1"
 
 # (url, body, headers) -> the receiver's HTTP status; raises DeliveryError when there is no answer.
@@ -44,11 +49,23 @@ class DeliveryError(Exception):
     """Why a delivery got no answer, in words fit for the webhook's `lastError`."""
 
 
-async def resolve_host(host: str, port: int) -> list[Address]:
-    """The system resolver's addresses for `host` (TCP), in its order."""
-    infos = await asyncio.get_running_loop().getaddrinfo(host, port, type=socket.SOCK_STREAM)
+def system_resolver(executor: Executor) -> Resolve:
+    """The system resolver, on `executor`'s threads: a tenant's slow DNS server then
+    holds up only webhooks, not the threads the other loops' database calls run on."""
+
+    async def resolve(host: str, port: int) -> list[Address]:
+        infos = await asyncio.get_running_loop().run_in_executor(
+            executor, functools.partial(socket.getaddrinfo, host, port, type=socket.SOCK_STREAM)
+        )
+        return addresses_of(infos)
+
+    return resolve
+
+
+def addresses_of(infos: Iterable[tuple[Any, ...]]) -> list[Address]:
+    """The distinct addresses of getaddrinfo's answer, in its order."""
     found: list[Address] = []
-    for _family, _type, _proto, _name, sockaddr in infos:
+    for *_, sockaddr in infos:
         address = literal_address(str(sockaddr[0]).split("%", 1)[0])  # no IPv6 zone
         if address is not None and address not in found:
             found.append(address)
@@ -56,7 +73,7 @@ async def resolve_host(host: str, port: int) -> list[Address]:
 
 
 async def checked_address(
-    host: str, port: int, allowed: Iterable[Network], resolve: Resolve = resolve_host
+    host: str, port: int, allowed: Iterable[Network], resolve: Resolve
 ) -> Address:
     """The first address of `host` a webhook may reach; DeliveryError naming the rule
     if it has none."""
@@ -83,53 +100,67 @@ async def webhook_poster(
     allowed_networks: Iterable[Network] = (),
     timeout: float = TIMEOUT_SECONDS,
     max_connections: int = MAX_CONNECTIONS,
-    resolve: Resolve = resolve_host,
+    resolve: Resolve | None = None,
 ) -> AsyncIterator[Post]:
-    """A `post(url, body, headers) -> status` for the notifier, closed on exit."""
+    """A `post(url, body, headers) -> status` for the notifier, closed on exit;
+    `resolve` is the system resolver unless given."""
     allowed = tuple(allowed_networks)
     limits = httpx.Limits(max_connections=max_connections, max_keepalive_connections=0)
-    async with httpx.AsyncClient(
-        timeout=timeout, follow_redirects=False, trust_env=False, limits=limits
-    ) as client:
+    with contextlib.ExitStack() as stack:
+        if resolve is None:
+            executor = ThreadPoolExecutor(RESOLVER_THREADS, thread_name_prefix="webhook-dns")
+            # Not waiting for a resolution that outlived its deadline.
+            stack.callback(executor.shutdown, wait=False, cancel_futures=True)
+            resolve = system_resolver(executor)
+        async with httpx.AsyncClient(
+            timeout=timeout, follow_redirects=False, trust_env=False, limits=limits
+        ) as client:
+            yield _poster(client, allowed, timeout, resolve)
 
-        async def exchange(url: str, body: bytes, headers: dict[str, str]) -> int:
-            target = httpx.URL(url)
-            host = target.raw_host.decode("ascii")
-            port = target.port or (443 if target.scheme == "https" else 80)
-            address = await checked_address(host, port, allowed, resolve)
-            extensions = {}
-            if target.scheme == "https" and literal_address(host) is None:
-                extensions["sni_hostname"] = host  # TLS checks the name, not the address
-            request = client.build_request(
-                "POST",
-                target.copy_with(host=str(address)),
-                content=body,
-                headers={
-                    **headers,
-                    "host": target.netloc.decode("ascii"),
-                    "user-agent": USER_AGENT,
-                },
-                extensions=extensions,
-            )
-            response = await client.send(request, stream=True)
-            try:
-                read = 0
-                async for chunk in response.aiter_raw():
-                    read += len(chunk)
-                    if read >= ANSWER_CAP:
-                        break  # the rest goes with the connection
-            finally:
-                await response.aclose()
-            return response.status_code
 
-        async def post(url: str, body: bytes, headers: dict[str, str]) -> int:
-            try:
-                async with asyncio.timeout(timeout):
-                    return await exchange(url, body, headers)
-            except TimeoutError:
-                raise DeliveryError(f"no complete answer within {timeout:g} s") from None
-            except httpx.HTTPError as exc:
-                # The class only: a message may quote what the server sent.
-                raise DeliveryError(f"no answer ({type(exc).__name__})") from None
+def _poster(
+    client: httpx.AsyncClient, allowed: tuple[Network, ...], timeout: float, resolve: Resolve
+) -> Post:
+    """One delivery: resolved and checked, posted to the address checked, one deadline."""
 
-        yield post
+    async def exchange(url: str, body: bytes, headers: dict[str, str]) -> int:
+        target = httpx.URL(url)
+        host = target.raw_host.decode("ascii")
+        port = target.port or (443 if target.scheme == "https" else 80)
+        address = await checked_address(host, port, allowed, resolve)
+        extensions = {}
+        if target.scheme == "https" and literal_address(host) is None:
+            extensions["sni_hostname"] = host  # TLS checks the name, not the address
+        request = client.build_request(
+            "POST",
+            target.copy_with(host=str(address)),
+            content=body,
+            headers={
+                **headers,
+                "host": target.netloc.decode("ascii"),
+                "user-agent": USER_AGENT,
+            },
+            extensions=extensions,
+        )
+        response = await client.send(request, stream=True)
+        try:
+            read = 0
+            async for chunk in response.aiter_raw():
+                read += len(chunk)
+                if read >= ANSWER_CAP:
+                    break  # the rest goes with the connection
+        finally:
+            await response.aclose()
+        return response.status_code
+
+    async def post(url: str, body: bytes, headers: dict[str, str]) -> int:
+        try:
+            async with asyncio.timeout(timeout):
+                return await exchange(url, body, headers)
+        except TimeoutError:
+            raise DeliveryError(f"no complete answer within {timeout:g} s") from None
+        except httpx.HTTPError as exc:
+            # The class only: a message may quote what the server sent.
+            raise DeliveryError(f"no answer ({type(exc).__name__})") from None
+
+    return post

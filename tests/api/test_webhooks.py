@@ -317,7 +317,8 @@ def test_a_history_row_that_commits_late_is_delivered_in_its_jobs_order(
         row = apply_business_change(
             held, held_job, BusinessState.CANCELLED, ReasonCode.CANCELLED, source=Source.API
         )
-        assert row is not None  # its id is taken; it commits only when the block ends
+        assert row is not None
+        held.flush()  # its id is taken; it commits only when the block ends
         later = [submitted(client, tokens, f"later-{index}") for index in range(2)]
 
         def later_delivered() -> bool:
