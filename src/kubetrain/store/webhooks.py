@@ -19,7 +19,7 @@ from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, event, exists, func, insert, select
+from sqlalchemy import delete, event, exists, func, insert, inspect, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.notifications import new_secret
@@ -137,7 +137,9 @@ def _queue_noted_rows(session: Session) -> None:
     rows: list[Transition] = session.info.pop(NOTED_ROWS_KEY, [])
     if rows:
         session.flush()  # their ids
-        enqueue_deliveries(session, [(row.id, row.job_id) for row in rows])
+        # (A row a rolled-back savepoint took with it is no longer persistent.)
+        written = [(row.id, row.job_id) for row in rows if inspect(row).persistent]
+        enqueue_deliveries(session, written)
 
 
 @event.listens_for(Session, "after_rollback")
