@@ -37,6 +37,13 @@ the environment, the config file, the default.
                              server  a training job with no step for this long is
                                      NO_PROGRESS, unless its spec.stallAfter says
                                      otherwise (1800; 0: never)
+    KUBETRAIN_WEBHOOK_ALLOWED_NETWORKS
+                             server  JSON list of CIDRs webhooks may reach although they are
+                                     loopback, link-local, private, reserved... (default [],
+                                     domain/networks.py); webhooks never reach those otherwise
+    KUBETRAIN_WEBHOOK_TIMEOUT_SECONDS, _WEBHOOK_MAX_IN_FLIGHT
+                             server  one delivery's deadline for the whole exchange (10), and
+                                     how many webhooks are delivered to at once (64)
     KUBETRAIN_LOG_FORMAT     server  auto (text on a terminal, else JSON), json, text
     KUBETRAIN_LOG_LEVEL      server  debug, info (default), warning, error
     KUBETRAIN_URL            client  http://127.0.0.1:8080
@@ -79,6 +86,7 @@ from kubetrain.client_settings import (
     config_table,
 )
 from kubetrain.domain import names, render_defaults
+from kubetrain.domain.networks import Network, networks
 from kubetrain.domain.projects import DEFAULT_RESERVED_NAMESPACES, namespace_refusal
 
 if TYPE_CHECKING:
@@ -187,6 +195,11 @@ class ServerSettings(_Settings):
     # Half an hour without a step is rare in healthy training (even a long checkpoint
     # save or evaluation); a job that needs longer says so in spec.stallAfter.
     stall_after_seconds: int = Field(default=1800, ge=0)
+    # Webhook URLs are tenants' choices, sent from inside the platform's network:
+    # none of its own networks is reachable unless opened here (domain/networks.py).
+    webhook_allowed_networks: list[str] = []
+    webhook_timeout_seconds: float = Field(default=10.0, gt=0, le=60)
+    webhook_max_in_flight: int = Field(default=64, ge=1, le=1024)
     log_format: Literal["auto", "json", "text"] = "auto"
     log_level: Literal["debug", "info", "warning", "error"] = "info"
 
@@ -197,6 +210,16 @@ class ServerSettings(_Settings):
             if problem := names.dns1123_label_problem(namespace):
                 raise ValueError(f"namespace of project {project!r}: {problem}")
         return value
+
+    @field_validator("webhook_allowed_networks")
+    @classmethod
+    def _allowed_are_networks(cls, value: list[str]) -> list[str]:
+        networks(value)  # ValueError naming the first that is no CIDR
+        return value
+
+    def webhook_networks(self) -> tuple[Network, ...]:
+        """The networks opened to webhooks, parsed."""
+        return networks(self.webhook_allowed_networks)
 
     @model_validator(mode="after")
     def _render_options_are_valid(self) -> ServerSettings:

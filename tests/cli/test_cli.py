@@ -335,7 +335,7 @@ def test_webhook_create_prints_the_secret_alone_then_list_and_delete(
         "webhook",
         "create",
         "--url",
-        "http://127.0.0.1:9/hook",
+        "https://hooks.example.org/kubetrain",
         "--events",
         "io.kubetrain.job.state_changed",
     )

@@ -30,16 +30,20 @@ __all__ = [  # fixtures, re-exported for pytest
 
 @contextmanager
 def unled_server(
-    testbed: Testbed, tmp_path: Path, database_url: str | None = None
+    testbed: Testbed,
+    tmp_path: Path,
+    database_url: str | None = None,
+    env: dict[str, str] | None = None,
 ) -> Iterator[Server]:
-    """One `kubetrain serve` (on SQLite unless `database_url`) without leader election: a
-    restart after SIGKILL would otherwise wait out the dead process's Lease (15 s) each
-    time, and only one runs at once."""
+    """One `kubetrain serve` (on SQLite unless `database_url`, with `env` added to its
+    environment) without leader election: a restart after SIGKILL would otherwise wait out
+    the dead process's Lease (15 s) each time, and only one runs at once."""
     srv = Server(
         database_url=database_url or f"sqlite:///{tmp_path / 'kubetrain.db'}",
         log=tmp_path / "serve.log",
         kubeconfig=testbed.kubeconfig,
         args=["--no-leader-elect"],
+        extra_env=dict(env or {}),
     )
     srv.start()
     try:

@@ -131,12 +131,14 @@ def receiver() -> Iterator[Receiver]:
 @pytest.fixture(params=["sqlite", "postgresql"])
 def server(request: pytest.FixtureRequest, testbed: Testbed, tmp_path: Path) -> Iterator[Server]:
     """`kubetrain serve` without leader election: its restart would otherwise wait out the
-    killed process's Lease (15 s)."""
+    killed process's Lease (15 s). The receiver is on loopback, which only the setting
+    opens to webhooks."""
     if request.param == "sqlite":
         database_url = f"sqlite:///{tmp_path / 'kubetrain.db'}"
     else:
         database_url = request.getfixturevalue("postgres_server").create_database()
-    with unled_server(testbed, tmp_path, database_url) as srv:
+    opened = {"KUBETRAIN_WEBHOOK_ALLOWED_NETWORKS": '["127.0.0.0/8"]'}
+    with unled_server(testbed, tmp_path, database_url, env=opened) as srv:
         yield srv
 
 

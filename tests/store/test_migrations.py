@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 
 import pytest
@@ -20,6 +21,7 @@ from kubetrain.store import (
     PodObservation,
     job_history,
 )
+from kubetrain.store.webhooks import installation_id
 from tests.store.builders import T0, new_job, observe
 
 pytestmark = pytest.mark.db
@@ -118,3 +120,45 @@ def test_foreign_keys_are_enforced(db: Database) -> None:
                 "VALUES ('no-such-job', CURRENT_TIMESTAMP, 'api', 'business')"
             )
         )
+
+
+def test_a_webhooks_cursor_becomes_its_outbox_rows(database_url: str) -> None:
+    """Migration 0007: what a webhook had still to receive (business rows after its cursor)
+    becomes its delivery rows, each with a random event key; the installation gets its id."""
+    db = Database(database_url)
+    db.upgrade("0006")
+    with db.transaction() as session:
+        job = new_job(session)  # its CREATED row: delivered already, before the cursor
+    with db.transaction() as session:
+        cursor = session.scalar(text("SELECT MAX(id) FROM transitions"))
+        session.execute(
+            text(
+                "INSERT INTO webhooks (id, project, url, secret, events, created_at, created_by,"
+                " cursor, delivered, failures) VALUES ('w1', :project, 'https://h.example/',"
+                " 'whsec_x', '[]', CURRENT_TIMESTAMP, 'admin', :cursor, 1, 0)"
+            ),
+            {"project": job.project, "cursor": cursor},
+        )
+        for kind in ("business", "runtime", "business"):
+            session.execute(
+                text(
+                    "INSERT INTO transitions (job_id, at, source, kind)"
+                    " VALUES (:job, CURRENT_TIMESTAMP, 'syncer', :kind)"
+                ),
+                {"job": job.id, "kind": kind},
+            )
+    db.upgrade()
+    with db.read_only() as session:
+        pending = session.execute(
+            text("SELECT transition_id, event_key FROM webhook_deliveries ORDER BY transition_id")
+        ).all()
+        business = session.scalars(
+            text("SELECT id FROM transitions WHERE kind = 'business' AND id > :c ORDER BY id"),
+            {"c": cursor},
+        ).all()
+        assert [row[0] for row in pending] == business
+        assert len(business) == 2
+        assert all(re.fullmatch(r"[0-9a-f]{32}", row[1]) for row in pending), pending
+        assert len({row[1] for row in pending}) == 2
+        assert re.fullmatch(r"[0-9a-f-]{36}", installation_id(session))
+    db.dispose()

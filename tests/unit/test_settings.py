@@ -130,6 +130,17 @@ def test_the_stall_threshold_defaults_to_half_an_hour_and_zero_turns_it_off(
         ServerSettings()
 
 
+def test_webhooks_reach_no_closed_network_unless_the_environment_opens_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert ServerSettings().webhook_networks() == ()
+    monkeypatch.setenv("KUBETRAIN_WEBHOOK_ALLOWED_NETWORKS", '["127.0.0.0/8", "fd00::/8"]')
+    assert [str(n) for n in ServerSettings().webhook_networks()] == ["127.0.0.0/8", "fd00::/8"]
+    monkeypatch.setenv("KUBETRAIN_WEBHOOK_ALLOWED_NETWORKS", '["10.0.0.1/8"]')
+    with pytest.raises(ValidationError, match="webhook_allowed_networks"):
+        ServerSettings()
+
+
 class _AsPydanticSaysIt(BaseModel):
     """ClientSettings' fields as a pydantic model: its refusals are the words ClientSettings
     must use (it does without pydantic to start fast, kubetrain/client_settings.py)."""

@@ -18,6 +18,7 @@ from kubetrain.api.body import json_body
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.principal import Action, Principal
 from kubetrain.api.problems import ProblemError, not_found, problem_responses, validation_error
+from kubetrain.domain.networks import Network
 from kubetrain.domain.notifications import EventType, url_problem
 from kubetrain.domain.spec import FieldProblem
 from kubetrain.store.models import Webhook
@@ -89,7 +90,9 @@ class WebhookList(BaseModel):
 WEBHOOK_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
-        "description": "`url` (http or https, no credentials in it) and optionally `events`, "
+        "description": "`url` (http or https, no credentials, no invisible or bidirectional "
+        "control characters; an address in the platform's closed networks is refused unless "
+        "`webhook_allowed_networks` opens it) and optionally `events`, "
         f"a list of: {', '.join(EVENT_TYPES)} (default: every type).",
         "content": {
             "application/json": {
@@ -117,7 +120,7 @@ async def _may_admin(project: ProjectName, caller: Caller, context: Context) -> 
     return caller
 
 
-def _parse(body: Any) -> tuple[str, list[str]]:
+def _parse(body: Any, allowed: tuple[Network, ...]) -> tuple[str, list[str]]:
     if not isinstance(body, dict):
         raise validation_error(
             [FieldProblem("", "must be an object with `url` and optionally `events`")],
@@ -131,7 +134,7 @@ def _parse(body: Any) -> tuple[str, list[str]]:
     url = body.get("url")
     if not isinstance(url, str):
         problems.append(FieldProblem("url", "is required: the receiver's http(s) URL"))
-    elif (problem := url_problem(url)) is not None:
+    elif (problem := url_problem(url, allowed)) is not None:
         problems.append(FieldProblem("url", problem))
     events = body.get("events", [])
     if not isinstance(events, list) or not all(isinstance(e, str) for e in events):
@@ -163,7 +166,13 @@ def create(
     context: Context,
     body: Annotated[Any, Depends(json_body)],
 ) -> CreatedWebhook:
-    url, events = _parse(body)
+    try:
+        context.settings.namespace_for(project)
+    except ValueError as exc:
+        # `*` or a name no project can have: nothing would ever be sent to it.
+        problem = FieldProblem("project", f"{project!r} is no project that can have jobs: {exc}")
+        raise validation_error([problem], "the webhook is refused") from None
+    url, events = _parse(body, context.settings.webhook_networks())
     with context.db.transaction() as session:
         if count_webhooks(session, project) >= MAX_WEBHOOKS_PER_PROJECT:
             raise ProblemError(

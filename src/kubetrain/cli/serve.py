@@ -67,6 +67,9 @@ def _serve(args: argparse.Namespace) -> int:
             lease_namespace=args.lease_namespace,
             resync_interval=args.resync,
             stall_after=settings.stall_after_seconds or None,
+            webhook_allowed_networks=settings.webhook_networks(),
+            webhook_timeout=settings.webhook_timeout_seconds,
+            webhook_max_in_flight=settings.webhook_max_in_flight,
         )
     try:
         asyncio.run(_run(settings, db, control, api=not args.no_api))

@@ -1,20 +1,21 @@
-"""Delivers a project's job events to its webhooks, from the history as outbox.
+"""Delivers a project's job events to its webhooks, from the webhooks' outbox.
 
-Each round reads the webhooks that are not backing off and, for each (all at
-once, so a slow receiver holds up only itself), posts the CloudEvents of the
-business history rows after its cursor, in id order, one at a time: the order
-of one job's events is the order of its rows, because a job's changes are
-serialized by the lock on its row. The cursor moves, in its own transaction,
-as soon as a row's events are answered 2xx, so a crash or a lost lease sends
-again only the row then in flight, not the whole round. The first failure
-stops that webhook's round and schedules a retry with exponential backoff and
-full jitter.
+Every business history row gets a delivery row per webhook of its project, in
+its own transaction (store/webhooks.py), so there is no cursor for a row that
+commits late to fall behind, and no clock to trust.
 
-On PostgreSQL a history row can commit after one with a higher id (two
-transactions of different jobs in flight at once); a cursor moved past it
-would skip it. So a round delivers only rows with ids at most the highest id
-seen `settle_seconds` before: by then every transaction that took a lower id
-has long committed (kubetrain's transactions are short: milliseconds).
+Each webhook is delivered by its own task, so a slow receiver holds up only
+itself: the loop looks for webhooks with something due every `interval` and
+starts a task for each one that has none running, never waiting for them. A
+task posts the webhook's undelivered rows in id order, one event at a time: the
+order of one job's events is the order of its rows, because a job's changes are
+serialized by the lock on its row. Each row's delivery rows go, in their own
+transaction, as soon as its events are answered 2xx, so a crash or a lost lease
+sends again only the row then in flight. The first failure ends the task and
+schedules a retry with exponential backoff and full jitter. At most
+`max_in_flight` tasks post at once: a thousand slow receivers wait their turn
+rather than hold a thousand connections (each is cut off by the poster's
+deadline, and backs off after).
 
 The loop runs on the leader only, beside the syncer and the dispatcher, and
 never waits for them nor they for it.
@@ -23,25 +24,25 @@ never waits for them nor they for it.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import random
-import time
-from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from kubetrain.delivery import Post
+from kubetrain.delivery import DeliveryError, Post
 from kubetrain.domain.notifications import EventType, Notification, event_types_for, wanted
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.states import ReasonCode
 from kubetrain.store import Database
 from kubetrain.store.models import Job, Transition, Webhook
 from kubetrain.store.webhooks import (
+    drop_deliveries,
     due_webhooks,
-    newest_history_id,
-    pending_history,
+    installation_id,
+    pending_deliveries,
     previous_business_detail,
     record_delivered,
     record_failed,
@@ -52,15 +53,16 @@ log = logging.getLogger(__name__)
 
 BACKOFF_BASE_SECONDS = 1.0
 BACKOFF_MAX_SECONDS = 300.0
+MAX_IN_FLIGHT = 64
 
 
 @dataclass(frozen=True, slots=True)
-class _Work:
-    hook_id: str
+class _Hook:
+    id: str
     url: str
     secret: str
-    # (history row id, its notifications), oldest first
-    rows: list[tuple[int, list[Notification]]]
+    project: str
+    events: tuple[str, ...]
 
 
 def backoff(failures: int, rng: Callable[[], float]) -> float:
@@ -77,94 +79,116 @@ class Notifier:
         post: Post,
         *,
         interval: float = 1.0,
-        settle_seconds: float = 2.0,
+        max_in_flight: int = MAX_IN_FLIGHT,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-        monotonic: Callable[[], float] = time.monotonic,
         rng: Callable[[], float] = random.random,
     ) -> None:
         self.db = db
         self.post = post
         self.interval = interval
-        self.settle_seconds = settle_seconds
         self.clock = clock
-        self.monotonic = monotonic
         self.rng = rng
-        self._seen: deque[tuple[float, int]] = deque()  # (monotonic, highest id)
+        self._slots = asyncio.Semaphore(max_in_flight)
+        self._running: dict[str, asyncio.Task[int]] = {}
+        self._source: str | None = None
 
     async def run(self) -> None:
-        while True:
-            try:
-                await self.round()
-            except Exception:
-                log.exception("webhook delivery round failed; trying again")
-            await asyncio.sleep(self.interval)
+        try:
+            while True:
+                try:
+                    self._start(await asyncio.to_thread(self._due))
+                except Exception:
+                    log.exception("looking for webhook deliveries failed; trying again")
+                await asyncio.sleep(self.interval)
+        finally:
+            tasks = list(self._running.values())
+            for task in tasks:
+                task.cancel()
+            await asyncio.gather(*tasks, return_exceptions=True)
 
     async def round(self) -> int:
-        """One pass over the due webhooks; the number of events delivered."""
-        work = await asyncio.to_thread(self._read)
-        delivered = await asyncio.gather(*(self._deliver(w) for w in work))
-        return sum(delivered)
+        """Start a task for each due webhook that has none running, and wait for the
+        ones started; the number of events they delivered."""
+        started = self._start(await asyncio.to_thread(self._due))
+        return sum(await asyncio.gather(*started))
 
-    def _settled_id(self, newest: int) -> int:
-        now = self.monotonic()
-        self._seen.append((now, newest))
-        settled = 0
-        while self._seen and self._seen[0][0] <= now - self.settle_seconds:
-            settled = self._seen.popleft()[1]
-        if settled:  # keep the last settled mark for the next round
-            self._seen.appendleft((now - self.settle_seconds, settled))
-        return settled
-
-    def _read(self) -> list[_Work]:
-        with self.db.read_only() as session:
-            newest = newest_history_id(session)
-            limit = self._settled_id(newest) if self.settle_seconds > 0 else newest
-            work = []
-            for hook in due_webhooks(session, self.clock()):
-                rows = []
-                for row, job in pending_history(session, hook):
-                    if row.id > limit:
-                        break
-                    before = previous_business_detail(session, row)
-                    rows.append((row.id, _notifications(hook, row, job, before)))
-                if rows:
-                    work.append(_Work(hook.id, hook.url, hook.secret, rows))
-            return work
-
-    async def _deliver(self, work: _Work) -> int:
-        delivered = 0
-        passed: int | None = None  # a row with no event for this webhook, not yet recorded
-        for row_id, notifications in work.rows:
-            if not notifications:
-                passed = row_id
+    def _start(self, hooks: list[_Hook]) -> list[asyncio.Task[int]]:
+        started = []
+        for hook in hooks:
+            if hook.id in self._running:
                 continue
-            for sent, notification in enumerate(notifications):
-                error = await self._post_one(work, notification)
-                if error is not None:
-                    await asyncio.to_thread(self._record, work.hook_id, None, 0, error)
-                    return delivered + sent
-            await asyncio.to_thread(self._record, work.hook_id, row_id, len(notifications), None)
-            delivered += len(notifications)
-            passed = None
-        if passed is not None:
-            await asyncio.to_thread(self._record, work.hook_id, passed, 0, None)
-        return delivered
+            task = asyncio.create_task(self._deliver(hook), name=f"webhook {hook.id}")
+            self._running[hook.id] = task
+            task.add_done_callback(functools.partial(self._finished, hook.id))
+            started.append(task)
+        return started
 
-    async def _post_one(self, work: _Work, notification: Notification) -> str | None:
-        headers = notification.headers(work.secret, int(self.clock().timestamp()))
+    def _finished(self, hook_id: str, _task: asyncio.Task[int]) -> None:
+        self._running.pop(hook_id, None)
+
+    def _due(self) -> list[_Hook]:
+        with self.db.read_only() as session:
+            if self._source is None:
+                # CloudEvents: source + id identify an event; the source names the
+                # installation, so two of them never repeat one another's pairs.
+                self._source = f"urn:uuid:{installation_id(session)}"
+            return [
+                _Hook(h.id, h.url, h.secret, h.project, tuple(h.events))
+                for h in due_webhooks(session, self.clock())
+            ]
+
+    def _pending(self, hook: _Hook) -> list[tuple[int, list[Notification]]]:
+        """The webhook's undelivered rows, oldest first, with their events for it."""
+        assert self._source is not None
+        with self.db.read_only() as session:
+            rows = []
+            for key, row, job in pending_deliveries(session, hook.id):
+                before = previous_business_detail(session, row)
+                rows.append((row.id, _notifications(hook, self._source, key, row, job, before)))
+            return rows
+
+    async def _deliver(self, hook: _Hook) -> int:
+        async with self._slots:
+            rows = await asyncio.to_thread(self._pending, hook)
+            delivered = 0
+            passed: list[int] = []  # rows with no event for this webhook, not yet recorded
+            for row_id, notifications in rows:
+                if not notifications:
+                    passed.append(row_id)
+                    continue
+                for sent, notification in enumerate(notifications):
+                    error = await self._post_one(hook, notification)
+                    if error is not None:
+                        await asyncio.to_thread(self._record, hook.id, passed, 0, error)
+                        return delivered + sent
+                answered = [*passed, row_id]
+                await asyncio.to_thread(self._record, hook.id, answered, len(notifications), None)
+                delivered += len(notifications)
+                passed = []
+            if passed:
+                await asyncio.to_thread(self._record, hook.id, passed, 0, None)
+            return delivered
+
+    async def _post_one(self, hook: _Hook, notification: Notification) -> str | None:
+        headers = notification.headers(hook.secret, int(self.clock().timestamp()))
         try:
-            status = await self.post(work.url, notification.body(), headers)
+            status = await self.post(hook.url, notification.body(), headers)
+        except DeliveryError as exc:
+            return str(exc)
         except Exception as exc:  # the receiver's trouble, never the loop's
-            return f"{type(exc).__name__}: {exc}"
+            return f"no answer ({type(exc).__name__})"
         if 200 <= status < 300:
             return None
+        if 300 <= status < 400:
+            return f"the receiver answered HTTP {status}; redirects are not followed"
         return f"the receiver answered HTTP {status}"
 
-    def _record(self, hook_id: str, cursor: int | None, count: int, error: str | None) -> None:
+    def _record(self, hook_id: str, rows: list[int], count: int, error: str | None) -> None:
         with self.db.transaction() as session:
-            if cursor is not None:
-                record_delivered(session, hook_id, cursor, count)
-            if error is not None:
+            if error is None:
+                record_delivered(session, hook_id, rows, count)
+            else:
+                drop_deliveries(session, hook_id, rows)
                 hook = session.get(Webhook, hook_id)
                 failures = (hook.failures if hook is not None else 0) + 1
                 now = self.clock()
@@ -180,7 +204,12 @@ class Notifier:
 
 
 def _notifications(
-    hook: Webhook, row: Transition, job: Job, before: dict[str, Any] | None
+    hook: _Hook,
+    source: str,
+    key: str,
+    row: Transition,
+    job: Job,
+    before: dict[str, Any] | None,
 ) -> list[Notification]:
     detail = row.detail or {}
     waitable_now = detail.get("waitable") if isinstance(detail.get("waitable"), bool) else None
@@ -209,7 +238,8 @@ def _notifications(
     at = row.at
     return [
         Notification(
-            id=f"kt-{row.id}-{event_type.name.lower()}",
+            id=f"{key}-{event_type.name.lower()}",
+            source=source,
             type=event_type,
             time=at,
             job={

@@ -22,10 +22,11 @@ from kubetrain.cluster.client import (
 )
 from kubetrain.cluster.leader import LeaderElector
 from kubetrain.control.dispatcher import Dispatcher
-from kubetrain.control.notifier import Notifier
+from kubetrain.control.notifier import MAX_IN_FLIGHT, Notifier
 from kubetrain.control.syncer import Syncer
-from kubetrain.delivery import webhook_poster
+from kubetrain.delivery import TIMEOUT_SECONDS, webhook_poster
 from kubetrain.domain.manifest import RenderOptions
+from kubetrain.domain.networks import Network
 from kubetrain.metrics import LEADER
 from kubetrain.store import Database
 
@@ -47,6 +48,9 @@ class ControlLoops:
     identity: str = field(default_factory=default_identity)
     resync_interval: float = 30.0
     stall_after: int | None = 1800  # seconds; a job's spec.stallAfter wins (None: never)
+    webhook_allowed_networks: tuple[Network, ...] = ()
+    webhook_timeout: float = TIMEOUT_SECONDS
+    webhook_max_in_flight: int = MAX_IN_FLIGHT
     dispatcher: Dispatcher | None = None
     syncer: Syncer | None = None
     elector: LeaderElector | None = None
@@ -130,8 +134,12 @@ class ControlLoops:
         )
         log.info("control loops running as %s", self.identity)
         try:
-            async with webhook_poster() as post:
-                self.notifier = Notifier(self.db, post)
+            async with webhook_poster(
+                allowed_networks=self.webhook_allowed_networks,
+                timeout=self.webhook_timeout,
+                max_connections=self.webhook_max_in_flight,
+            ) as post:
+                self.notifier = Notifier(self.db, post, max_in_flight=self.webhook_max_in_flight)
                 await asyncio.gather(
                     cache.run(), self.syncer.run(), self.dispatcher.run(), self.notifier.run()
                 )

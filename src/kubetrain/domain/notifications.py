@@ -6,7 +6,10 @@ change itself, so the history is the outbox (control/notifier.py delivers it).
 
 * CloudEvents 1.0, structured JSON mode (`application/cloudevents+json`):
   `specversion`, `id`, `source`, `type`, `subject`, `time`, `datacontenttype`,
-  `data`. The `id` is stable across retries, so a receiver can deduplicate.
+  `data`. `source` names the installation (`urn:uuid:` and an id made once and
+  kept in its database) and `id` is random, made once for the event and kept
+  until it is delivered: stable across retries, so a receiver can deduplicate
+  on source + id, and it tells nothing of how many events other projects had.
 * Standard Webhooks: `webhook-id` (the event's id), `webhook-timestamp` (Unix
   seconds of this attempt), `webhook-signature` = `v1,` + base64 of
   HMAC-SHA256(key, f"{id}.{timestamp}.{body}"), the key being the base64 after
@@ -20,13 +23,15 @@ import hashlib
 import hmac
 import json
 import secrets
-from collections.abc import Collection, Mapping
+import unicodedata
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 from urllib.parse import urlsplit
 
 from kubetrain.domain.events import EventType
+from kubetrain.domain.networks import Network, address_refusal, literal_address
 
 __all__ = [
     "SECRET_PREFIX",
@@ -39,7 +44,6 @@ __all__ = [
 ]
 
 SECRET_PREFIX = "whsec_"  # noqa: S105 - the format's prefix, not a secret
-SOURCE = "/kubetrain"
 CONTENT_TYPE = "application/cloudevents+json"
 MAX_URL_LENGTH = 2048
 
@@ -57,13 +61,21 @@ def sign(secret: str, message_id: str, timestamp: int, body: bytes) -> str:
     return "v1," + base64.b64encode(digest).decode()
 
 
-def url_problem(url: str) -> str | None:
+def url_problem(url: str, allowed: Iterable[Network] = ()) -> str | None:
     """Why `url` cannot receive webhooks, or None. Credentials never go in a URL:
-    it is shown in lists and logs, and the signature is the receiver's proof."""
+    it is shown in lists and logs, and the signature is the receiver's proof.
+    A host written as an address is checked here against the closed networks
+    (domain/networks.py; `allowed` opens some); a name, when it is resolved."""
     if len(url) > MAX_URL_LENGTH:
         return f"must be at most {MAX_URL_LENGTH} characters"
     if any(ord(c) < 0x21 or ord(c) == 0x7F for c in url):
         return "must not contain spaces or control characters"
+    if hidden := next((c for c in url if _invisible(c)), None):
+        # A bidirectional override makes the URL read otherwise than where it goes.
+        return (
+            "must not contain invisible or bidirectional control characters "
+            f"(U+{ord(hidden):04X} {unicodedata.name(hidden, 'unnamed')})"
+        )
     try:
         parts = urlsplit(url)
         parts.port  # noqa: B018 - raises on a port that is no number
@@ -77,7 +89,20 @@ def url_problem(url: str) -> str | None:
         return "must not carry credentials (user:password@); receivers check the signature"
     if parts.fragment:
         return "must not have a #fragment"
+    address = literal_address(parts.hostname)
+    if address is not None and (refusal := address_refusal(address, allowed)):
+        return f"must not point into the platform's networks: {address} is in {refusal}"
     return None
+
+
+def _invisible(char: str) -> bool:
+    """A character that shows as nothing or reorders what follows: format characters
+    (U+200E/F, U+202A-E, U+2066-9, zero widths, soft hyphen...), C1 controls, and
+    separators other than the plain space (refused with the controls above)."""
+    return (
+        unicodedata.category(char) in ("Cf", "Cc", "Zs", "Zl", "Zp", "Co", "Cn")
+        and ord(char) > 0x7F
+    )
 
 
 def event_types_for(
@@ -108,6 +133,7 @@ class Notification:
     """One CloudEvent about one job."""
 
     id: str
+    source: str  # the installation (its id as a URN), so that source + id never repeat
     type: EventType
     time: datetime
     job: Mapping[str, Any]  # id, project, name, state, reason, attempt
@@ -122,7 +148,7 @@ class Notification:
         event = {
             "specversion": "1.0",
             "id": self.id,
-            "source": SOURCE,
+            "source": self.source,
             "type": str(self.type),
             "subject": self.subject,
             "time": self.time.isoformat().replace("+00:00", "Z"),

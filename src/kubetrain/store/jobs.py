@@ -47,6 +47,7 @@ from kubetrain.store.errors import (
 )
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
+from kubetrain.store.webhooks import enqueue_deliveries, note_business_rows
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
@@ -144,7 +145,9 @@ def submit_job(
             idempotency_key=idempotency_key,
             now=now,
         )
-        if _insert_new_job(connection, values, first_row):
+        first_row_id = _insert_new_job(connection, values, first_row)
+        if first_row_id is not None:
+            enqueue_deliveries(session, [(first_row_id, values["id"])])
             job = _as_loaded(values)
             session.add(job)
             return Submission(job, replayed=False)
@@ -223,18 +226,22 @@ def _job_class_manager() -> ClassManager[Job]:
     return inspect(Job).class_manager
 
 
-def _insert_new_job(connection: Connection, job: dict[str, Any], first_row: dict[str, Any]) -> bool:
-    """Insert the job and its first history row; False (and nothing written) if the
-    job's idempotency key is taken. One statement on PostgreSQL, a round trip saved."""
+def _insert_new_job(
+    connection: Connection, job: dict[str, Any], first_row: dict[str, Any]
+) -> int | None:
+    """Insert the job and its first history row; the row's id, or None (and nothing
+    written) if the job's idempotency key is taken. One statement on PostgreSQL, a
+    round trip saved."""
     if connection.dialect.name == "postgresql":
         params = {**job, **{f"first_{key}": value for key, value in first_row.items()}}
-        return (
-            connection.execute(_postgresql_insert_job_and_first_row(), params).first() is not None
-        )
+        inserted = connection.execute(_postgresql_insert_job_and_first_row(), params).first()
+        return None if inserted is None else int(inserted[0])
     if connection.execute(_sqlite_insert_job(), job).first() is None:
-        return False
-    connection.execute(_INSERT_FIRST_ROW, {**first_row, "job_id": job["id"]})
-    return True
+        return None
+    result = connection.execute(_INSERT_FIRST_ROW, {**first_row, "job_id": job["id"]})
+    inserted = result.inserted_primary_key
+    assert inserted is not None  # a plain INSERT of one row
+    return int(inserted[0])
 
 
 _CONFLICT_ON = ["project", "idempotency_key"]
@@ -253,7 +260,7 @@ def _sqlite_insert_job() -> Insert:
 @cache
 def _postgresql_insert_job_and_first_row() -> Insert:
     """WITH new_job AS (INSERT INTO jobs ... ON CONFLICT DO NOTHING RETURNING id)
-    INSERT INTO transitions ... SELECT new_job.id, ... FROM new_job RETURNING job_id:
+    INSERT INTO transitions ... SELECT new_job.id, ... FROM new_job RETURNING id:
     no row back (and none written) on a taken key."""
     jobs = Job.__table__.c
     new_job = (
@@ -272,7 +279,7 @@ def _postgresql_insert_job_and_first_row() -> Insert:
         insert(Transition)
         .from_select(["job_id", *_FIRST_ROW_COLUMNS], first_row)
         .add_cte(new_job)
-        .returning(Transition.job_id)
+        .returning(Transition.id)
     )
 
 
@@ -555,6 +562,7 @@ def apply_locked_business_change(
         )
     )
     session.add(row)
+    note_business_rows(session, [row])  # the webhooks' outbox, when the transaction commits
     return row
 
 

@@ -294,9 +294,8 @@ class Webhook(Base):
     """A receiver of a project's job events (domain/notifications.py).
 
     The secret signs each delivery, so it is kept, not hashed; it is shown once,
-    at creation, and never logged. `cursor` is the id of the last history row
-    delivered: the history is the outbox, so delivery resumes from it after any
-    crash, at least once and in order.
+    at creation, and never logged. What it still has to receive is its rows of
+    `webhook_deliveries`, written with the history rows themselves.
     """
 
     __tablename__ = "webhooks"
@@ -308,7 +307,6 @@ class Webhook(Base):
     events: Mapped[list[str]] = mapped_column(JSON)  # empty: every type
     created_at: Mapped[datetime]
     created_by: Mapped[str] = mapped_column(String(255))
-    cursor: Mapped[int] = mapped_column(BigInteger)
     delivered: Mapped[int] = mapped_column(BigInteger, default=0)
     failures: Mapped[int] = mapped_column(Integer, default=0)  # in a row
     failing_since: Mapped[datetime | None]
@@ -316,7 +314,40 @@ class Webhook(Base):
     last_error: Mapped[str | None] = mapped_column(Text)
 
     def __repr__(self) -> str:
-        return f"<Webhook {self.id} {self.project} cursor={self.cursor}>"
+        return f"<Webhook {self.id} {self.project}>"
+
+
+class WebhookDelivery(Base):
+    """A business history row one webhook still has to receive: the outbox.
+
+    Written in the transaction that writes the history row, for every webhook of
+    the job's project then, and deleted once the receiver answered 2xx; so a row
+    that commits late (after rows with higher ids) is delivered all the same, and
+    no cursor can pass it. `event_key` is random: the events' ids, stable across
+    retries, that tell a receiver nothing of other projects' activity.
+    """
+
+    __tablename__ = "webhook_deliveries"
+
+    webhook_id: Mapped[str] = mapped_column(
+        ForeignKey("webhooks.id", ondelete="CASCADE"), primary_key=True
+    )
+    transition_id: Mapped[int] = mapped_column(
+        BigInteger().with_variant(Integer, "sqlite"),
+        ForeignKey("transitions.id"),
+        primary_key=True,
+    )
+    event_key: Mapped[str] = mapped_column(String(32))
+
+
+class Installation(Base):
+    """This installation's identity, one row made by the migration that adds the table:
+    the CloudEvents `source` of its webhooks' events. A restored database keeps it."""
+
+    __tablename__ = "installation"
+
+    id: Mapped[str] = mapped_column(String(36), primary_key=True)
+    created_at: Mapped[datetime]
 
 
 class WebSession(Base):

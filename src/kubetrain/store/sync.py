@@ -27,8 +27,9 @@ from kubetrain.store import transitions
 from kubetrain.store.errors import IllegalTransition
 from kubetrain.store.jobs import in_chunks, state_entered
 from kubetrain.store.metrics import note_state_durations
-from kubetrain.store.models import Attempt, Job, Source, Transition
+from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 from kubetrain.store.transitions import OBSERVED, PodObservation
+from kubetrain.store.webhooks import enqueue_deliveries
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,7 +86,16 @@ class SyncPlan:
             session.execute(update(Attempt), group)
         if self.history:
             # In list order, so each job's rows keep their order in the history.
-            session.execute(insert(Transition), self.history)
+            written = session.execute(
+                insert(Transition).returning(
+                    Transition.id, Transition.job_id, Transition.kind, sort_by_parameter_order=True
+                ),
+                self.history,
+            )
+            enqueue_deliveries(
+                session,
+                [(row.id, row.job_id) for row in written if row.kind == TransitionKind.BUSINESS],
+            )
         for group in _same_keys(self.job_updates):
             session.execute(update(Job), group)
 

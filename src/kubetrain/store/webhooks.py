@@ -1,33 +1,49 @@
-"""Webhooks and their delivery state; the history rows still to deliver.
+"""Webhooks, their outbox (`webhook_deliveries`) and the installation's id.
 
-A webhook's `cursor` starts at the newest history row when it is created, so a
-new receiver gets what happens from then on. Each delivery moves the cursor in
-its own short transaction, after the receiver answered 2xx: a crash in between
-delivers that event again (at least once; the CloudEvent id stays the same).
+Every business history row gets, in the transaction that writes it, one
+delivery row per webhook of the job's project (`enqueue_deliveries`: the batch
+writers call it; the one-job path notes its rows with `note_business_rows`, and
+a listener queues them all at once when the transaction commits, so a round of
+the dispatcher looks up the webhooks once, not once per job). A delivery row goes once the receiver
+answered 2xx, in its own short transaction: a crash in between delivers that
+event again (at least once; its id, made from the row's random key, stays the
+same). So a new webhook hears what happens after its creation, and a history
+row that commits after rows with higher ids is delivered all the same.
 """
 
 from __future__ import annotations
 
+import secrets
 import uuid
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import func, select
+from sqlalchemy import delete, event, exists, func, insert, inspect, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.notifications import new_secret
-from kubetrain.store.models import Job, Transition, TransitionKind, Webhook
+from kubetrain.store.models import (
+    Installation,
+    Job,
+    Transition,
+    TransitionKind,
+    Webhook,
+    WebhookDelivery,
+)
 
 __all__ = [
     "MAX_WEBHOOKS_PER_PROJECT",
     "count_webhooks",
     "create_webhook",
     "delete_webhook",
+    "drop_deliveries",
     "due_webhooks",
+    "enqueue_deliveries",
+    "installation_id",
     "list_webhooks",
-    "newest_history_id",
-    "pending_history",
+    "note_business_rows",
+    "pending_deliveries",
     "previous_business_detail",
     "record_delivered",
     "record_failed",
@@ -56,7 +72,6 @@ def create_webhook(
         events=sorted(set(events)),
         created_at=now or datetime.now(UTC),
         created_by=created_by,
-        cursor=newest_history_id(session),
         delivered=0,
         failures=0,
     )
@@ -78,38 +93,89 @@ def delete_webhook(session: Session, project: str, webhook_id: str) -> bool:
     hook = session.get(Webhook, webhook_id)
     if hook is None or hook.project != project:
         return False
+    session.execute(delete(WebhookDelivery).where(WebhookDelivery.webhook_id == webhook_id))
     session.delete(hook)
     return True
 
 
-def due_webhooks(session: Session, now: datetime) -> list[Webhook]:
-    """Webhooks not backing off after a failure."""
-    query = select(Webhook).where(
-        (Webhook.next_attempt_at.is_(None)) | (Webhook.next_attempt_at <= now)
-    )
-    return list(session.scalars(query.order_by(Webhook.id)))
-
-
-def pending_history(
-    session: Session, hook: Webhook, limit: int = 100
-) -> list[tuple[Transition, Job]]:
-    """The project's business history rows after the webhook's cursor, oldest first."""
+def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> int:
+    """Queue the business history rows `(row id, job id)` just written for every webhook
+    of their jobs' projects, in the caller's transaction; returns how many queued."""
+    if not rows:
+        return 0
+    job_ids = {job_id for _, job_id in rows}
+    hooks: dict[str, list[str]] = {}
     query = (
-        select(Transition, Job)
+        select(Job.id, Webhook.id)
+        .join(Webhook, Webhook.project == Job.project)
+        .where(Job.id.in_(job_ids))
+    )
+    for job_id, hook_id in session.execute(query):
+        hooks.setdefault(job_id, []).append(hook_id)
+    if not hooks:
+        return 0
+    queued = [
+        {"webhook_id": hook_id, "transition_id": row_id, "event_key": secrets.token_hex(16)}
+        for row_id, job_id in rows
+        for hook_id in hooks.get(job_id, ())
+    ]
+    session.execute(insert(WebhookDelivery), queued)
+    return len(queued)
+
+
+# session.info key: the business history rows the one-job path wrote in this transaction.
+NOTED_ROWS_KEY = "kubetrain.webhook_rows"
+
+
+def note_business_rows(session: Session, rows: Collection[Transition]) -> None:
+    """Queue these rows (added to the session, perhaps not flushed) when it commits."""
+    session.info.setdefault(NOTED_ROWS_KEY, []).extend(rows)
+
+
+@event.listens_for(Session, "before_commit")
+def _queue_noted_rows(session: Session) -> None:
+    rows: list[Transition] = session.info.pop(NOTED_ROWS_KEY, [])
+    if rows:
+        session.flush()  # their ids
+        # (A row a rolled-back savepoint took with it is no longer persistent.)
+        written = [(row.id, row.job_id) for row in rows if inspect(row).persistent]
+        enqueue_deliveries(session, written)
+
+
+@event.listens_for(Session, "after_rollback")
+def _forget_noted_rows(session: Session) -> None:
+    session.info.pop(NOTED_ROWS_KEY, None)
+
+
+def due_webhooks(session: Session, now: datetime, *, limit: int = 1000) -> list[Webhook]:
+    """Webhooks with something to deliver and not backing off after a failure."""
+    query = select(Webhook).where(
+        (Webhook.next_attempt_at.is_(None)) | (Webhook.next_attempt_at <= now),
+        exists().where(WebhookDelivery.webhook_id == Webhook.id),
+    )
+    return list(session.scalars(query.order_by(Webhook.id).limit(limit)))
+
+
+def pending_deliveries(
+    session: Session, webhook_id: str, limit: int = 100
+) -> list[tuple[str, Transition, Job]]:
+    """The webhook's undelivered history rows, oldest first, each with its event key.
+    A job's rows are in their order: its changes are serialized by the lock on its
+    row, so a later one is written only after the one before it committed."""
+    query = (
+        select(WebhookDelivery.event_key, Transition, Job)
+        .join(Transition, Transition.id == WebhookDelivery.transition_id)
         .join(Job, Job.id == Transition.job_id)
-        .where(
-            Transition.id > hook.cursor,
-            Transition.kind == TransitionKind.BUSINESS,
-            Job.project == hook.project,
-        )
-        .order_by(Transition.id)
+        .where(WebhookDelivery.webhook_id == webhook_id)
+        .order_by(WebhookDelivery.transition_id)
         .limit(limit)
     )
-    return [(row[0], row[1]) for row in session.execute(query)]
+    return [(row[0], row[1], row[2]) for row in session.execute(query)]
 
 
-def newest_history_id(session: Session) -> int:
-    return session.scalar(select(func.max(Transition.id))) or 0
+def installation_id(session: Session) -> str:
+    """The id made once for this installation (by migration 0007)."""
+    return str(session.scalars(select(Installation.id).order_by(Installation.created_at)).first())
 
 
 def previous_business_detail(session: Session, row: Transition) -> dict[str, Any] | None:
@@ -128,11 +194,25 @@ def previous_business_detail(session: Session, row: Transition) -> dict[str, Any
     return detail if isinstance(detail, dict) else None
 
 
-def record_delivered(session: Session, webhook_id: str, cursor: int, count: int) -> None:
+def drop_deliveries(session: Session, webhook_id: str, transition_ids: Sequence[int]) -> None:
+    """The rows are done with for this webhook (answered, or they raise no event for it)."""
+    if transition_ids:
+        session.execute(
+            delete(WebhookDelivery).where(
+                WebhookDelivery.webhook_id == webhook_id,
+                WebhookDelivery.transition_id.in_(transition_ids),
+            )
+        )
+
+
+def record_delivered(
+    session: Session, webhook_id: str, transition_ids: Sequence[int], count: int
+) -> None:
+    """The rows' `count` events were answered 2xx: the webhook is healthy."""
+    drop_deliveries(session, webhook_id, transition_ids)
     hook = session.get(Webhook, webhook_id)
     if hook is None:  # deleted meanwhile
         return
-    hook.cursor = max(hook.cursor, cursor)
     hook.delivered += count
     hook.failures = 0
     hook.failing_since = None
