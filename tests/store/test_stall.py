@@ -154,6 +154,11 @@ def test_a_job_stalled_past_its_cancel_after_stall_is_cancelled_as_a_user_would(
             assert _reason(db, job_id) == (BusinessState.RUNNING, R.NO_PROGRESS)
             now[0] = T0 + timedelta(minutes=42)
             await _until(db, job_id, R.CANCELLED)
+            # The dispatcher is told once the round that committed the cancel ends.
+            for _ in range(200):
+                if woken:
+                    break
+                await asyncio.sleep(0.02)
         finally:
             loops.cancel()
             with contextlib.suppress(asyncio.CancelledError):
