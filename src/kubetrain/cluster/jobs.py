@@ -18,7 +18,7 @@ from lightkube.resources.core_v1 import Namespace, Secret, Service
 from lightkube.types import CascadeType, PatchType
 
 from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors
-from kubetrain.domain.manifest import LABEL_ATTEMPT, LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
+from kubetrain.domain.manifest import LABEL_ATTEMPT, LABEL_JOB_ID
 
 _R = TypeVar("_R")
 _P = ParamSpec("_P")
@@ -36,13 +36,14 @@ def _wrapped(call: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
 
 
 @_wrapped
-async def ensure_namespace(client: AsyncClient, name: str) -> None:
+async def ensure_namespace(client: AsyncClient, name: str, labels: dict[str, str]) -> None:
+    """Make the namespace with `labels` (manifest.namespace_labels) unless it exists; one
+    that exists is the cluster admin's and is left as it is."""
     try:
         await client.get(Namespace, name)
     except ApiError as exc:
         if exc.status.code != 404:
             raise
-        labels = {LABEL_MANAGED_BY: MANAGED_BY}
         try:
             await client.create(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
         except ApiError as again:

@@ -45,6 +45,7 @@ from kubetrain.cluster.jobs import (
 from kubetrain.domain.manifest import (
     RenderOptions,
     job_name,
+    namespace_labels,
     render_job,
     render_service,
     render_status_secret,
@@ -251,7 +252,9 @@ class Dispatcher:
                     self.client, namespace, name, job.ended, status_secret_name(job_id)
                 )
             if self.manage_namespaces and namespace not in self._namespaces:
-                await ensure_namespace(self.client, namespace)
+                await ensure_namespace(
+                    self.client, namespace, namespace_labels(self.render_options)
+                )
                 self._namespaces.add(namespace)
             # The Secret first: a Pod whose token Secret is missing cannot start.
             if secret is not None:
