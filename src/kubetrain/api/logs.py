@@ -5,10 +5,18 @@ Which Pod: attempt N (the numbers of `/attempts`), else the newest; `worker` pic
 gang's rank (the newest attempt of that rank). The same roles and projects as the
 other reads: a job outside the token's projects is a 404.
 
+Every parameter is checked before Kubernetes is asked (a 422 naming it: `since` must
+be a positive duration of at most a year, as the API server's `sinceSeconds` is at
+least 1; `tail`, `attempt`, `worker` within bounds; `follow`, `timestamps` booleans).
+
 What cannot be streamed is said as a problem, before any byte: a Pod that is gone
 (410, with the termination message the Job's `FallbackToLogsOnError` policy kept:
 the last lines of a crash), a Pod on a KWOK fake node, which runs no containers
-(409), a process without a cluster connection (503: it runs no control loops).
+(409), a container not started yet (409), a process without a cluster connection
+(503: it runs no control loops), an API server that does not answer now (503 with
+Retry-After). A refusal of the API server is translated, never passed on as a 503
+that invites a retry: options it found invalid are a 422 naming ours, anything else
+(kubetrain's own access refused) a 502.
 
 `read_tail` gives the job page its logs panel: the last lines, or the same words on why
 there are none.
@@ -17,6 +25,7 @@ there are none.
 from __future__ import annotations
 
 import asyncio
+import logging
 from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
@@ -28,23 +37,39 @@ from starlette.responses import StreamingResponse
 from kubetrain.api.auth import Caller, job_not_found, require_job_access
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.principal import Action
-from kubetrain.api.problems import ProblemError, problem_responses
+from kubetrain.api.problems import ProblemError, problem_responses, validation_error
 from kubetrain.cluster.errors import ClusterError, ClusterRefused
 from kubetrain.cluster.logs import FAKE_NODE_ANNOTATION, FAKE_NODE_VALUE, LogRequest
 from kubetrain.domain.manifest import CONTAINER_NAME
-from kubetrain.domain.spec import duration_seconds
+from kubetrain.domain.spec import FieldProblem, duration_seconds
+from kubetrain.domain.spec.fields import MAX_WORKERS
 from kubetrain.store import Attempt, get_job, list_attempts
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(
     prefix="/api/v1/projects/{project}/jobs",
     tags=["jobs"],
-    responses=problem_responses(401, 403, 422, 500, 503),
+    responses=problem_responses(401, 403, 422, 500, 502, 503),
 )
 
 Context = Annotated[ApiContext, Depends(get_context)]
 MAX_TAIL = 100_000  # lines; beyond, ask for a window (since) instead
+# A window beyond a year is a typo: leaving `since` out gives the whole log.
+MAX_SINCE_SECONDS = 366 * 24 * 3600
+MAX_ATTEMPT = 1_000_000  # attempts are counted from 1; no job comes near
+# The API server's PodLogOptions fields, as our parameters.
+_OUR_PARAMETER = {
+    "sinceSeconds": "since",
+    "sinceTime": "since",
+    "tailLines": "tail",
+    "follow": "follow",
+    "timestamps": "timestamps",
+}
 
 POD_GONE = "urn:kubetrain:problem:pod-gone"
+LOGS_REFUSED = "urn:kubetrain:problem:logs-refused"
+CLUSTER_UNAVAILABLE = "urn:kubetrain:problem:cluster-unavailable"
 NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
 NO_CLUSTER = "urn:kubetrain:problem:no-cluster"
 
@@ -96,9 +121,9 @@ async def get_logs(
     caller: Caller,
     context: Context,
     attempt: Annotated[
-        int | None, Query(ge=1, description="the attempt; default the newest")
+        int | None, Query(ge=1, le=MAX_ATTEMPT, description="the attempt; default the newest")
     ] = None,
-    worker: Annotated[int | None, Query(ge=0, description="a gang's rank")] = None,
+    worker: Annotated[int | None, Query(ge=0, lt=MAX_WORKERS, description="a gang's rank")] = None,
     follow: Annotated[bool, Query(description="keep streaming until the container ends")] = False,
     tail: Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="the last N lines")] = None,
     since: Annotated[
@@ -107,12 +132,7 @@ async def get_logs(
     timestamps: Annotated[bool, Query(description="each line starts with its time")] = False,
 ) -> StreamingResponse:
     require_job_access(caller, project, job_id, Action.READ, context.settings)
-    since_seconds = None
-    if since is not None:
-        try:
-            since_seconds = duration_seconds(since)
-        except ValueError as exc:
-            raise ProblemError(422, f"since: {exc}") from None
+    since_seconds = None if since is None else _since_seconds(since)
     namespace, chosen = await run_in_threadpool(_attempt, context, project, job_id, attempt, worker)
     logs = context.pod_logs
     if logs is None:
@@ -145,8 +165,30 @@ async def get_logs(
         first = await anext(lines, None)
     except ClusterError as exc:
         await lines.aclose()
-        raise _why_not(exc, chosen) from None
+        raise why_no_logs(exc, chosen) from None
     return StreamingResponse(_stream(first, lines), media_type="text/plain; charset=utf-8")
+
+
+def _since_seconds(since: str) -> int:
+    try:
+        seconds = duration_seconds(since)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        if seconds < 1:
+            message = "must be at least 1s (leave it out for the whole log)"
+        elif seconds > MAX_SINCE_SECONDS:
+            message = (
+                f"must be at most {MAX_SINCE_SECONDS // 3600}h (leave it out for the whole log)"
+            )
+        else:
+            return seconds
+    raise _bad_parameters([FieldProblem("query.since", message)])
+
+
+def _bad_parameters(problems: list[FieldProblem]) -> ProblemError:
+    names = ", ".join(p.field.removeprefix("query.") for p in problems)
+    return validation_error(problems, f"the log's parameters are not valid: {names}")
 
 
 def _attempt(
@@ -180,7 +222,7 @@ def _fake_node(attempt: Attempt) -> ProblemError:
     )
 
 
-def _why_not(exc: ClusterError, attempt: Attempt) -> ProblemError:
+def why_no_logs(exc: ClusterError, attempt: Attempt) -> ProblemError:
     """The problem to answer when the log could not be opened."""
     where = _where(attempt)
     if isinstance(exc, ClusterRefused) and exc.code == 404:
@@ -201,7 +243,33 @@ def _why_not(exc: ClusterError, attempt: Attempt) -> ProblemError:
     if isinstance(exc, ClusterRefused) and exc.code == 400:
         # The kubelet's words, e.g. the container is waiting to start.
         return ProblemError(409, f"{where} has no logs yet: {exc.message}")
-    return ProblemError(503, f"the logs of {where} could not be read: {exc.reason}: {exc.message}")
+    if isinstance(exc, ClusterRefused) and exc.code == 422:
+        # Options the checks above let through: named as ours, in the API server's words
+        # for each (its message names our Pod and its own field names).
+        problems = [
+            FieldProblem(f"query.{_OUR_PARAMETER.get(field, field)}", message)
+            for field, message in exc.causes
+        ] or [FieldProblem("", exc.reason)]
+        return _bad_parameters(problems)
+    if exc.unreachable:
+        return ProblemError(
+            503,
+            f"the logs of {where} could not be read: the Kubernetes API server did not "
+            f"answer ({exc.reason}); try again shortly",
+            type=CLUSTER_UNAVAILABLE,
+            title="Kubernetes unavailable",
+            headers={"Retry-After": "5"},
+        )
+    # Kubernetes refused kubetrain itself (its access, a conflict): no retry helps,
+    # and its text is about kubetrain's identity, not the caller's request.
+    log.warning("Kubernetes refused reading the logs of %s: %s: %s", where, exc.reason, exc.message)
+    return ProblemError(
+        502,
+        f"the logs of {where} could not be read: Kubernetes refused kubetrain's request "
+        f"({exc.reason}); the platform's administrators can tell why from the server's log",
+        type=LOGS_REFUSED,
+        title="Kubernetes refused the logs",
+    )
 
 
 async def _stream(first: str | None, rest: AsyncGenerator[str]) -> AsyncIterator[bytes]:
@@ -274,7 +342,9 @@ async def read_tail(
             async for line in lines:
                 chunks.append(line)
     except ClusterError as exc:
-        return LogTail(number, pod, None, _why_not(exc, attempt).detail, termination_message=kept)
+        return LogTail(
+            number, pod, None, why_no_logs(exc, attempt).detail, termination_message=kept
+        )
     except TimeoutError:
         if not chunks:
             said = f"the logs of {_where(attempt)} did not come within {timeout:g} s"
