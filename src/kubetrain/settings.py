@@ -34,6 +34,9 @@ the environment, the config file, the default.
                              server  the Pod Security levels (privileged, baseline,
                                      restricted) of the namespaces kubetrain makes
                                      (baseline, restricted)
+    KUBETRAIN_LOG_FOLLOW_STREAMS_PER_TOKEN
+                             server  how many `logs?follow=true` streams one API token may
+                                     hold open at once on one replica (4); the next is a 429
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
@@ -189,6 +192,9 @@ class ServerSettings(_Settings):
     gpu_resource: str = render_defaults.GPU_RESOURCE
     pod_security_enforce: Literal["privileged", "baseline", "restricted"] = "baseline"
     pod_security_warn: Literal["privileged", "baseline", "restricted"] = "restricted"
+    # Each follow stream is a connection through the API server to a kubelet for as long
+    # as the container runs; a person follows a few workers, not hundreds.
+    log_follow_streams_per_token: int = Field(default=4, ge=1, le=1000)
     session_secret: SecretStr | None = Field(default=None, min_length=32)
     # Half an hour without a step is rare in healthy training (even a long checkpoint
     # save or evaluation); a job that needs longer says so in spec.stallAfter.

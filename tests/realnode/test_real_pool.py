@@ -7,15 +7,18 @@ node that are not there.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 
 from kubetrain.local_server import CLI, LocalServer
+from kubetrain.settings import ServerSettings
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
 from kubetrain.testbed.processes import pick_free_ports
@@ -309,3 +312,58 @@ def test_kubetrain_logs_follows_a_real_container_while_it_prints(real_server: Se
     assert [x for x in again.stdout.splitlines() if x.startswith("tick ")] == [
         f"tick {i}" for i in range(ticks)
     ]
+
+
+def test_one_token_holds_at_most_n_follow_streams_and_each_ends_with_the_pod(
+    real_server: Server,
+):
+    """The bound on follow streams is per token, the next one is a 429 with Retry-After,
+    a stream closed by its client gives its place back, and every stream ends when the
+    Pod does (here: the job cancelled, its Pod deleted)."""
+    limit = ServerSettings.model_fields["log_follow_streams_per_token"].default
+    p = project()
+    script = "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
+    job_id = submit(real_server, job("streams", p, args=["python", "-c", script]))
+    url = f"/api/v1/projects/{p}/jobs/{job_id}/logs"
+
+    def running() -> bool:
+        with real_server.client() as http:
+            doc = http.get(f"/api/v1/projects/{p}/jobs/{job_id}").json()
+        return bool(doc["business_status"] == "RUNNING")
+
+    eventually(running, 90, what="the job to run")
+    with contextlib.ExitStack() as held, real_server.client() as http:
+
+        def follow(token: str | None = None) -> httpx.Response:
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            answer = held.enter_context(
+                http.stream("GET", url, params={"follow": "true"}, headers=headers)
+            )
+            if answer.status_code == 200:
+                assert next(answer.iter_lines()) == "ready"
+            return answer
+
+        streams = [follow() for _ in range(limit)]
+        assert [s.status_code for s in streams] == [200] * limit
+        refused = http.get(url, params={"follow": "true"})
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["Retry-After"]) > 0
+        assert refused.json()["type"] == "urn:kubetrain:problem:too-many-streams"
+        # Without follow the log is read and ends: not bounded.
+        assert http.get(url).text == "ready\n"
+        # Another token's streams are its own.
+        other = follow(real_server.create_token(p, "viewer"))
+        assert other.status_code == 200
+        # A client that goes gives its place back.
+        streams.pop(0).close()
+        again = eventually(
+            lambda: (s := follow()).status_code == 200 and s, 20, what="the freed place"
+        )
+        streams.append(again)
+        assert http.post(f"/api/v1/projects/{p}/jobs/{job_id}/cancel").status_code == 200
+        # The Pod ends: every stream ends (a read past its last line would time out).
+        for stream in [*streams, other]:
+            assert list(stream.iter_lines()) == []
+    # Their places are free again: the next follow is answered for the Pod, not refused.
+    with real_server.client() as http:
+        assert http.get(url, params={"follow": "true"}).status_code != 429

@@ -25,12 +25,13 @@ there are none.
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
@@ -68,6 +69,10 @@ _OUR_PARAMETER = {
 }
 
 POD_GONE = "urn:kubetrain:problem:pod-gone"
+TOO_MANY_STREAMS = "urn:kubetrain:problem:too-many-streams"
+FOLLOW_RETRY_AFTER_SECONDS = 10  # a stream a person closes goes within seconds
+FOLLOW_CHECK_SECONDS = 2.0  # how often a follow stream looks whether its Pod has ended
+FOLLOW_GRACE_SECONDS = 5.0  # then how long the kubelet has to end the stream itself
 LOGS_REFUSED = "urn:kubetrain:problem:logs-refused"
 CLUSTER_UNAVAILABLE = "urn:kubetrain:problem:cluster-unavailable"
 NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
@@ -112,10 +117,11 @@ def _ranks(diagnosis: Mapping[str, Any] | None) -> dict[str, int | None]:
             "description": "the container's output, as the kubelet keeps it",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **problem_responses(404, 409, 410),
+        **problem_responses(404, 409, 410, 429),
     },
 )
 async def get_logs(
+    http: Request,
     project: Annotated[str, Path()],
     job_id: Annotated[str, Path()],
     caller: Caller,
@@ -160,13 +166,97 @@ async def get_logs(
             fake = False  # the log's own error, below, says more
         if fake:
             raise _fake_node(chosen)
-    lines = logs.lines(request)
+    stops: list[Coroutine[Any, Any, None]] = []
+    release: Callable[[], None] | None = None
+    if follow:
+        limit = context.settings.log_follow_streams_per_token
+        streams, key = context.follow_streams, caller.token_id
+        if not streams.take(key, limit):
+            raise _too_many_streams(limit)
+        release = functools.partial(streams.give_back, key)
+        stops = [_until_disconnected(http), _until_pod_ended(context, chosen.id)]
+    lines = _Lines(logs.lines(request), stops, release)
     try:
-        first = await anext(lines, None)
+        first = await lines.next()
     except ClusterError as exc:
-        await lines.aclose()
+        await lines.close()
         raise why_no_logs(exc, chosen) from None
+    except BaseException:
+        await lines.close()
+        raise
     return StreamingResponse(_stream(first, lines), media_type="text/plain; charset=utf-8")
+
+
+def _too_many_streams(limit: int) -> ProblemError:
+    return ProblemError(
+        429,
+        f"this API token holds {limit} log streams (follow) open already, the most one "
+        "token may hold; close one, or read without follow",
+        type=TOO_MANY_STREAMS,
+        title="Too many log streams",
+        headers={"Retry-After": str(FOLLOW_RETRY_AFTER_SECONDS)},
+    )
+
+
+class _Lines:
+    """A log's lines, ended early (`next` gives None) when one of `stops` completes: the
+    client went away, or the Pod ended and the kubelet did not end the stream itself.
+    `close` stops everything and calls `release` once."""
+
+    def __init__(
+        self,
+        lines: AsyncGenerator[str],
+        stops: Sequence[Coroutine[Any, Any, None]],
+        release: Callable[[], None] | None,
+    ) -> None:
+        self._lines = lines
+        self._stops = [asyncio.ensure_future(stop) for stop in stops]
+        self._release = release
+        self._step: asyncio.Future[str | None] | None = None
+
+    async def next(self) -> str | None:
+        if not self._stops:
+            return await anext(self._lines, None)
+        self._step = step = asyncio.ensure_future(anext(self._lines, None))
+        await asyncio.wait({step, *self._stops}, return_when=asyncio.FIRST_COMPLETED)
+        if not step.done():
+            return None
+        self._step = None
+        return step.result()
+
+    async def close(self) -> None:
+        for stop in self._stops:
+            stop.cancel()
+        step, self._step = self._step, None
+        if step is not None:
+            step.cancel()
+            await asyncio.wait({step})  # the generator must be idle before aclose
+        release, self._release = self._release, None
+        if release is not None:
+            release()
+        await self._lines.aclose()
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Until the client has gone: an ASGI server says so only to `receive`, and a quiet
+    stream writes nothing that would fail."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _until_pod_ended(context: ApiContext, attempt_id: int) -> None:
+    """Until the syncer has recorded the attempt's Pod ended (or gone), and then a grace
+    for the kubelet to end the stream itself with the last lines: a node that is lost
+    leaves the connection open with nobody at its end."""
+    while not await run_in_threadpool(_ended, context, attempt_id):
+        await asyncio.sleep(FOLLOW_CHECK_SECONDS)
+    await asyncio.sleep(FOLLOW_GRACE_SECONDS)
+
+
+def _ended(context: ApiContext, attempt_id: int) -> bool:
+    with context.db.read_only() as session:
+        attempt = session.get(Attempt, attempt_id)
+        return attempt is None or attempt.finished_at is not None
 
 
 def _since_seconds(since: str) -> int:
@@ -272,16 +362,16 @@ def why_no_logs(exc: ClusterError, attempt: Attempt) -> ProblemError:
     )
 
 
-async def _stream(first: str | None, rest: AsyncGenerator[str]) -> AsyncIterator[bytes]:
+async def _stream(first: str | None, rest: _Lines) -> AsyncIterator[bytes]:
     try:
-        if first is not None:
-            yield first.encode()
-        async for line in rest:
+        line = first
+        while line is not None:
             yield line.encode()
+            line = await rest.next()
     except ClusterError:
         return  # the stream broke after the answer began: the client sees it end
     finally:
-        await rest.aclose()
+        await rest.close()
 
 
 # -- the job page's logs panel -------------------------------------------------------
