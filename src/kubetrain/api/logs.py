@@ -31,6 +31,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, 
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+import anyio
 from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
@@ -225,16 +226,20 @@ class _Lines:
         return step.result()
 
     async def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()  # first, before any await a cancellation could cut short
         for stop in self._stops:
             stop.cancel()
         step, self._step = self._step, None
-        if step is not None:
-            step.cancel()
-            await asyncio.wait({step})  # the generator must be idle before aclose
-        release, self._release = self._release, None
-        if release is not None:
-            release()
-        await self._lines.aclose()
+        # Shielded: Starlette cancels a streaming response whose client went away, and
+        # its (anyio) cancellation would cut every await here short, leaving the
+        # connection to the kubelet open.
+        with anyio.CancelScope(shield=True):
+            if step is not None:
+                step.cancel()
+                await asyncio.wait({step})  # the generator must be idle before aclose
+            await self._lines.aclose()
 
 
 async def _until_disconnected(request: Request) -> None:
