@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import AsyncGenerator
@@ -102,6 +103,8 @@ class FakeLogs:
         self.output: dict[str, list[str]] = {}
         self.fake_nodes: set[str] = set()
         self.refusals: dict[str, ClusterError] = {}  # what reading a Pod's log raises
+        # Pods whose followed log never ends by itself (a lost node's kubelet).
+        self.endless: set[str] = set()
 
     async def is_fake_node(self, name: str) -> bool:
         return name in self.fake_nodes
@@ -115,6 +118,8 @@ class FakeLogs:
             raise ClusterRefused(404, "NotFound", "")
         for line in self.output[request.pod]:
             yield line
+        if request.follow and request.pod in self.endless:
+            await asyncio.Event().wait()
 
 
 # Three dumps recorded from the real Kueue, whose Workloads share ClusterQueue `gpus`:

@@ -12,6 +12,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kubetrain.api import create_app
+from kubetrain.api import logs as logs_api
 from kubetrain.cluster.errors import ClusterRefused
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -231,3 +232,27 @@ def test_kubernetes_refusals_are_translated_not_passed_on_as_503(
     assert answer.status_code == 503
     assert answer.headers["Retry-After"] == "5"
     assert "etcd" not in answer.text
+
+
+@pytest.mark.timeout(30)  # without the end, the stream would never end
+def test_a_follow_stream_ends_once_the_pod_has_ended_even_if_the_kubelet_never_says(
+    client: TestClient,
+    tokens: Tokens,
+    db: Database,
+    pod_logs: FakeLogs,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(logs_api, "FOLLOW_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr(logs_api, "FOLLOW_GRACE_SECONDS", 0.0)
+    job_id = submitted(client, tokens, "lost")
+    ended = datetime.now(UTC)
+    record(db, job_id, [pod("kt-lost", pod_phase="Failed", finished_at=ended)], [None])
+    pod_logs.output["kt-lost"] = ["last words\n"]
+    pod_logs.endless.add("kt-lost")
+    answer = client.get(
+        f"{JOBS}/{job_id}/logs", params={"follow": "true"}, headers=tokens("viewer")
+    )
+    # The answer is whole: the stream ended, and its place is given back.
+    assert (answer.status_code, answer.text) == (200, "last words\n")
+    app = cast(Any, client.app)
+    assert app.state.kubetrain.follow_streams.total() == 0

@@ -32,3 +32,7 @@ class StreamSlots:
 
     def held(self, key: str) -> int:
         return self._held.get(key, 0)
+
+    def total(self) -> int:
+        """Streams held by every key together."""
+        return sum(self._held.values())
