@@ -30,6 +30,13 @@ the environment, the config file, the default.
                                      (no entry, no spec.queue: the Job is not queued)
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
+    KUBETRAIN_POD_SECURITY_ENFORCE, _WARN
+                             server  the Pod Security levels (privileged, baseline,
+                                     restricted) of the namespaces kubetrain makes
+                                     (baseline, restricted)
+    KUBETRAIN_LOG_FOLLOW_STREAMS_PER_TOKEN
+                             server  how many `logs?follow=true` streams one API token may
+                                     hold open at once on one replica (4); the next is a 429
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
@@ -191,6 +198,11 @@ class ServerSettings(_Settings):
     status_url: str | None = None
     accelerator_label: str = render_defaults.ACCELERATOR_LABEL
     gpu_resource: str = render_defaults.GPU_RESOURCE
+    pod_security_enforce: Literal["privileged", "baseline", "restricted"] = "baseline"
+    pod_security_warn: Literal["privileged", "baseline", "restricted"] = "restricted"
+    # Each follow stream is a connection through the API server to a kubelet for as long
+    # as the container runs; a person follows a few workers, not hundreds.
+    log_follow_streams_per_token: int = Field(default=4, ge=1, le=1000)
     session_secret: SecretStr | None = Field(default=None, min_length=32)
     # Half an hour without a step is rare in healthy training (even a long checkpoint
     # save or evaluation); a job that needs longer says so in spec.stallAfter.
@@ -234,6 +246,8 @@ class ServerSettings(_Settings):
             gpu_resource=self.gpu_resource,
             accelerator_label=self.accelerator_label,
             status_url=self.status_url,
+            pod_security_enforce=self.pod_security_enforce,
+            pod_security_warn=self.pod_security_warn,
             default_queues=tuple(
                 (namespace, queue)
                 for project, queue in sorted(self.queues.items())

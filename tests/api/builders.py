@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import json
 from collections.abc import AsyncGenerator
@@ -12,7 +13,7 @@ from typing import Any
 import httpx2 as httpx
 from fastapi.testclient import TestClient
 
-from kubetrain.cluster.errors import ClusterRefused
+from kubetrain.cluster.errors import ClusterError, ClusterRefused
 from kubetrain.cluster.logs import LogRequest
 from kubetrain.store import ALL_PROJECTS, Database, Role, create_token
 
@@ -101,17 +102,24 @@ class FakeLogs:
         self.asked: list[LogRequest] = []
         self.output: dict[str, list[str]] = {}
         self.fake_nodes: set[str] = set()
+        self.refusals: dict[str, ClusterError] = {}  # what reading a Pod's log raises
+        # Pods whose followed log never ends by itself (a lost node's kubelet).
+        self.endless: set[str] = set()
 
     async def is_fake_node(self, name: str) -> bool:
         return name in self.fake_nodes
 
     async def lines(self, request: LogRequest) -> AsyncGenerator[str]:
         self.asked.append(request)
+        if request.pod in self.refusals:
+            raise self.refusals[request.pod]
         if request.pod not in self.output:
             # A Pod that is gone: the API server's 404 (only the code is read).
             raise ClusterRefused(404, "NotFound", "")
         for line in self.output[request.pod]:
             yield line
+        if request.follow and request.pod in self.endless:
+            await asyncio.Event().wait()
 
 
 # Three dumps recorded from the real Kueue, whose Workloads share ClusterQueue `gpus`:

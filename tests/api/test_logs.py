@@ -12,6 +12,8 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kubetrain.api import create_app
+from kubetrain.api import logs as logs_api
+from kubetrain.cluster.errors import ClusterRefused
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.settings import ServerSettings
@@ -170,3 +172,87 @@ def test_a_server_without_a_cluster_connection_says_so(
         answer = plain.get(f"{JOBS}/{job_id}/logs", headers=tokens("viewer"))
     assert answer.status_code == 503
     assert "no cluster connection" in answer.json()["detail"]
+
+
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("since", "0s"),
+        ("since", "-5m"),
+        ("since", "yesterday"),
+        ("since", "9000h"),
+        ("since", ""),
+        ("tail", "-1"),
+        ("tail", "100001"),
+        ("tail", "ten"),
+        ("attempt", "0"),
+        ("attempt", "1e3"),
+        ("attempt", "10000000"),
+        ("worker", "-1"),
+        ("worker", "256"),
+        ("follow", "maybe"),
+        ("timestamps", "2"),
+    ],
+)
+def test_every_bad_parameter_is_a_422_naming_it_before_kubernetes_is_asked(
+    client: TestClient, tokens: Tokens, job: str, pod_logs: FakeLogs, name: str, value: str
+) -> None:
+    answer = client.get(f"{JOBS}/{job}/logs", params={name: value}, headers=tokens("viewer"))
+    assert answer.status_code == 422, answer.text
+    problem = answer.json()
+    assert [e["field"] for e in problem["errors"]] == [f"query.{name}"]
+    assert not pod_logs.asked
+
+
+def test_the_smallest_and_largest_windows_are_passed_on(
+    client: TestClient, tokens: Tokens, job: str, pod_logs: FakeLogs
+) -> None:
+    for since, seconds in (("1s", 1), ("8784h", 8784 * 3600)):
+        answer = client.get(f"{JOBS}/{job}/logs", params={"since": since}, headers=tokens("viewer"))
+        assert answer.status_code == 200, answer.text
+        assert pod_logs.asked[-1].since_seconds == seconds
+
+
+def test_kubernetes_refusals_are_translated_not_passed_on_as_503(
+    client: TestClient, tokens: Tokens, job: str, pod_logs: FakeLogs
+) -> None:
+    # kubetrain's own ServiceAccount refused: no retry helps, so no 503, and its text
+    # (about kubetrain's identity) stays in the server's log.
+    said = 'pods "kt-b" is forbidden: User "system:serviceaccount:kubetrain:kubetrain" cannot'
+    pod_logs.refusals["kt-b"] = ClusterRefused(403, "Forbidden", said)
+    answer = client.get(f"{JOBS}/{job}/logs", headers=tokens("viewer"))
+    assert answer.status_code == 502, answer.text
+    problem = answer.json()
+    assert problem["type"] == "urn:kubetrain:problem:logs-refused"
+    assert "Forbidden" in problem["detail"]
+    assert "serviceaccount" not in answer.text
+    # An API server that does not answer now: the one 503, with when to come back.
+    pod_logs.refusals["kt-b"] = ClusterRefused(503, "ServiceUnavailable", "etcd is slow")
+    answer = client.get(f"{JOBS}/{job}/logs", headers=tokens("viewer"))
+    assert answer.status_code == 503
+    assert answer.headers["Retry-After"] == "5"
+    assert "etcd" not in answer.text
+
+
+@pytest.mark.timeout(30)  # without the end, the stream would never end
+def test_a_follow_stream_ends_once_the_pod_has_ended_even_if_the_kubelet_never_says(
+    client: TestClient,
+    tokens: Tokens,
+    db: Database,
+    pod_logs: FakeLogs,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(logs_api, "FOLLOW_CHECK_SECONDS", 0.05)
+    monkeypatch.setattr(logs_api, "FOLLOW_GRACE_SECONDS", 0.0)
+    job_id = submitted(client, tokens, "lost")
+    ended = datetime.now(UTC)
+    record(db, job_id, [pod("kt-lost", pod_phase="Failed", finished_at=ended)], [None])
+    pod_logs.output["kt-lost"] = ["last words\n"]
+    pod_logs.endless.add("kt-lost")
+    answer = client.get(
+        f"{JOBS}/{job_id}/logs", params={"follow": "true"}, headers=tokens("viewer")
+    )
+    # The answer is whole: the stream ended, and its place is given back.
+    assert (answer.status_code, answer.text) == (200, "last words\n")
+    app = cast(Any, client.app)
+    assert app.state.kubetrain.follow_streams.total() == 0

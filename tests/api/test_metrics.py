@@ -18,8 +18,8 @@ pytestmark = pytest.mark.db
 Samples = dict[tuple[str, frozenset[tuple[str, str]]], float]
 
 
-def samples(client: TestClient) -> Samples:
-    response = client.get("/metrics")
+def samples(client: TestClient, headers: dict[str, str] | None = None) -> Samples:
+    response = client.get("/metrics", headers=headers)
     assert response.status_code == 200
     assert response.headers["content-type"].startswith("text/plain; version=")
     return {

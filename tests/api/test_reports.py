@@ -3,6 +3,7 @@ the job's progress (phase, step, checkpoint, resume lineage), refused whole when
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -10,7 +11,9 @@ from fastapi.testclient import TestClient
 from sqlalchemy import event, func, select
 
 from kubetrain.api import create_app
+from kubetrain.api.reports import MAX_CLOCK_SKEW, MAX_REPORT_AGE
 from kubetrain.domain.manifest import job_name
+from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.settings import ServerSettings
 from kubetrain.store import (
     MAX_DROPPED,
@@ -19,6 +22,8 @@ from kubetrain.store import (
     Database,
     PodObservation,
     Report,
+    Source,
+    apply_business_change,
     set_status_token,
 )
 from tests.api.builders import JOBS, Tokens, submitted
@@ -27,7 +32,8 @@ from tests.store.builders import observe
 pytestmark = pytest.mark.db
 
 TOKEN = "kts_the-jobs-own-token"
-T = "2026-12-02T16:00:0{}Z"
+# Yesterday afternoon: within the window the server takes times in (MAX_REPORT_AGE).
+T = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT16:00:0{}Z")
 
 
 @pytest.fixture
@@ -88,7 +94,7 @@ def test_phase_steps_and_checkpoints_become_the_jobs_progress(
     assert answer.json() == {"job_id": job_id, "stored": 5}
     progress = detail(client, tokens, job_id)["progress"]
     assert progress["phase"] == "TRAINING"
-    assert progress["phase_since"].startswith("2026-12-02T16:00:01")
+    assert progress["phase_since"].startswith(T.format(1).removesuffix("Z"))
     assert (progress["step"], progress["metrics"]) == (20, {"loss": 0.25})
     assert progress["checkpoint"]["step"] == 10
     assert progress["checkpoint"]["sizeBytes"] == 1024
@@ -358,20 +364,104 @@ def test_one_seq_given_twice_in_a_batch_is_a_422_naming_it(
 
 
 @pytest.mark.parametrize(
-    "when", ["0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z"]
+    "when",
+    [
+        "0001-01-01T00:00:00+01:00",
+        "9999-12-31T23:59:59-01:00",
+        "0001-01-01T00:00:00Z",
+        "1970-01-01T00:00:00Z",
+        (datetime.now(UTC) - MAX_REPORT_AGE - timedelta(hours=1)).isoformat(),
+        (datetime.now(UTC) + MAX_CLOCK_SKEW + timedelta(hours=1)).isoformat(),
+    ],
 )
-def test_a_time_past_utcs_range_is_a_422_not_a_500(
+def test_a_time_far_from_the_servers_clock_is_a_422_not_a_500(
     client: TestClient, job_id: str, db: Database, when: str
 ) -> None:
+    good = {"seq": 0, "time": T.format(0), "type": "step", "step": 1}
     answer = post(
-        client, job_id, batch(job_id, {"seq": 0, "time": when, "type": "step", "step": 1})
+        client, job_id, batch(job_id, good, {"seq": 1, "time": when, "type": "step", "step": 2})
     )
-    if when.endswith("Z"):  # the very first instant is a time like any other
-        assert answer.status_code == 202, answer.text
-        return
     assert answer.status_code == 422, answer.text
-    assert any("time" in error["field"] for error in answer.json()["errors"])
+    # As pydantic names the fields of a tagged union: the event's type in the path.
+    assert [error["field"] for error in answer.json()["errors"]] == ["events.1.step.time"]
     assert reports(db, job_id) == 0
+
+
+def test_times_at_the_edges_of_the_window_are_taken(client: TestClient, job_id: str) -> None:
+    now = datetime.now(UTC)
+    early, late = now - MAX_REPORT_AGE + timedelta(hours=1), now + timedelta(minutes=1)
+    events = [
+        {"seq": seq, "time": when.isoformat(), "type": "step", "step": seq}
+        for seq, when in enumerate((early, late))
+    ]
+    answer = post(client, job_id, batch(job_id, *events))
+    assert answer.status_code == 202, answer.text
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [
+        ("step", True),
+        ("step", "1"),
+        ("step", 1.0),
+        ("seq", False),
+        ("seq", "0"),
+        ("metrics", {"loss": True}),
+        ("metrics", {"loss": "0.5"}),
+    ],
+)
+def test_numbers_are_as_strict_as_the_schema(
+    client: TestClient, job_id: str, db: Database, field: str, value: Any
+) -> None:
+    event = {"seq": 0, "time": T.format(0), "type": "step", "step": 1, field: value}
+    answer = post(client, job_id, batch(job_id, event))
+    assert answer.status_code == 422, answer.text
+    assert any(field in error["field"] for error in answer.json()["errors"])
+    assert reports(db, job_id) == 0
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("rank", True), ("rank", "0"), ("dropped", "3"), ("dropped", True)],
+)
+def test_a_batchs_counts_are_integers(
+    client: TestClient, job_id: str, db: Database, field: str, value: Any
+) -> None:
+    event = {"seq": 0, "time": T.format(0), "type": "step", "step": 1}
+    answer = post(client, job_id, batch(job_id, event, **{field: value}))
+    assert answer.status_code == 422, answer.text
+    assert [error["field"] for error in answer.json()["errors"]] == [field]
+
+
+@pytest.mark.parametrize("state", ["SUCCEEDED", "FAILED", "CANCELLED"])
+def test_a_finished_jobs_token_is_refused_with_a_410_problem(
+    client: TestClient, job_id: str, db: Database, state: str
+) -> None:
+    event = {"seq": 0, "time": T.format(0), "type": "step", "step": 1}
+    assert post(client, job_id, batch(job_id, event)).status_code == 202
+    path = {
+        "SUCCEEDED": [
+            (BusinessState.QUEUED, ReasonCode.SCHEDULING),
+            (BusinessState.RUNNING, ReasonCode.TRAINING),
+            (BusinessState.SUCCEEDED, ReasonCode.COMPLETED),
+        ],
+        "FAILED": [(BusinessState.FAILED, ReasonCode.OOM_KILLED)],
+        "CANCELLED": [(BusinessState.CANCELLED, ReasonCode.CANCELLED)],
+    }[state]
+    for to_state, reason in path:
+        with db.transaction() as session:
+            apply_business_change(session, job_id, to_state, reason, source=Source.SYNCER)
+    event = {"seq": 1, "time": T.format(1), "type": "step", "step": 2}
+    answer = post(client, job_id, batch(job_id, event))
+    assert answer.status_code == 410, answer.text
+    assert answer.headers["content-type"] == "application/problem+json"
+    problem = answer.json()
+    assert problem["type"] == "urn:kubetrain:problem:job-finished"
+    assert problem["status"] == 410
+    assert state in problem["detail"]
+    assert reports(db, job_id) == 1
+    # Another job's token is still a 401, finished or not: nothing said about this one.
+    assert post(client, job_id, batch(job_id, event), token="kts_other").status_code == 401
 
 
 def test_dropped_counts_near_2_62_saturate_and_later_batches_still_store(

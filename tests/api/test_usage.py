@@ -9,7 +9,7 @@ import pytest
 from fastapi.testclient import TestClient
 
 from kubetrain.domain.states import BusinessState, ReasonCode
-from kubetrain.store import Database, PodObservation, ReportEvent, record_reports
+from kubetrain.store import ALL_PROJECTS, Database, PodObservation, ReportEvent, record_reports
 from kubetrain.store.sync import SyncedJob, record_synced
 from tests.api.builders import JOBS, OTHER, PROJECT, Tokens, submitted, training_job
 from tests.api.test_metrics import samples, value
@@ -156,15 +156,37 @@ def test_usage_is_read_within_the_tokens_scope(
         assert "since" in out.json()["detail"]
 
 
-def test_metrics_count_gpu_seconds_by_project_type_and_phase(
-    client: TestClient, jobs: dict[str, str]
+def test_metrics_count_gpu_seconds_by_project_type_and_phase_for_a_token(
+    client: TestClient, tokens: Tokens, jobs: dict[str, str]
 ) -> None:
-    found = samples(client)
-    name = "kubetrain_gpu_seconds_total"
+    found = samples(client, tokens("viewer", ALL_PROJECTS))
+    name = "kubetrain_project_gpu_seconds_total"
     for phase, seconds in H100.items():
         labels = {"project": PROJECT, "gpu_type": "nvidia-h100", "phase": phase}
         assert value(found, name, **labels) == seconds
     assert value(found, name, project=OTHER, gpu_type="any", phase="training") == 600.0
+    # A token of one project: that project's series, no other's.
+    mine = samples(client, tokens("viewer", PROJECT))
+    assert value(mine, name, project=PROJECT, gpu_type="nvidia-h100", phase="training") > 0
+    assert not [key for key in mine if ("project", OTHER) in key[1]]
+
+
+def test_the_open_metrics_name_no_project_and_keep_the_totals(
+    client: TestClient, tokens: Tokens, jobs: dict[str, str]
+) -> None:
+    answer = client.get("/metrics")
+    assert answer.status_code == 200
+    assert PROJECT not in answer.text
+    assert OTHER not in answer.text
+    assert "project=" not in answer.text
+    found = samples(client)
+    name = "kubetrain_gpu_seconds_total"
+    for phase, seconds in H100.items():
+        assert value(found, name, gpu_type="nvidia-h100", phase=phase) == seconds
+    assert value(found, name, gpu_type="any", phase="training") == 600.0
+    # A token that does not work is said, not answered as if there were none.
+    refused = client.get("/metrics", headers={"Authorization": "Bearer kt_revoked"})
+    assert refused.status_code == 401
 
 
 def test_the_counter_never_steps_back_when_an_end_is_recorded_late(
@@ -179,8 +201,11 @@ def test_the_counter_never_steps_back_when_an_end_is_recorded_late(
         bound_at=now - timedelta(hours=1),
     )
     record(db, job_id, running)
-    name, labels = "kubetrain_gpu_seconds_total", {"project": PROJECT, "gpu_type": "nvidia-l4"}
-    first = value(samples(client), name, phase="before_training", **labels)
+    name, labels = (
+        "kubetrain_project_gpu_seconds_total",
+        {"project": PROJECT, "gpu_type": "nvidia-l4"},
+    )
+    first = value(samples(client, tokens.admin), name, phase="before_training", **labels)
     assert first >= 3600
     # The syncer now records that it ended ten minutes ago: the sum drops, the counter holds.
     ended = PodObservation(
@@ -191,4 +216,11 @@ def test_the_counter_never_steps_back_when_an_end_is_recorded_late(
         finished_at=now - timedelta(minutes=10),
     )
     record(db, job_id, ended)
-    assert value(samples(client), name, phase="before_training", **labels) == first
+    assert value(samples(client, tokens.admin), name, phase="before_training", **labels) == first
+    total = value(
+        samples(client),
+        "kubetrain_gpu_seconds_total",
+        gpu_type="nvidia-l4",
+        phase="before_training",
+    )
+    assert total == first

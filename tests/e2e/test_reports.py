@@ -5,6 +5,7 @@ RUNNING/TRAINING, and the Secret goes with the Job."""
 from __future__ import annotations
 
 import base64
+from datetime import UTC, datetime
 from typing import Any
 
 import httpx2 as httpx
@@ -51,7 +52,7 @@ def test_a_pod_reports_preflight_then_training_with_its_jobs_token(
     ref = next(e for e in env if e.name == "KUBETRAIN_STATUS_TOKEN").valueFrom.secretKeyRef
     assert (ref.name, ref.key) == (secret.metadata.name, "token")
 
-    t = "2026-12-02T16:00:00Z"
+    t = datetime.now(UTC).isoformat()  # the server takes times near its clock only
     assert report(server, job_id, server.token, pod).status_code == 401  # a user's token
     answer = report(
         server, job_id, token, pod, {"seq": 0, "time": t, "type": "phase", "phase": "PREFLIGHT"}

@@ -7,16 +7,20 @@ node that are not there.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
+import httpx2 as httpx
 import pytest
 from lightkube import Client
 from lightkube.resources.core_v1 import Node, Pod
 
 import kubetrain
 from kubetrain.local_server import CLI, LocalServer
+from kubetrain.settings import ServerSettings
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
 from kubetrain.testbed.processes import pick_free_ports
@@ -344,3 +348,68 @@ def test_the_sdk_follows_a_real_container_and_asks_about_the_job_between_lines(
     why = sdk.why("sdk-ticks")
     assert (why.state, why.reason) == ("SUCCEEDED", "COMPLETED")
     assert list(sdk.logs(submitted.id, tail=1)) == ["last words"]
+
+
+def test_one_token_holds_at_most_n_follow_streams_and_each_ends_with_the_pod(
+    real_server: Server,
+):
+    """The bound on follow streams is per token, the next one is a 429 with Retry-After,
+    a stream closed by its client gives its place back, and every stream ends when the
+    Pod does (here: the job cancelled, its Pod deleted)."""
+    limit = ServerSettings.model_fields["log_follow_streams_per_token"].default
+    p = project()
+    script = "import time\nprint('ready', flush=True)\ntime.sleep(600)\n"
+    job_id = submit(real_server, job("streams", p, args=["python", "-c", script]))
+    url = f"/api/v1/projects/{p}/jobs/{job_id}/logs"
+
+    def running() -> bool:
+        with real_server.client() as http:
+            doc = http.get(f"/api/v1/projects/{p}/jobs/{job_id}").json()
+        return bool(doc["business_status"] == "RUNNING")
+
+    eventually(running, 90, what="the job to run")
+    with contextlib.ExitStack() as held, real_server.client() as http:
+
+        def follow(token: str | None = None) -> tuple[httpx.Response, Iterator[str]]:
+            headers = {"Authorization": f"Bearer {token}"} if token else None
+            answer = held.enter_context(
+                http.stream("GET", url, params={"follow": "true"}, headers=headers)
+            )
+            lines = answer.iter_lines()  # one reader per stream: httpx reads a body once
+            if answer.status_code == 200:  # the preflight's lines, then the program's
+                assert list(_until_ready(lines))[-1] == "ready"
+            return answer, lines
+
+        streams = [follow() for _ in range(limit)]
+        assert [answer.status_code for answer, _ in streams] == [200] * limit
+        refused = http.get(url, params={"follow": "true"})
+        assert refused.status_code == 429, refused.text
+        assert int(refused.headers["Retry-After"]) > 0
+        assert refused.json()["type"] == "urn:kubetrain:problem:too-many-streams"
+        # Without follow the log is read and ends: not bounded.
+        assert "ready" in http.get(url).text.splitlines()
+        # Another token's streams are its own.
+        other = follow(real_server.create_token(p, "viewer"))
+        assert other[0].status_code == 200
+        # A client that goes gives its place back.
+        streams.pop(0)[0].close()
+        again = eventually(
+            lambda: (s := follow())[0].status_code == 200 and s, 20, what="the freed place"
+        )
+        streams.append(again)
+        assert http.post(f"/api/v1/projects/{p}/jobs/{job_id}/cancel").status_code == 200
+        # The Pod ends: every stream ends (a read past its last line would time out).
+        for _, lines in [*streams, other]:
+            assert "ready" not in list(lines)
+    # Their places are free again: the next follow is answered for the Pod, not refused.
+    with real_server.client() as http:
+        assert http.get(url, params={"follow": "true"}).status_code != 429
+
+
+def _until_ready(lines: Iterator[str]) -> Iterator[str]:
+    """The lines up to the program's `ready`, which ends them; fails if the log ends first."""
+    for line in lines:
+        yield line
+        if line == "ready":
+            return
+    pytest.fail("the log ended before the program's first line")

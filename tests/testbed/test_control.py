@@ -13,6 +13,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from lightkube import Client
+from lightkube.resources.core_v1 import Namespace, Pod
 
 from kubetrain.cluster.client import load_config
 from kubetrain.control.runner import ControlLoops
@@ -26,7 +28,7 @@ from kubetrain.store import (
     submit_job,
 )
 from kubetrain.testbed.cluster import Testbed
-from tests.kube import eventually
+from tests.kube import eventually, get
 
 pytestmark = pytest.mark.testbed
 
@@ -148,3 +150,22 @@ def test_history_has_no_duplicate_rows(loops: ControlLoops):
     assert history(loops, job) == path
     assert all(a != b for a, b in itertools.pairwise(path))
     assert path == history(loops, job)
+
+
+def test_a_dispatched_pod_is_locked_down_in_a_namespace_with_pod_security_levels(
+    loops: ControlLoops, kube: Client
+):
+    project = f"ctl-{uuid.uuid4().hex[:6]}"
+    job_id = submit(loops, project, "locked")
+    pods = eventually(
+        lambda: list(kube.list(Pod, namespace=project, labels={"kubetrain.io/job-id": job_id})),
+        what="the job's Pod",
+    )
+    # As the API server stored it, so admitted under the namespace's enforced level.
+    context = pods[0].spec.containers[0].securityContext
+    assert context.allowPrivilegeEscalation is False
+    assert context.capabilities.drop == ["ALL"]
+    assert context.seccompProfile.type == "RuntimeDefault"
+    labels = get(kube, Namespace, project).metadata.labels
+    assert labels["pod-security.kubernetes.io/enforce"] == "baseline"
+    assert labels["pod-security.kubernetes.io/warn"] == "restricted"

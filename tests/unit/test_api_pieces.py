@@ -11,6 +11,7 @@ import pytest
 from kubetrain.api.body import parse_json
 from kubetrain.api.principal import PERMISSIONS, Action, Principal
 from kubetrain.api.problems import ProblemError, validation_error
+from kubetrain.api.streams import StreamSlots
 from kubetrain.cli._output import age, table
 from kubetrain.client import ApiError, NotFound
 from kubetrain.domain.spec import FieldProblem
@@ -109,3 +110,15 @@ def test_ages_and_tables() -> None:
     out = io.StringIO()
     table(["NAME", "NODE"], [["a-long-name", None], ["b", "gpu-1"]], stream=out)
     assert out.getvalue() == "NAME          NODE\na-long-name   -\nb             gpu-1\n"
+
+
+def test_stream_slots_bound_each_key_and_come_back_when_given_back():
+    slots = StreamSlots()
+    assert [slots.take("a", 2) for _ in range(3)] == [True, True, False]
+    assert slots.take("b", 2)  # another token's are its own
+    slots.give_back("a")
+    assert slots.held("a") == 1
+    assert slots.take("a", 2)
+    for _ in range(2):
+        slots.give_back("a")
+    assert slots.held("a") == 0

@@ -743,3 +743,35 @@ def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
         # The Job's own Pods, by its uid: an earlier attempt's Job had the same name.
         "selector": {"batch.kubernetes.io/controller-uid": "uid-1"},
     }
+
+
+# -- locked down ------------------------------------------------------------------------------
+
+
+def test_the_container_is_locked_down():
+    for manifest in (render(base()), render(full()), render(with_spec(workers=2))):
+        context = container(manifest)["securityContext"]
+        assert context == {
+            "allowPrivilegeEscalation": False,
+            "capabilities": {"drop": ["ALL"]},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        }
+    # Each Job has its own copy: a caller changing one changes no other.
+    container(render(base()))["securityContext"]["capabilities"]["drop"].append("x")
+    assert container(render(base()))["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_namespaces_get_pod_security_levels_from_the_options():
+    assert m.namespace_labels() == {
+        "app.kubernetes.io/managed-by": "kubetrain",
+        "pod-security.kubernetes.io/enforce": "baseline",
+        "pod-security.kubernetes.io/warn": "restricted",
+    }
+    strict = m.RenderOptions(pod_security_enforce="restricted", pod_security_warn="restricted")
+    assert m.namespace_labels(strict)["pod-security.kubernetes.io/enforce"] == "restricted"
+
+
+@pytest.mark.parametrize("field", ["pod_security_enforce", "pod_security_warn"])
+def test_a_pod_security_level_must_be_one_kubernetes_knows(field):
+    with pytest.raises(ValueError, match=field):
+        m.RenderOptions(**{field: "strict"})

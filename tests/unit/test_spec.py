@@ -542,6 +542,35 @@ def test_env_names_of_kubetrain_are_reserved(name):
     assert "KUBETRAIN_" in found["spec.env[0].name"]
 
 
+@pytest.mark.parametrize(
+    "name",
+    [
+        "PET_NNODES",
+        "PET_NODE_RANK",
+        "PET_MASTER_ADDR",
+        "PET_RDZV_ENDPOINT",
+        "MASTER_ADDR",
+        "MASTER_PORT",
+        "WORLD_SIZE",
+        "RANK",
+        "LOCAL_RANK",
+        "NODE_RANK",
+        "GROUP_RANK",
+    ],
+)
+def test_torchruns_variables_are_reserved(name):
+    env = [{"name": "EPOCHS", "value": "3"}, {"name": name, "value": "1"}]
+    found = problems(put(minimal(), "spec.env", env))
+    assert list(found) == ["spec.env[1].name"]
+    assert name in found["spec.env[1].name"]
+    assert "wrong place in the gang" in found["spec.env[1].name"]
+
+
+@pytest.mark.parametrize("name", ["PETS", "MY_RANK", "RANKS", "rank", "MASTER_ADDRESS"])
+def test_names_near_torchruns_are_the_users(name):
+    parse_training_job(put(minimal(), "spec.env", [{"name": name, "value": "1"}]))
+
+
 def test_env_names_may_not_repeat():
     env = [{"name": "A", "value": "1"}, {"name": "B", "value": "2"}, {"name": "A", "value": "3"}]
     found = problems(put(minimal(), "spec.env", env))

@@ -4,6 +4,7 @@ roles and project scopes on every page, filters, counts, nodes and quotas."""
 from __future__ import annotations
 
 import re
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
@@ -25,6 +26,9 @@ from tests.api.builders import OTHER, PROJECT, Tokens, submit, training_job
 from tests.web.conftest import csrf_of, plaintext, sign_in
 
 pytestmark = pytest.mark.db
+
+# Reports take times within a window of the server's clock (api/reports.py).
+YESTERDAY = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT16:00:0{}Z")
 
 PAGES = [
     f"/ui/projects/{PROJECT}/jobs",
@@ -380,13 +384,13 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     pod = f"{job_name(job_id)}-aaaaa"
     events = (
         [
-            {"seq": 0, "time": "2026-12-02T16:00:00Z", "type": "phase", "phase": "TRAINING"},
-            {"seq": 1, "time": "2026-12-02T16:00:01Z", "type": "resumed", "fromStep": 10},
+            {"seq": 0, "time": YESTERDAY.format(0), "type": "phase", "phase": "TRAINING"},
+            {"seq": 1, "time": YESTERDAY.format(1), "type": "resumed", "fromStep": 10},
         ]
         + [
             {
                 "seq": 2 + i,
-                "time": "2026-12-02T16:00:02Z",
+                "time": YESTERDAY.format(2),
                 "type": "step",
                 "step": 10 + i,
                 "metrics": {"loss": 1.0 / (i + 1)},
@@ -396,7 +400,7 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
         + [
             {
                 "seq": 9,
-                "time": "2026-12-02T16:00:03Z",
+                "time": YESTERDAY.format(3),
                 "type": "checkpoint",
                 "step": 14,
                 "sizeBytes": 2 * 2**20,

@@ -33,6 +33,9 @@ from tests.web.conftest import plaintext, sign_in
 
 pytestmark = pytest.mark.db
 
+# Reports take times within a window of the server's clock (api/reports.py).
+YESTERDAY = (datetime.now(UTC) - timedelta(days=1)).strftime("%Y-%m-%dT16:00:0{}Z")
+
 HOSTILE = "<script>window.__xss=1</script>"
 
 
@@ -132,12 +135,12 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
         set_status_token(session, job_id, "kts_phased")
     pod = f"{job_name(job_id)}-aaaaa"
     events = [
-        {"seq": 1, "time": "2026-12-02T16:00:00Z", "type": "phase", "phase": "TRAINING"},
-        {"seq": 2, "time": "2026-12-02T16:00:01Z", "type": "step", "step": 5, "metrics": {}},
+        {"seq": 1, "time": YESTERDAY.format(0), "type": "phase", "phase": "TRAINING"},
+        {"seq": 2, "time": YESTERDAY.format(1), "type": "step", "step": 5, "metrics": {}},
         # A small model's checkpoint: a few KiB, which is not "0.0 MiB".
         {
             "seq": 3,
-            "time": "2026-12-02T16:00:02Z",
+            "time": YESTERDAY.format(2),
             "type": "checkpoint",
             "step": 5,
             "sizeBytes": 4300,

@@ -40,7 +40,7 @@ from kubetrain.store import (
 )
 
 # auto_error=False: a missing or malformed header is our 401 problem, not FastAPI's 403.
-_bearer = HTTPBearer(auto_error=False, description="An API token: `kubetrain token create`.")
+bearer = HTTPBearer(auto_error=False, description="An API token: `kubetrain token create`.")
 
 
 def _unauthorized(detail: str, *, invalid: bool) -> ProblemError:
@@ -52,7 +52,7 @@ def _unauthorized(detail: str, *, invalid: bool) -> ProblemError:
 
 async def principal(
     request: Request,
-    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
+    credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(bearer)],
     context: Annotated[ApiContext, Depends(get_context)],
 ) -> Principal:
     """The authenticated caller; 401 otherwise.

@@ -11,6 +11,7 @@ from typing import Any
 from fastapi import Request
 
 from kubetrain.api.principal import Principal
+from kubetrain.api.streams import StreamSlots
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.settings import ServerSettings
@@ -37,6 +38,8 @@ class ApiContext:
 
     # Tokens verified in the last seconds (token_cache.py), by hash.
     tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)
+    # The log follow streams each token holds open (api/logs.py).
+    follow_streams: StreamSlots = field(default_factory=StreamSlots)
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

@@ -5,11 +5,18 @@ Which Pod: attempt N (the numbers of `/attempts`), else the newest; `worker` pic
 gang's rank (the newest attempt of that rank). The same roles and projects as the
 other reads: a job outside the token's projects is a 404.
 
+Every parameter is checked before Kubernetes is asked (a 422 naming it: `since` must
+be a positive duration of at most a year, as the API server's `sinceSeconds` is at
+least 1; `tail`, `attempt`, `worker` within bounds; `follow`, `timestamps` booleans).
+
 What cannot be streamed is said as a problem, before any byte: a Pod that is gone
 (410, with the termination message the Job's `FallbackToLogsOnError` policy kept:
 the last lines of a crash), a Pod on a KWOK fake node, which runs no containers
 (409), a Pod with no container (409: not scheduled to a node, or its image not pulled),
-a process without a cluster connection (503: it runs no control loops).
+a process without a cluster connection (503: it runs no control loops), an API server
+that does not answer now (503 with Retry-After). A refusal of the API server is
+translated, never passed on as a 503 that invites a retry: options it found invalid
+are a 422 naming ours, anything else (kubetrain's own access refused) a 502.
 
 `read_tail` gives the job page its logs panel: the last lines, or the same words on why
 there are none.
@@ -18,34 +25,57 @@ there are none.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncGenerator, AsyncIterator, Mapping, Sequence
+import functools
+import logging
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from fastapi import APIRouter, Depends, Path, Query
+import anyio
+from fastapi import APIRouter, Depends, Path, Query, Request
 from starlette.concurrency import run_in_threadpool
 from starlette.responses import StreamingResponse
 
 from kubetrain.api.auth import Caller, job_not_found, require_job_access
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.principal import Action
-from kubetrain.api.problems import ProblemError, problem_responses
+from kubetrain.api.problems import ProblemError, problem_responses, validation_error
 from kubetrain.cluster.errors import ClusterError, ClusterRefused
 from kubetrain.cluster.logs import FAKE_NODE_ANNOTATION, FAKE_NODE_VALUE, LogRequest
 from kubetrain.domain.manifest import CONTAINER_NAME
-from kubetrain.domain.spec import duration_seconds
+from kubetrain.domain.spec import FieldProblem, duration_seconds
+from kubetrain.domain.spec.fields import MAX_WORKERS
 from kubetrain.store import Attempt, get_job, list_attempts
+
+log = logging.getLogger(__name__)
 
 router = APIRouter(
     prefix="/api/v1/projects/{project}/jobs",
     tags=["jobs"],
-    responses=problem_responses(401, 403, 422, 500, 503),
+    responses=problem_responses(401, 403, 422, 500, 502, 503),
 )
 
 Context = Annotated[ApiContext, Depends(get_context)]
 MAX_TAIL = 100_000  # lines; beyond, ask for a window (since) instead
+# A window beyond a year is a typo: leaving `since` out gives the whole log.
+MAX_SINCE_SECONDS = 366 * 24 * 3600
+MAX_ATTEMPT = 1_000_000  # attempts are counted from 1; no job comes near
+# The API server's PodLogOptions fields, as our parameters.
+_OUR_PARAMETER = {
+    "sinceSeconds": "since",
+    "sinceTime": "since",
+    "tailLines": "tail",
+    "follow": "follow",
+    "timestamps": "timestamps",
+}
 
 POD_GONE = "urn:kubetrain:problem:pod-gone"
+TOO_MANY_STREAMS = "urn:kubetrain:problem:too-many-streams"
+FOLLOW_RETRY_AFTER_SECONDS = 10  # a stream a person closes goes within seconds
+FOLLOW_CHECK_SECONDS = 2.0  # how often a follow stream looks whether its Pod has ended
+FOLLOW_GRACE_SECONDS = 5.0  # then how long the kubelet has to end the stream itself
+LOGS_REFUSED = "urn:kubetrain:problem:logs-refused"
+CLUSTER_UNAVAILABLE = "urn:kubetrain:problem:cluster-unavailable"
 NO_LOGS_ON_FAKE_NODES = "urn:kubetrain:problem:fake-node"
 NO_CLUSTER = "urn:kubetrain:problem:no-cluster"
 NO_CONTAINER = "urn:kubetrain:problem:no-container"
@@ -89,18 +119,19 @@ def _ranks(diagnosis: Mapping[str, Any] | None) -> dict[str, int | None]:
             "description": "the container's output, as the kubelet keeps it",
             "content": {"text/plain": {"schema": {"type": "string"}}},
         },
-        **problem_responses(404, 409, 410),
+        **problem_responses(404, 409, 410, 429),
     },
 )
 async def get_logs(
+    http: Request,
     project: Annotated[str, Path()],
     job_id: Annotated[str, Path()],
     caller: Caller,
     context: Context,
     attempt: Annotated[
-        int | None, Query(ge=1, description="the attempt; default the newest")
+        int | None, Query(ge=1, le=MAX_ATTEMPT, description="the attempt; default the newest")
     ] = None,
-    worker: Annotated[int | None, Query(ge=0, description="a gang's rank")] = None,
+    worker: Annotated[int | None, Query(ge=0, lt=MAX_WORKERS, description="a gang's rank")] = None,
     follow: Annotated[bool, Query(description="keep streaming until the container ends")] = False,
     tail: Annotated[int | None, Query(ge=0, le=MAX_TAIL, description="the last N lines")] = None,
     since: Annotated[
@@ -109,12 +140,7 @@ async def get_logs(
     timestamps: Annotated[bool, Query(description="each line starts with its time")] = False,
 ) -> StreamingResponse:
     require_job_access(caller, project, job_id, Action.READ, context.settings)
-    since_seconds = None
-    if since is not None:
-        try:
-            since_seconds = duration_seconds(since)
-        except ValueError as exc:
-            raise ProblemError(422, f"since: {exc}") from None
+    since_seconds = None if since is None else _since_seconds(since)
     namespace, chosen = await run_in_threadpool(_attempt, context, project, job_id, attempt, worker)
     logs = context.pod_logs
     if logs is None:
@@ -145,13 +171,123 @@ async def get_logs(
             fake = False  # the log's own error, below, says more
         if fake:
             raise _fake_node(chosen)
-    lines = logs.lines(request)
+    stops: list[Coroutine[Any, Any, None]] = []
+    release: Callable[[], None] | None = None
+    if follow:
+        limit = context.settings.log_follow_streams_per_token
+        streams, key = context.follow_streams, caller.token_id
+        if not streams.take(key, limit):
+            raise _too_many_streams(limit)
+        release = functools.partial(streams.give_back, key)
+        stops = [_until_disconnected(http), _until_pod_ended(context, chosen.id)]
+    lines = _Lines(logs.lines(request), stops, release)
     try:
-        first = await anext(lines, None)
+        first = await lines.next()
     except ClusterError as exc:
-        await lines.aclose()
-        raise _why_not(exc, chosen) from None
+        await lines.close()
+        raise why_no_logs(exc, chosen) from None
+    except BaseException:
+        await lines.close()
+        raise
     return StreamingResponse(_stream(first, lines), media_type="text/plain; charset=utf-8")
+
+
+def _too_many_streams(limit: int) -> ProblemError:
+    return ProblemError(
+        429,
+        f"this API token holds {limit} log streams (follow) open already, the most one "
+        "token may hold; close one, or read without follow",
+        type=TOO_MANY_STREAMS,
+        title="Too many log streams",
+        headers={"Retry-After": str(FOLLOW_RETRY_AFTER_SECONDS)},
+    )
+
+
+class _Lines:
+    """A log's lines, ended early (`next` gives None) when one of `stops` completes: the
+    client went away, or the Pod ended and the kubelet did not end the stream itself.
+    `close` stops everything and calls `release` once."""
+
+    def __init__(
+        self,
+        lines: AsyncGenerator[str],
+        stops: Sequence[Coroutine[Any, Any, None]],
+        release: Callable[[], None] | None,
+    ) -> None:
+        self._lines = lines
+        self._stops = [asyncio.ensure_future(stop) for stop in stops]
+        self._release = release
+        self._step: asyncio.Future[str | None] | None = None
+
+    async def next(self) -> str | None:
+        if not self._stops:
+            return await anext(self._lines, None)
+        self._step = step = asyncio.ensure_future(anext(self._lines, None))
+        await asyncio.wait({step, *self._stops}, return_when=asyncio.FIRST_COMPLETED)
+        if not step.done():
+            return None
+        self._step = None
+        return step.result()
+
+    async def close(self) -> None:
+        release, self._release = self._release, None
+        if release is not None:
+            release()  # first, before any await a cancellation could cut short
+        for stop in self._stops:
+            stop.cancel()
+        step, self._step = self._step, None
+        # Shielded: Starlette cancels a streaming response whose client went away, and
+        # its (anyio) cancellation would cut every await here short, leaving the
+        # connection to the kubelet open.
+        with anyio.CancelScope(shield=True):
+            if step is not None:
+                step.cancel()
+                await asyncio.wait({step})  # the generator must be idle before aclose
+            await self._lines.aclose()
+
+
+async def _until_disconnected(request: Request) -> None:
+    """Until the client has gone: an ASGI server says so only to `receive`, and a quiet
+    stream writes nothing that would fail."""
+    while (await request.receive())["type"] != "http.disconnect":
+        pass
+
+
+async def _until_pod_ended(context: ApiContext, attempt_id: int) -> None:
+    """Until the syncer has recorded the attempt's Pod ended (or gone), and then a grace
+    for the kubelet to end the stream itself with the last lines: a node that is lost
+    leaves the connection open with nobody at its end."""
+    while not await run_in_threadpool(_ended, context, attempt_id):
+        await asyncio.sleep(FOLLOW_CHECK_SECONDS)
+    await asyncio.sleep(FOLLOW_GRACE_SECONDS)
+
+
+def _ended(context: ApiContext, attempt_id: int) -> bool:
+    with context.db.read_only() as session:
+        attempt = session.get(Attempt, attempt_id)
+        return attempt is None or attempt.finished_at is not None
+
+
+def _since_seconds(since: str) -> int:
+    try:
+        seconds = duration_seconds(since)
+    except ValueError as exc:
+        message = str(exc)
+    else:
+        if seconds < 1:
+            message = "must be at least 1s (leave it out for the whole log)"
+        elif seconds > MAX_SINCE_SECONDS:
+            message = (
+                f"must be at most {MAX_SINCE_SECONDS // 3600}h (leave it out for the whole log)"
+            )
+        else:
+            return seconds
+    raise _bad_parameters([FieldProblem("query.since", message)])
+
+
+def _bad_parameters(problems: list[FieldProblem]) -> ProblemError:
+    names = ", ".join(p.field.removeprefix("query.") for p in problems)
+    return validation_error(problems, f"the log's parameters are not valid: {names}")
 
 
 def _attempt(
@@ -207,7 +343,7 @@ def _fake_node(attempt: Attempt) -> ProblemError:
     )
 
 
-def _why_not(exc: ClusterError, attempt: Attempt) -> ProblemError:
+def why_no_logs(exc: ClusterError, attempt: Attempt) -> ProblemError:
     """The problem to answer when the log could not be opened."""
     where = _where(attempt)
     if isinstance(exc, ClusterRefused) and exc.code == 404:
@@ -228,19 +364,45 @@ def _why_not(exc: ClusterError, attempt: Attempt) -> ProblemError:
     if isinstance(exc, ClusterRefused) and exc.code == 400:
         # The kubelet's words, e.g. the container is waiting to start.
         return ProblemError(409, f"{where} has no logs yet: {exc.message}")
-    return ProblemError(503, f"the logs of {where} could not be read: {exc.reason}: {exc.message}")
+    if isinstance(exc, ClusterRefused) and exc.code == 422:
+        # Options the checks above let through: named as ours, in the API server's words
+        # for each (its message names our Pod and its own field names).
+        problems = [
+            FieldProblem(f"query.{_OUR_PARAMETER.get(field, field)}", message)
+            for field, message in exc.causes
+        ] or [FieldProblem("", exc.reason)]
+        return _bad_parameters(problems)
+    if exc.unreachable:
+        return ProblemError(
+            503,
+            f"the logs of {where} could not be read: the Kubernetes API server did not "
+            f"answer ({exc.reason}); try again shortly",
+            type=CLUSTER_UNAVAILABLE,
+            title="Kubernetes unavailable",
+            headers={"Retry-After": "5"},
+        )
+    # Kubernetes refused kubetrain itself (its access, a conflict): no retry helps,
+    # and its text is about kubetrain's identity, not the caller's request.
+    log.warning("Kubernetes refused reading the logs of %s: %s: %s", where, exc.reason, exc.message)
+    return ProblemError(
+        502,
+        f"the logs of {where} could not be read: Kubernetes refused kubetrain's request "
+        f"({exc.reason}); the platform's administrators can tell why from the server's log",
+        type=LOGS_REFUSED,
+        title="Kubernetes refused the logs",
+    )
 
 
-async def _stream(first: str | None, rest: AsyncGenerator[str]) -> AsyncIterator[bytes]:
+async def _stream(first: str | None, rest: _Lines) -> AsyncIterator[bytes]:
     try:
-        if first is not None:
-            yield first.encode()
-        async for line in rest:
+        line = first
+        while line is not None:
             yield line.encode()
+            line = await rest.next()
     except ClusterError:
         return  # the stream broke after the answer began: the client sees it end
     finally:
-        await rest.aclose()
+        await rest.close()
 
 
 # -- the job page's logs panel -------------------------------------------------------
@@ -304,7 +466,9 @@ async def read_tail(
             async for line in lines:
                 chunks.append(line)
     except ClusterError as exc:
-        return LogTail(number, pod, None, _why_not(exc, attempt).detail, termination_message=kept)
+        return LogTail(
+            number, pod, None, why_no_logs(exc, attempt).detail, termination_message=kept
+        )
     except TimeoutError:
         if not chunks:
             said = f"the logs of {_where(attempt)} did not come within {timeout:g} s"

@@ -9,7 +9,16 @@ A batch is stored whole or not at all, and events already stored (the same
 pod and seq, from a retry) are skipped, so retries are safe. A batch that
 gives one seq twice is refused: which event the seq names is not ours to guess.
 No string of a batch may hold a control character (they would reach
-terminals through `kubetrain get job`), and times must lie within UTC's range.
+terminals through `kubetrain get job`). Numbers are as strict as the schema:
+an integer field takes a JSON integer, not `true` or `"1"` (pydantic's strict
+mode). Times lie within a window of the server's clock: at most
+MAX_CLOCK_SKEW ahead (nodes' clocks drift) and at most MAX_REPORT_AGE behind
+(the longest maxRuntime, and a little more for a reporter that waited out an
+outage), so year 1 is refused, not stored and clamped.
+
+The token stops being accepted once its job has finished (410, a problem): a
+finished job's record is final, and a token that leaked from a finished Pod
+can write nothing more.
 """
 
 from __future__ import annotations
@@ -17,7 +26,7 @@ from __future__ import annotations
 import hmac
 import math
 import re
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
 from fastapi import APIRouter, Depends, Path
@@ -28,6 +37,7 @@ from pydantic import (
     BaseModel,
     ConfigDict,
     Field,
+    Strict,
     ValidationError,
     field_validator,
     model_validator,
@@ -39,12 +49,19 @@ from kubetrain.api.problems import ProblemError, problem_responses, validation_e
 from kubetrain.domain import names
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.spec import FieldProblem
-from kubetrain.store import ReportEvent, job_id_of_status_token, record_reports
+from kubetrain.domain.spec.fields import MAX_RUNTIME_SECONDS
+from kubetrain.store import ReportEvent, record_reports, status_token_owner
 
 MAX_EVENTS = 100
 MAX_METRICS = 16
 MAX_BINDING_VALUE = 256
 _METRIC_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_./-]{0,63}$")
+MAX_CLOCK_SKEW = timedelta(minutes=10)
+MAX_REPORT_AGE = timedelta(seconds=MAX_RUNTIME_SECONDS) + timedelta(days=7)
+JOB_FINISHED = "urn:kubetrain:problem:job-finished"
+# A JSON integer: not a boolean, a float or a string of digits.
+Int = Annotated[int, Strict()]
+Number = Annotated[float, Strict()]  # a JSON number (an integer too), not a boolean
 
 router = APIRouter(
     prefix="/api/v1/jobs/{job_id}",
@@ -55,7 +72,7 @@ router = APIRouter(
 _bearer = HTTPBearer(auto_error=False, description="The job's status token (from its Secret).")
 
 
-def _metrics(value: dict[str, float]) -> dict[str, float]:
+def _metrics(value: dict[str, Number]) -> dict[str, Number]:
     if len(value) > MAX_METRICS:
         raise ValueError(f"at most {MAX_METRICS} metrics per step")
     for key, number in value.items():
@@ -98,7 +115,7 @@ def _plain_strings(value: Any) -> None:
 class _Event(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
-    seq: int = Field(ge=0, le=2**62)
+    seq: Int = Field(ge=0, le=2**62)
     time: Annotated[AwareDatetime, AfterValidator(_in_utc)]
 
 
@@ -109,8 +126,8 @@ class PhaseEvent(_Event):
 
 class StepEvent(_Event):
     type: Literal["step"]
-    step: int = Field(ge=0, le=2**62)
-    metrics: Annotated[dict[str, float], AfterValidator(_metrics)] = Field(default_factory=dict)
+    step: Int = Field(ge=0, le=2**62)
+    metrics: Annotated[dict[str, Number], AfterValidator(_metrics)] = Field(default_factory=dict)
 
 
 class Binding(BaseModel):
@@ -121,21 +138,21 @@ class Binding(BaseModel):
     dataset_version: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
     code_version: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
     params_sha256: str | None = Field(default=None, max_length=MAX_BINDING_VALUE)
-    world_size: int | None = Field(default=None, ge=1, le=2**31, description="absent: 1")
+    world_size: Int | None = Field(default=None, ge=1, le=2**31, description="absent: 1")
 
 
 class CheckpointEvent(_Event):
     type: Literal["checkpoint"]
-    step: int = Field(ge=0, le=2**62)
-    size_bytes: int = Field(alias="sizeBytes", ge=0, le=2**62)
-    duration_seconds: float = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
+    step: Int = Field(ge=0, le=2**62)
+    size_bytes: Int = Field(alias="sizeBytes", ge=0, le=2**62)
+    duration_seconds: Number = Field(alias="durationSeconds", ge=0, allow_inf_nan=False)
     # Absent from runtimes before it: the table then says "not reported".
     binding: Binding | None = Field(default=None, description="what the checkpoint is bound to")
 
 
 class ResumedEvent(_Event):
     type: Literal["resumed"]
-    from_step: int = Field(alias="fromStep", ge=0, le=2**62)
+    from_step: Int = Field(alias="fromStep", ge=0, le=2**62)
     from_pod: str | None = Field(alias="fromPod", default=None, max_length=253)
     # Absent from runtimes before them: the lineage then says "not reported".
     checkpoint_binding: Binding | None = Field(alias="checkpointBinding", default=None)
@@ -161,10 +178,10 @@ class ReportBatch(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     pod: str = Field(min_length=1, max_length=253)
-    rank: int | None = Field(
+    rank: Int | None = Field(
         default=None, ge=0, le=2**31, description="the worker's index in a gang (rank 0 leads)"
     )
-    dropped: int = Field(default=0, ge=0, le=2**62, description="events dropped since last batch")
+    dropped: Int = Field(default=0, ge=0, le=2**62, description="events dropped since last batch")
     events: list[AnyEvent] = Field(max_length=MAX_EVENTS)
 
     @model_validator(mode="before")
@@ -219,9 +236,32 @@ def _authorized(
     if credentials is None:
         raise _unauthorized()
     with context.db.read_only() as session:
-        owner = job_id_of_status_token(session, credentials.credentials)
-    if owner is None or not hmac.compare_digest(owner.encode(), job_id.encode()):
+        owner = status_token_owner(session, credentials.credentials)
+    if owner is None or not hmac.compare_digest(owner.job_id.encode(), job_id.encode()):
         raise _unauthorized()
+    if owner.state.terminal:
+        raise ProblemError(
+            410,
+            f"job {job_id} has finished ({owner.state}): its record is final and its "
+            "status token takes no more reports",
+            type=JOB_FINISHED,
+            title="The job has finished",
+        )
+
+
+def _out_of_window(events: list[Any], now: datetime) -> list[FieldProblem]:
+    """The events whose time is too far from the server's clock `now`."""
+    earliest, latest = now - MAX_REPORT_AGE, now + MAX_CLOCK_SKEW
+    return [
+        FieldProblem(
+            f"events.{index}.{event.type}.time",  # as pydantic names a tagged union's
+            f"must be within {MAX_REPORT_AGE.days} days before and "
+            f"{MAX_CLOCK_SKEW.seconds // 60} minutes after the server's clock "
+            f"({now.isoformat(timespec='seconds')})",
+        )
+        for index, event in enumerate(events)
+        if not earliest <= event.time <= latest
+    ]
 
 
 @router.post(
@@ -229,7 +269,7 @@ def _authorized(
     status_code=202,
     summary="Progress from inside a Pod of the job (the runtime's reporter)",
     response_model=ReportAccepted,
-    responses=problem_responses(400, 415),
+    responses=problem_responses(400, 410, 415),
     openapi_extra={
         "requestBody": {
             "required": True,
@@ -253,6 +293,8 @@ def post_reports(
             for error in exc.errors(include_url=False, include_input=False)
         ]
         raise validation_error(problems, "the report batch is refused") from None
+    if late := _out_of_window(batch.events, datetime.now(UTC)):
+        raise validation_error(late, "the report batch is refused")
     # Only the job's own Pods (the Job controller names them <job>-<suffix>).
     ours = batch.pod.startswith(job_name(job_id) + "-")
     if not ours or names.dns1123_subdomain_problem(batch.pod):

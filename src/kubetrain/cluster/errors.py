@@ -45,12 +45,16 @@ class ClusterUnreachable(ClusterError):
 
 
 class ClusterRefused(ClusterError):
-    """The API server answered with an error status."""
+    """The API server answered with an error status. `causes` are its Status' details
+    (field, message) for an Invalid (422) answer: which field was refused and why."""
 
-    def __init__(self, code: int, reason: str, message: str) -> None:
+    def __init__(
+        self, code: int, reason: str, message: str, causes: tuple[tuple[str, str], ...] = ()
+    ) -> None:
         super().__init__(reason, message)
         self.code = code
         self.unreachable = code in _UNAVAILABLE
+        self.causes = causes
 
 
 class JobConflictError(ClusterError):
@@ -72,7 +76,12 @@ def wrap(exc: ApiError | httpx.HTTPError | OSError) -> ClusterError:
     if isinstance(exc, ApiError):
         code = exc.status.code or 0
         reason = exc.status.reason or f"HTTP{exc.status.code}"
-        return ClusterRefused(code, reason, exc.status.message or str(exc))
+        details = exc.status.details
+        causes = tuple(
+            (cause.field or "", cause.message or "")
+            for cause in ((details.causes if details else None) or [])
+        )
+        return ClusterRefused(code, reason, exc.status.message or str(exc), causes)
     message = str(exc) or repr(exc)
     if isinstance(exc, httpx.TransportError | OSError):
         return ClusterUnreachable(type(exc).__name__, message)

@@ -22,8 +22,6 @@ from kubetrain.domain.manifest import (
     CONTROLLER_UID,
     LABEL_ATTEMPT,
     LABEL_JOB_ID,
-    LABEL_MANAGED_BY,
-    MANAGED_BY,
 )
 
 _R = TypeVar("_R")
@@ -42,13 +40,14 @@ def _wrapped(call: Callable[_P, Awaitable[_R]]) -> Callable[_P, Awaitable[_R]]:
 
 
 @_wrapped
-async def ensure_namespace(client: AsyncClient, name: str) -> None:
+async def ensure_namespace(client: AsyncClient, name: str, labels: dict[str, str]) -> None:
+    """Make the namespace with `labels` (manifest.namespace_labels) unless it exists; one
+    that exists is the cluster admin's and is left as it is."""
     try:
         await client.get(Namespace, name)
     except ApiError as exc:
         if exc.status.code != 404:
             raise
-        labels = {LABEL_MANAGED_BY: MANAGED_BY}
         try:
             await client.create(Namespace(metadata=ObjectMeta(name=name, labels=labels)))
         except ApiError as again:

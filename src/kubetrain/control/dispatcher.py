@@ -49,6 +49,7 @@ from kubetrain.domain.manifest import (
     LABEL_ATTEMPT,
     RenderOptions,
     job_name,
+    namespace_labels,
     render_job,
     render_service,
     render_status_secret,
@@ -287,7 +288,9 @@ class Dispatcher:
                     pods=first,
                 )
             if self.manage_namespaces and namespace not in self._namespaces:
-                await ensure_namespace(self.client, namespace)
+                await ensure_namespace(
+                    self.client, namespace, namespace_labels(self.render_options)
+                )
                 self._namespaces.add(namespace)
             # The Secret first: a Pod whose token Secret is missing cannot start.
             if secret is not None:

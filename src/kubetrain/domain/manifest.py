@@ -42,6 +42,15 @@ What the Job carries, and why:
 * No service account token and no service links: training talks to the status
   URL, not to the Kubernetes API, and service variables could shadow the
   user's.
+* A locked-down container (CONTAINER_SECURITY_CONTEXT): no privilege escalation
+  (setuid binaries, `no_new_privs`), every Linux capability dropped and the
+  runtime's default seccomp profile, which is what Pod Security's `restricted`
+  level asks of a container short of running as non-root (the image decides
+  its user). Training needs none of what they take away: GPUs are reached
+  through device nodes the device plugin mounts, not through capabilities.
+  The namespaces kubetrain makes carry Pod Security labels
+  (`namespace_labels`): `enforce` at `RenderOptions.pod_security_enforce`
+  (baseline) and `warn` at `pod_security_warn` (restricted).
 
 A gang (`spec.workers` > 1) is one Job of N Pods, rendered the way Kubernetes
 documents pod-to-pod communication in a Job and the way Kubeflow Trainer v2's
@@ -77,6 +86,7 @@ torch runtime sets up torchrun, so its images run unchanged:
 
 from __future__ import annotations
 
+import copy
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -99,6 +109,7 @@ __all__ = [
     "CACHE_DIR",
     "CHECKPOINT_DIR",
     "CONTAINER_NAME",
+    "CONTAINER_SECURITY_CONTEXT",
     "CONTROLLER_UID",
     "DATASET_PATH",
     "DEFAULT_RENDER_OPTIONS",
@@ -117,6 +128,7 @@ __all__ = [
     "TERMINATION_LOG",
     "RenderOptions",
     "job_name",
+    "namespace_labels",
     "render_job",
     "render_service",
     "render_status_secret",
@@ -158,6 +170,18 @@ ANNOTATION_RETRIES_USED = "kubetrain.io/retries-used"
 MAX_JOB_ID_LENGTH = names.DNS1123_LABEL_MAX - len(names.JOB_NAME_PREFIX)
 _JOB_ID = re.compile(r"[A-Za-z0-9](?:[-A-Za-z0-9]*[A-Za-z0-9])?")
 _MAX_URL_LENGTH = 2048
+
+# What Pod Security's `restricted` level asks of a container, but runAsNonRoot (the
+# image's user is the image's choice; `warn: restricted` tells its owner).
+CONTAINER_SECURITY_CONTEXT: dict[str, Any] = {
+    "allowPrivilegeEscalation": False,
+    "capabilities": {"drop": ["ALL"]},
+    "seccompProfile": {"type": "RuntimeDefault"},
+}
+# The Pod Security Admission levels and the namespace labels that set them
+# (https://kubernetes.io/docs/concepts/security/pod-security-admission/).
+POD_SECURITY_LEVELS = ("privileged", "baseline", "restricted")
+_POD_SECURITY_LABEL = "pod-security.kubernetes.io/"
 
 
 def job_name(job_id: str) -> str:
@@ -218,8 +242,20 @@ class RenderOptions:
     # (namespace, Kueue LocalQueue) pairs: the queue of a job in that namespace
     # whose spec names none.
     default_queues: tuple[tuple[str, str], ...] = ()
+    # The Pod Security levels of the namespaces kubetrain makes: Pods beyond
+    # `enforce` are refused, those beyond `warn` are admitted with a warning.
+    pod_security_enforce: str = "baseline"
+    pod_security_warn: str = "restricted"
 
     def __post_init__(self) -> None:
+        for field, level in (
+            ("pod_security_enforce", self.pod_security_enforce),
+            ("pod_security_warn", self.pod_security_warn),
+        ):
+            if level not in POD_SECURITY_LEVELS:
+                raise ValueError(
+                    f"{field} {level!r} must be one of {', '.join(POD_SECURITY_LEVELS)}"
+                )
         if "/" not in self.gpu_resource or names.qualified_name_problem(self.gpu_resource):
             raise ValueError(
                 f"gpu_resource {self.gpu_resource!r} must be an extended resource such as "
@@ -244,6 +280,16 @@ class RenderOptions:
 
 
 DEFAULT_RENDER_OPTIONS = RenderOptions()
+
+
+def namespace_labels(options: RenderOptions = DEFAULT_RENDER_OPTIONS) -> dict[str, str]:
+    """The labels of a namespace kubetrain makes for a project: ours, and its Pod
+    Security levels."""
+    return {
+        LABEL_MANAGED_BY: MANAGED_BY,
+        _POD_SECURITY_LABEL + "enforce": options.pod_security_enforce,
+        _POD_SECURITY_LABEL + "warn": options.pod_security_warn,
+    }
 
 
 def _check_status_url(url: str) -> None:
@@ -533,6 +579,7 @@ def render_job(
         container["volumeMounts"] = mounts
     container["terminationMessagePath"] = TERMINATION_LOG
     container["terminationMessagePolicy"] = "FallbackToLogsOnError"
+    container["securityContext"] = copy.deepcopy(CONTAINER_SECURITY_CONTEXT)
 
     pod: dict[str, Any] = {
         "restartPolicy": "Never",

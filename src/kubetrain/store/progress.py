@@ -23,6 +23,7 @@ from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.lineage import Compared, compare_resume
+from kubetrain.domain.states import BusinessState
 from kubetrain.store.errors import JobNotFound
 from kubetrain.store.models import Attempt, Job, Progress, Report
 from kubetrain.store.tokens import hash_token
@@ -94,12 +95,23 @@ def set_status_token(session: Session, job_id: str, token: str) -> None:
     job.status_token_hash = hash_token(token)
 
 
-def job_id_of_status_token(session: Session, token: str) -> str | None:
-    """The id of the job whose status token this is, or None. The lookup is by the
-    token's hash alone, so its cost says nothing about which job ids exist."""
-    return session.scalars(
-        select(Job.id).where(Job.status_token_hash == hash_token(token)).limit(1)
+@dataclass(frozen=True, slots=True)
+class StatusTokenOwner:
+    """The job a status token belongs to, and its business state now."""
+
+    job_id: str
+    state: BusinessState
+
+
+def status_token_owner(session: Session, token: str) -> StatusTokenOwner | None:
+    """The job whose status token this is, or None. The lookup is by the token's hash
+    alone, so its cost says nothing about which job ids exist."""
+    row = session.execute(
+        select(Job.id, Job.business_state)
+        .where(Job.status_token_hash == hash_token(token))
+        .limit(1)
     ).first()
+    return None if row is None else StatusTokenOwner(row[0], row[1])
 
 
 def record_reports(

@@ -169,14 +169,20 @@ def usage_by_project(attempts: Sequence[AttemptUsage]) -> list[UsageRow]:
 
 
 class GpuSecondsTotal(Collector):
-    """kubetrain_gpu_seconds_total{project,gpu_type,phase}, summed from the attempts at
-    scrape time (store/usage.py). Projects are bounded by the database, GPU types by the
-    spec's validation, phases by UsagePhase.
+    """kubetrain_gpu_seconds_total{gpu_type,phase}, and with `families(projects)`
+    kubetrain_project_gpu_seconds_total{project,gpu_type,phase}, summed from the attempts
+    at scrape time (store/usage.py). Projects are bounded by the database, GPU types by
+    the spec's validation, phases by UsagePhase.
+
+    The first has no project label: it is what the open /metrics shows, and project
+    names and their consumption are tenant data. The second is for a scraper whose
+    token covers those projects (api/metrics.py).
 
     An open attempt counts up to the scrape; when the syncer then records its end a
     few seconds earlier, or its TRAINING report arrives late, a sum could step back,
-    which Prometheus would read as a counter reset. So each series never goes below
-    what this process showed before (a restart is a reset, as for any counter).
+    which Prometheus would read as a counter reset. So each per-project series never
+    goes below what this process showed before, and the totals are summed from those
+    (a restart is a reset, as for any counter).
     """
 
     def __init__(self, db: Database) -> None:
@@ -185,10 +191,19 @@ class GpuSecondsTotal(Collector):
         self._lock = threading.Lock()
 
     def collect(self) -> Iterator[Metric]:
-        family = CounterMetricFamily(
+        return self.families(projects=())
+
+    def families(self, projects: Collection[str] | None) -> Iterator[Metric]:
+        """The totals, then the series of `projects` (None: every project) by project."""
+        total = CounterMetricFamily(
             "kubetrain_gpu_seconds",
             "GPU-seconds held by jobs' Pods from their binding to a node until they end, by "
-            "project, GPU type and phase (before_training: pull, create, preflight; training)",
+            "GPU type and phase (before_training: pull, create, preflight; training)",
+            labels=["gpu_type", "phase"],
+        )
+        by_project = CounterMetricFamily(
+            "kubetrain_project_gpu_seconds",
+            "kubetrain_gpu_seconds_total by project (for a scraper with a token)",
             labels=["project", "gpu_type", "phase"],
         )
         with self.db.read_only() as session:
@@ -198,8 +213,17 @@ class GpuSecondsTotal(Collector):
             for phase in UsagePhase:
                 key = (attempt.project, attempt.gpu_type, str(phase))
                 sums[key] = sums.get(key, 0.0) + attempt.seconds.of(phase)
+        totals: dict[tuple[str, ...], float] = {}  # by (GPU type, phase)
         with self._lock:
-            for key, value in sorted(sums.items()):
-                shown = self._shown[key] = max(value, self._shown.get(key, 0.0))
-                family.add_metric(list(key), shown)
-        yield family
+            for key, value in sums.items():
+                self._shown[key] = max(value, self._shown.get(key, 0.0))
+            for series, shown in sorted(self._shown.items()):
+                project, kind = series[0], series[1:]
+                totals[kind] = totals.get(kind, 0.0) + shown
+                if projects is None or project in projects:
+                    by_project.add_metric(list(series), shown)
+        for by, value in sorted(totals.items()):
+            total.add_metric(list(by), value)
+        yield total
+        if projects is None or projects:
+            yield by_project

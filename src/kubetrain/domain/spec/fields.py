@@ -23,6 +23,8 @@ from kubetrain.runtime.credentials import holds_credential, is_credential_name
 
 __all__ = [
     "ENV_RESERVED_PREFIX",
+    "ENV_TORCH_NAMES",
+    "ENV_TORCH_PREFIX",
     "MAX_ANNOTATION_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_WORKERS",
@@ -83,6 +85,16 @@ MIN_BYTES = Decimal(2) ** 20
 MAX_RUNTIME_SECONDS = 366 * 24 * 3600  # a deadline beyond a year is a typo
 
 ENV_RESERVED_PREFIX = "KUBETRAIN_"  # the in-container preflight and reporter read these
+# What places a process in a torch.distributed gang: torchrun reads its every option
+# from PET_<OPTION> (kubetrain sets PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR... on a
+# gang's workers, as Kubeflow Trainer does), and torchrun, or init_process_group's
+# env:// without it, sets or reads the rest. A user's value would come after ours and
+# win, giving a worker a wrong place in the gang. Matched as written: environment
+# names are case-sensitive, and torch reads these in capitals only.
+ENV_TORCH_PREFIX = "PET_"
+ENV_TORCH_NAMES = frozenset(
+    {"MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "RANK", "LOCAL_RANK", "NODE_RANK", "GROUP_RANK"}
+)
 # Keys the Job controller or we set on every Pod; a user value would break the
 # Job's selector or our own.
 _RESERVED_KEYS = frozenset({"job-name", "controller-uid", "app.kubernetes.io/managed-by"})
@@ -193,6 +205,12 @@ def _env_name_problem(value: str) -> str | None:
         return problem
     if value.upper().startswith(ENV_RESERVED_PREFIX):
         return f"{value!r}: names starting with {ENV_RESERVED_PREFIX} are set by kubetrain"
+    if value.startswith(ENV_TORCH_PREFIX) or value in ENV_TORCH_NAMES:
+        return (
+            f"{value!r}: torchrun's variables ({ENV_TORCH_PREFIX}*, "
+            f"{', '.join(sorted(ENV_TORCH_NAMES))}) are set by kubetrain and torchrun for "
+            "each worker; a value here would give workers a wrong place in the gang"
+        )
     return None
 
 
