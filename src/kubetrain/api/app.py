@@ -47,6 +47,7 @@ from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import FieldProblem, TrainingJob
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
@@ -75,13 +76,15 @@ def create_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    cluster_snapshot: Callable[[], Snapshot | None] | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
     `watch_problems` (ControlLoops') lets the probes report the watches' health;
-    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig."""
+    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig;
+    `cluster_snapshot` (ControlLoops') gives a dry run its snapshot to forecast on."""
     app = _base_app(
         settings,
         db,
@@ -92,6 +95,7 @@ def create_app(
         cluster=cluster,
         watch_problems=watch_problems,
         pod_logs=pod_logs,
+        cluster_snapshot=cluster_snapshot,
     )
     app.include_router(jobs.router)
     app.include_router(logs.router)
@@ -145,6 +149,7 @@ def _base_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    cluster_snapshot: Callable[[], Snapshot | None] | None = None,
 ) -> FastAPI:
     """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
@@ -164,6 +169,7 @@ def _base_app(
         cluster=cluster,
         watch_problems=watch_problems,
         pod_logs=pod_logs,
+        cluster_snapshot=cluster_snapshot,
         tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)

@@ -707,11 +707,11 @@ def _quota_usage(spec: Mapping[str, Any]) -> dict[str, Decimal]:
     limits: dict[str, Decimal] = {}
     for container in as_list(spec, "containers"):
         for resource, value in as_map(container, "resources", "limits").items():
-            amount = _quantity(value)
-            if amount is not None:
-                limits[resource] = limits.get(resource, Decimal(0)) + amount
-    for resource, amount in limits.items():
-        usage[f"limits.{resource}"] = amount
+            limit = _quantity(value)
+            if limit is not None:
+                limits[resource] = limits.get(resource, Decimal(0)) + limit
+    for resource, total in limits.items():
+        usage[f"limits.{resource}"] = total
     return usage
 
 
