@@ -187,8 +187,6 @@ async def submit(
         # The caches are read on the event loop's thread; the forecast runs in the pool.
         take = context.cluster_snapshot
         snapshot = take() if take is not None else None
-        if snapshot is None:
-            raise ProblemError(503, NOT_WATCHING, type=NO_CLUSTER, title="Not watching the cluster")
         response.status_code = 200
         return JSONResponse(
             await run_in_threadpool(_dry_run, context, caller, project, body, snapshot)
@@ -235,10 +233,12 @@ def _checked(
 
 
 def _dry_run(
-    context: ApiContext, caller: Principal, project: str, body: Any, snapshot: Snapshot
+    context: ApiContext, caller: Principal, project: str, body: Any, snapshot: Snapshot | None
 ) -> dict[str, Any]:
     """Validate, render and forecast a submission; nothing is written anywhere."""
     training_job, namespace, dataset = _checked(context, project, body)
+    if snapshot is None:  # after the checks: bad input is the same 422 with or without a cluster
+        raise ProblemError(503, NOT_WATCHING, type=NO_CLUSTER, title="Not watching the cluster")
     manifest = render_job(
         DRY_RUN_ID,
         training_job,
