@@ -51,7 +51,8 @@ def test_a_one_gpu_job_on_an_idle_pool_starts_now_on_a_named_node(
     assert response.status_code == 200, response.text
     body = response.json()
     assert body["dry_run"] is True
-    assert body["job"]["id"] is None and body["job"]["business_status"] == "CREATED"
+    assert body["job"]["id"] is None
+    assert body["job"]["business_status"] == "CREATED"
     assert body["manifest"]["kind"] == "Job"
     forecast = body["forecast"]
     assert forecast["verdict"] == "starts-now"
