@@ -39,6 +39,7 @@ from kubetrain.api.problems import ProblemError, problem_responses, validation_e
 from kubetrain.domain import names
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.spec import FieldProblem
+from kubetrain.runtime.contract import is_loss
 from kubetrain.store import ReportEvent, job_id_of_status_token, record_reports
 
 MAX_EVENTS = 100
@@ -55,7 +56,11 @@ router = APIRouter(
 _bearer = HTTPBearer(auto_error=False, description="The job's status token (from its Secret).")
 
 
-def _metrics(value: dict[str, float]) -> dict[str, float]:
+# A metric's value: a finite number, or NaN / +inf / -inf spelled as JSON cannot carry them.
+MetricValue = Literal["NaN", "Infinity", "-Infinity"] | float
+
+
+def _metrics(value: dict[str, MetricValue]) -> dict[str, MetricValue]:
     if len(value) > MAX_METRICS:
         raise ValueError(f"at most {MAX_METRICS} metrics per step")
     for key, number in value.items():
@@ -64,8 +69,8 @@ def _metrics(value: dict[str, float]) -> dict[str, float]:
                 f"metric name {key[:70]!r} must be 1-64 letters, digits, '_', '.', '/' or '-', "
                 "starting with a letter or '_'"
             )
-        if not math.isfinite(number):
-            raise ValueError(f"metric {key} must be a finite number")
+        if isinstance(number, float) and not math.isfinite(number):
+            value[key] = "NaN" if number != number else ("Infinity" if number > 0 else "-Infinity")
     return value
 
 
@@ -110,7 +115,9 @@ class PhaseEvent(_Event):
 class StepEvent(_Event):
     type: Literal["step"]
     step: int = Field(ge=0, le=2**62)
-    metrics: Annotated[dict[str, float], AfterValidator(_metrics)] = Field(default_factory=dict)
+    metrics: Annotated[dict[str, MetricValue], AfterValidator(_metrics)] = Field(
+        default_factory=dict
+    )
 
 
 class Binding(BaseModel):
@@ -224,6 +231,12 @@ def _authorized(
         raise _unauthorized()
 
 
+def _non_finite_loss(event: Any) -> bool:
+    """A step whose loss diverged: the syncer looks at once (LOSS_NOT_FINITE)."""
+    metrics = getattr(event, "metrics", None) or {}
+    return any(is_loss(k) and isinstance(v, str) for k, v in metrics.items())
+
+
 @router.post(
     "/reports",
     status_code=202,
@@ -269,6 +282,6 @@ def post_reports(
             dropped=batch.dropped,
             rank=batch.rank,
         )
-    if stored and any(e.type == "phase" for e in batch.events):
+    if stored and any(e.type == "phase" or _non_finite_loss(e) for e in batch.events):
         context.reported(job_id)
     return ReportAccepted(job_id=job_id, stored=stored)

@@ -239,6 +239,9 @@ class TrainingJobSpec(SpecModel):
     # NO_PROGRESS for this long (counted from the stall threshold) cancels the job, as a
     # user's cancel would; unset: a stalled job is never cancelled for it.
     cancel_after_stall: Duration | None = None
+    # A running job whose last step reported a NaN or infinite loss (LOSS_NOT_FINITE) is
+    # cancelled, as a user's cancel would; false (the default): it is only said.
+    cancel_on_non_finite_loss: bool = False
     retries: Retries = 0
 
     @model_validator(mode="after")
