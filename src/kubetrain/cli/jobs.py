@@ -213,7 +213,9 @@ def _progress_lines(progress: dict[str, Any] | None) -> list[tuple[str, str]]:
         lines.append(("Phase", f"{progress['phase']}" + (f" ({age(since)})" if since else "")))
     if progress.get("step") is not None:
         metrics = ", ".join(
-            f"{k} {v:g}" for k, v in sorted((progress.get("metrics") or {}).items())
+            # NaN and the infinities come spelled ("NaN", "Infinity"): said as they are.
+            f"{k} {v}" if isinstance(v, str) else f"{k} {v:g}"
+            for k, v in sorted((progress.get("metrics") or {}).items())
         )
         ago = f", {age(progress['step_at'])} ago" if progress.get("step_at") else ""
         lines.append(("Step", f"{progress['step']}" + (f" ({metrics})" if metrics else "") + ago))

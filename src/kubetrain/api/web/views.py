@@ -380,7 +380,13 @@ def step_chart(
     if not names:
         return None
     metric = "loss" if "loss" in names else names[0]
-    latest = {step: metrics[metric] for step, metrics in steps if metric in metrics}
+    # A NaN or infinite value (spelled "NaN", "Infinity": a diverged run) has no place
+    # on the line; the page says it beside the step.
+    latest = {
+        step: metrics[metric]
+        for step, metrics in steps
+        if isinstance(metrics.get(metric), int | float)
+    }
     series = sorted(latest.items())
     if len(series) < 2:
         return None
