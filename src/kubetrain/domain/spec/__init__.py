@@ -22,6 +22,7 @@ API, so it reads like a Kubernetes object:
       maxRuntime: 24h
       stallAfter: 30m       # no step for this long: NO_PROGRESS (default: the platform's)
       cancelAfterStall: 2h  # NO_PROGRESS for this long: cancelled (default: never)
+      cancelOnNonFiniteLoss: true  # LOSS_NOT_FINITE: cancelled (default: false, only said)
       retries: 3
 
 Everything is checked here, before a record exists, so that a mistake is
