@@ -144,7 +144,7 @@ def forecast(
 
 class _Simulation:
     def __init__(self, job: dict[str, Any], facts: JobFacts, base: Snapshot, now: datetime) -> None:
-        self.job, self.facts, self.base, self.now = job, facts, base, now
+        self.job, self.facts, self.base = job, facts, base
         self.stamp = _iso(now)
         meta = self.job.setdefault("metadata", {})
         meta.setdefault("namespace", facts.namespace)
@@ -160,9 +160,9 @@ class _Simulation:
         self.workloads: list[dict[str, Any]] = []
         self.placed: list[Placement] = []
         self.refused = False
-        self.usage: dict[str, dict[str, Decimal]] = {
-            k: dict(v) for k, v in base.index.usage.items()
-        }
+        # Copied per node only where a worker is placed: the fit analysis groups nodes
+        # by the identity of their usage mappings, so shared ones stay shared.
+        self.usage: dict[str, Mapping[str, Decimal]] = dict(base.index.usage)
         self.extra_selector: dict[str, str] = {}
 
     # -- Kueue -----------------------------------------------------------------
@@ -482,9 +482,10 @@ class _Simulation:
         }
         bound = bound_requests(pod)
         if bound is not None:
-            held = self.usage.setdefault(node, {})
+            held = dict(self.usage.get(node, {}))
             for key, value in bound[1].items():
                 held[key] = held.get(key, Decimal(0)) + value
+            self.usage[node] = held
         self.placed.append(Placement(rank, node))
 
     def _unschedulable(self, pod: dict[str, Any], message: str) -> None:
@@ -672,8 +673,7 @@ def _fit_rows(snap: Snapshot, sim: _Simulation) -> Sequence[Any]:
     if waiting is None:
         return ()
     spec = as_map(waiting, "spec")
-    others = {k: dict(v) for k, v in sim.usage.items()}
-    return analyze_fit(spec, pod_requests(spec), snap.index.nodes, others).nodes
+    return analyze_fit(spec, pod_requests(spec), snap.index.nodes, sim.usage).nodes
 
 
 def _ends_by(owner: Mapping[str, Any] | None) -> datetime | None:
