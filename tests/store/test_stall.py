@@ -147,6 +147,12 @@ def test_a_job_stalled_past_its_cancel_after_stall_is_cancelled_as_a_user_would(
             assert _reason(db, job_id) == (BusinessState.RUNNING, R.NO_PROGRESS)
             now[0] = T0 + timedelta(minutes=42)
             await _until(db, job_id, R.CANCELLED)
+            # The syncer tells the dispatcher after its worker thread's commit returns:
+            # a moment after the cancel is visible in the database.
+            for _ in range(100):
+                if woken:
+                    break
+                await asyncio.sleep(0.05)
         finally:
             loops.cancel()
             with contextlib.suppress(asyncio.CancelledError):

@@ -57,6 +57,7 @@ R = ReasonCode
 LABEL_QUEUE = "kueue.x-k8s.io/queue-name"
 _INDEX = "batch.kubernetes.io/job-completion-index"
 _TERMINAL = ("Succeeded", "Failed")
+MAX_HOLDERS = 20  # a waiting job's answer names this many holders at most, soonest free first
 
 
 class Verdict(StrEnum):
@@ -104,7 +105,9 @@ class Forecast:
     verdict: Verdict
     diagnosis: Diagnosis
     placements: tuple[Placement, ...] = ()  # starts-now: a node per worker
-    held_by: tuple[Holder, ...] = ()  # waits: who holds what it needs, soonest free first
+    # waits: who holds what it needs, soonest free first (the first MAX_HOLDERS of them)
+    held_by: tuple[Holder, ...] = ()
+    held_by_total: int = 0
     # waits under Kueue: the ClusterQueue, the position it would take (1: next), who is ahead
     queue: Mapping[str, Any] | None = None
 
@@ -114,6 +117,7 @@ class Forecast:
             "diagnosis": self.diagnosis.to_json(job),
             "placements": [p.to_json() for p in self.placements],
             "held_by": [h.to_json() for h in self.held_by],
+            "held_by_total": self.held_by_total,
             "queue": dict(self.queue) if self.queue is not None else None,
         }
 
@@ -131,7 +135,7 @@ def forecast(
     if diagnosis.waitable is False:
         return Forecast(Verdict.NEVER_FITS, diagnosis)
     primary = diagnosis.blockers[0] if diagnosis.blockers else None
-    held = _holders(primary, sim, hypothetical)
+    held, total = _holders(primary, sim, snapshot, MAX_HOLDERS)
     queue = None
     if primary is not None and primary.position is not None:
         queue = {
@@ -139,7 +143,7 @@ def forecast(
             "position": primary.position,
             "ahead": list(primary.ahead or ()),
         }
-    return Forecast(Verdict.WAITS, diagnosis, held_by=held, queue=queue)
+    return Forecast(Verdict.WAITS, diagnosis, held_by=held, held_by_total=total, queue=queue)
 
 
 class _Simulation:
@@ -543,17 +547,24 @@ class _Simulation:
         }
 
     def snapshot(self) -> Snapshot:
-        """The base snapshot with the job's objects as Kubernetes would have them now."""
+        """What the diagnosis reads of the cluster with the job in it: the job's objects as
+        Kubernetes would have them now, every object of the kinds read whole, the claims'
+        events, and the nodes with their usage (the workers placed included). Other jobs'
+        Pods and Events are left out: usage already counts them, and indexing tens of
+        thousands of them again would cost more than the whole forecast."""
         base = self.base
-        state = NodeState(base.index.nodes, self.usage, ())
+        index = base.index
+        claims = tuple(
+            e for e in base.events if text(e, "involvedObject", "kind") == "PersistentVolumeClaim"
+        )
         return replace(
             base,
-            jobs=(*base.jobs, self.job),
-            pods=(*base.pods, *self.pods),
-            events=(*base.events, *self.events),
-            workloads=(*base.workloads, *self.workloads),
+            jobs=(self.job,),
+            pods=tuple(self.pods),
+            events=(*claims, *self.events),
+            workloads=(*index.all_workloads, *self.workloads),
             base=None,
-            node_state=state,
+            node_state=NodeState(index.nodes, self.usage, ()),
         )
 
 
@@ -590,10 +601,13 @@ def _scheduler_message(fit: FitAnalysis, total: int) -> str:
     )
 
 
-def _holders(primary: Blocker | None, sim: _Simulation, snap: Snapshot) -> tuple[Holder, ...]:
-    """Who holds what the job waits for, soonest free first (those with no end last)."""
+def _holders(
+    primary: Blocker | None, sim: _Simulation, snap: Snapshot, limit: int
+) -> tuple[tuple[Holder, ...], int]:
+    """Who holds what the job waits for in `snap` (the cluster without the job), soonest
+    free first (those with no end last): the first `limit`, and how many in all."""
     if primary is None:
-        return ()
+        return (), 0
     index = snap.index
     # (namespace, Job or None, the Pod when it has no Job) -> (amounts, nodes, a Pod)
     holding: dict[
@@ -610,17 +624,15 @@ def _holders(primary: Blocker | None, sim: _Simulation, snap: Snapshot) -> tuple
         if node:
             nodes.add(node)
 
-    ours = {meta_name(p) for p in sim.pods}
+    requests = _Requests()
     if primary.link in (Link.SCHEDULER, Link.GPU_NODE) and primary.resource:
         resource = primary.resource
         waitable_nodes = {row.name for row in _fit_rows(snap, sim) if not row.fits and row.waitable}
         for pod in snap.pods:
             node = text(pod, "spec", "nodeName")
-            if meta_name(pod) in ours or node not in waitable_nodes:
+            if node not in waitable_nodes or text(pod, "status", "phase") in _TERMINAL:
                 continue
-            if text(pod, "status", "phase") in _TERMINAL:
-                continue
-            amount = pod_requests(as_map(pod, "spec")).get(resource)
+            amount = requests.of(pod).get(resource)
             if amount:
                 hold(pod, resource, amount)
     elif primary.link is Link.QUOTA and primary.queue:
@@ -640,17 +652,32 @@ def _holders(primary: Blocker | None, sim: _Simulation, snap: Snapshot) -> tuple
     elif primary.link is Link.QUOTA and primary.resource:
         resource = primary.resource.removeprefix("requests.").removeprefix("limits.")
         for pod in snap.pods:
-            if meta_namespace(pod) != sim.facts.namespace or meta_name(pod) in ours:
+            if meta_namespace(pod) != sim.facts.namespace:
                 continue
             if text(pod, "status", "phase") in _TERMINAL:
                 continue
-            amount = _quota_usage(as_map(pod, "spec")).get(primary.resource) or pod_requests(
-                as_map(pod, "spec")
+            amount = _quota_usage(as_map(pod, "spec")).get(primary.resource) or requests.of(
+                pod
             ).get(resource)
             if amount:
                 hold(pod, primary.resource, amount)
+    far = datetime.max.replace(tzinfo=UTC)
+    ordered = sorted(
+        (
+            (
+                _ends_by(index.jobs.get((ns, name)) if name else held[2][0]) or far,
+                ns,
+                name or "",
+                key,
+            )
+            for key, held in holding.items()
+            for ns, name in [key[:2]]
+        ),
+        key=lambda row: row[:3],
+    )
     found = []
-    for (namespace, name, pod_name), (amounts, nodes, pods) in holding.items():
+    for ends, _, _, (namespace, name, pod_name) in ordered[:limit]:
+        amounts, nodes, _pods = holding[(namespace, name, pod_name)]
         job = index.jobs.get((namespace, name)) if name else None
         labels = as_map(job, "metadata", "labels")
         found.append(
@@ -661,11 +688,33 @@ def _holders(primary: Blocker | None, sim: _Simulation, snap: Snapshot) -> tuple
                 kubernetes_job=name,
                 holds={k: format_quantity(v) for k, v in amounts.items()},
                 nodes=tuple(sorted(nodes)),
-                ends_by=_ends_by(job if name else pods[0]),
+                ends_by=None if ends == far else ends,
             )
         )
-    far = datetime.max.replace(tzinfo=UTC)
-    return tuple(sorted(found, key=lambda h: (h.ends_by or far, h.namespace, h.kubernetes_job)))
+    return tuple(found), len(ordered)
+
+
+class _Requests:
+    """pod_requests, parsed once per distinct set of resources (Pods of one job are alike)."""
+
+    def __init__(self) -> None:
+        self.seen: dict[str, dict[str, Decimal]] = {}
+
+    def of(self, pod: Mapping[str, Any]) -> dict[str, Decimal]:
+        spec = as_map(pod, "spec")
+        key = repr(
+            (
+                [as_map(c, "resources") for c in as_list(spec, "containers")],
+                [
+                    (as_map(c, "resources"), text(c, "restartPolicy"))
+                    for c in as_list(spec, "initContainers")
+                ],
+                spec.get("overhead"),
+            )
+        )
+        if key not in self.seen:
+            self.seen[key] = pod_requests(spec)
+        return self.seen[key]
 
 
 def _fit_rows(snap: Snapshot, sim: _Simulation) -> Sequence[Any]:
