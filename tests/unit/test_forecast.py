@@ -100,6 +100,7 @@ def test_waits_names_who_holds_the_gpus_and_the_quota() -> None:
         ("other-team-0", {"nvidia.com/gpu": "8"}),
         ("other-team-1", {"nvidia.com/gpu": "8"}),
     ]
+    assert gpus.held_by_total == 2
     quota = _forecast("quota-busy")
     assert [h.job for h in quota.held_by] == ["other-team-0"]
 
