@@ -219,6 +219,7 @@ def test_a_nan_loss_is_loss_not_finite_and_cancelled_when_the_spec_asks(db: Data
                 R.TRAINING,
                 R.LOSS_NOT_FINITE,
             )
+            assert rows[-1].detail["waitable"] is False  # not_waitable goes out too
             await asyncio.sleep(0.2)  # resyncs: without the spec's flag it only says so
             assert _reason(db, job_id) == (BusinessState.RUNNING, R.LOSS_NOT_FINITE)
             with db.transaction() as session:
