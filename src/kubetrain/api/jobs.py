@@ -151,7 +151,11 @@ def _status(session: Any, job: Job) -> JobStatus:
     summary="Submit a training job",
     response_model=JobStatus,
     responses={
-        200: {"model": JobStatus, "description": "An earlier submission with this key"},
+        200: {
+            "model": JobStatus,
+            "description": "An earlier submission with this key; with `dryRun=All`, the "
+            "job as it would be created, its `manifest` and its `forecast` (docs/api.md)",
+        },
         201: {"description": "The new job, in CREATED"},
         **problem_responses(400, 409, 413, 415),
     },
