@@ -191,7 +191,6 @@ async def submit(
         # The caches are read on the event loop's thread; the forecast runs in the pool.
         take = context.cluster_snapshot
         snapshot = take() if take is not None else None
-        response.status_code = 200
         return JSONResponse(
             await run_in_threadpool(_dry_run, context, caller, project, body, snapshot)
         )
