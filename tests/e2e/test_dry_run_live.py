@@ -106,7 +106,14 @@ def cancel(server: Server, project: str, *job_ids: str) -> None:
 def test_one_gpu_starts_now_and_sixteen_never_fit_as_the_jobs_then_do(
     dry_server: Server, kube: Client, project: str
 ) -> None:
-    small = agrees(dry_server, project, hanging("small", project, resources=gpus(1)))
+    body = hanging("small", project, resources=gpus(1))
+    # The session's earlier jobs may still be ending: wait for a free GPU, as a user would.
+    eventually(
+        lambda: dry_run(dry_server, project, body)["forecast"]["verdict"] == "starts-now",
+        120,
+        what="a free GPU on the pool",
+    )
+    small = agrees(dry_server, project, body)
     assert small["verdict"] == "starts-now"
     assert small["placements"][0]["node"].startswith("gpu-h100-")
     big = agrees(dry_server, project, training_job("big", project, resources=gpus(16)))
@@ -168,7 +175,7 @@ def test_a_quota_held_by_a_running_job_waits_and_a_larger_job_never_fits(
 def test_what_never_fits_is_forecast_as_the_job_then_meets_it(
     dry_server: Server, kube: Client, project: str, case: str, spec: dict[str, Any], reason: Any
 ) -> None:
-    forecast = agrees(dry_server, project, training_job(case, project, **spec))
+    forecast = agrees(dry_server, project, hanging(case, project, **spec))
     expected = {
         "gang": "INSUFFICIENT_GPU",
         "selector": "NODE_SELECTOR_MISMATCH",
