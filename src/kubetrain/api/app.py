@@ -161,6 +161,10 @@ def _base_app(
         docs_url=None,
         redoc_url=None,
     )
+    if cluster_snapshot is None and cluster is not None:
+        # A cluster view without the control loops' node usage: Pods not kubetrain's
+        # are not counted on their nodes (ControlLoops.cluster_snapshot counts them).
+        cluster_snapshot = _snapshot_of(cluster)
     app.state.kubetrain = ApiContext(
         settings=settings,
         db=db,
@@ -176,6 +180,14 @@ def _base_app(
     add_metrics(app, db, cluster)
     _add_error_handlers(app)
     return app
+
+
+def _snapshot_of(cluster: Callable[[], dict[str, Any] | None]) -> Callable[[], Snapshot | None]:
+    def take() -> Snapshot | None:
+        listing = cluster()
+        return Snapshot.from_list(listing) if listing is not None else None
+
+    return take
 
 
 # -- health --------------------------------------------------------------------

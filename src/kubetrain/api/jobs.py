@@ -44,6 +44,7 @@ from kubetrain.api.problems import (
 from kubetrain.api.queues import NO_CLUSTER, NOT_WATCHING
 from kubetrain.api.schemas import (
     Attempts,
+    DryRun,
     History,
     HistoryEntry,
     JobDetail,
@@ -152,7 +153,7 @@ def _status(session: Any, job: Job) -> JobStatus:
     response_model=JobStatus,
     responses={
         200: {
-            "model": JobStatus,
+            "model": JobStatus | DryRun,
             "description": "An earlier submission with this key; with `dryRun=All`, the "
             "job as it would be created, its `manifest` and its `forecast` (docs/api.md)",
         },

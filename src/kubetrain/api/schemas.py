@@ -415,3 +415,15 @@ class DatasetList(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class DryRun(BaseModel):
+    """A dry run's answer (`POST …/jobs?dryRun=All`): nothing was written (docs/api.md)."""
+
+    dry_run: Literal[True]
+    job: dict[str, Any] = Field(description="the job as it would be created (`id` null)")
+    manifest: dict[str, Any] = Field(description="the batch/v1 Job it would run as")
+    forecast: dict[str, Any] = Field(
+        description="`verdict` (starts-now, waits, never-fits), `diagnosis` (a job's shape), "
+        "`placements`, `held_by`, `held_by_total`, `queue`"
+    )
