@@ -532,3 +532,20 @@ def test_the_token_is_checked_before_the_job_is_looked_up(
     # The same queries with the same parameters: nothing depends on the job id.
     assert existing == unknown
     assert not any(job_id in str(parameters) for _, parameters in existing)
+
+
+def test_a_nan_loss_is_stored_and_shown_as_such_and_wakes_the_syncer(
+    settings: ServerSettings, db: Database, tokens: Tokens
+) -> None:
+    woken: list[str] = []
+    with TestClient(create_app(settings, db, on_report=woken.append)) as client:
+        job_id = submitted(client, tokens)
+        with db.transaction() as session:
+            set_status_token(session, job_id, TOKEN)
+        step = {"seq": 0, "time": T.format(0), "type": "step", "step": 2}
+        metrics = {"loss": "NaN", "grad": "Infinity", "lr": 0.1}
+        assert post(client, job_id, batch(job_id, {**step, "metrics": metrics})).status_code == 202
+        assert woken == [job_id]
+        progress = detail(client, tokens, job_id)["progress"]
+        assert progress["step"] == 2
+        assert progress["metrics"] == metrics

@@ -413,3 +413,27 @@ def _until_ready(lines: Iterator[str]) -> Iterator[str]:
         if line == "ready":
             return
     pytest.fail("the log ended before the program's first line")
+
+
+DIVERGES = """
+import time
+from kubetrain.runtime import progress
+progress.step(1, loss=0.5)
+progress.step(2, loss=float("nan"))
+time.sleep(300)
+"""
+
+
+def test_a_real_job_reporting_a_nan_loss_at_step_2_is_loss_not_finite(real_server: Server):
+    p = project()
+    job_id = submit(real_server, job("diverges", p, args=["python", "-c", DIVERGES]))
+    done = wait_for(real_server, p, job_id, "RUNNING", "LOSS_NOT_FINITE")
+    assert done["progress"]["step"] == 2
+    assert done["progress"]["metrics"]["loss"] == "NaN"
+    with real_server.client() as http:
+        diagnosis = http.get(f"/api/v1/projects/{p}/jobs/{job_id}/diagnosis").json()
+        assert (diagnosis["waitable"], diagnosis["actor"]) == (False, "user")
+        assert "Step 2 reported loss = NaN." in diagnosis["explanation"]
+        shown = real_server.cli("get", "job", job_id, "-p", p)
+        assert "loss NaN" in shown.stdout, shown.stderr
+        http.post(f"/api/v1/projects/{p}/jobs/{job_id}/cancel")

@@ -92,7 +92,7 @@ def test_events_follow_the_contract(peer):
     reporter = _reporter(peer)
     reporter.phase("TRAINING")
     for step in range(1, 251):
-        reporter.step(step, loss=1 / step, bad=float("nan"), lr="x")
+        reporter.step(step, loss=1 / step, bad=float("nan"), up=float("-inf"), lr="x")
     reporter.checkpoint(250, 1234, 0.5)
     reporter.resumed(200, "job-9-0-old")
     assert reporter.close(10)
@@ -108,7 +108,13 @@ def test_events_follow_the_contract(peer):
     assert events[0]["type"] == "phase"
     assert events[0]["phase"] == "TRAINING"
     assert events[0]["time"].endswith("Z")
-    assert events[1] == {**events[1], "type": "step", "step": 1, "metrics": {"loss": 1.0}}
+    # A NaN or an infinity is kept, spelled as JSON cannot carry it; a non-number is not.
+    assert events[1] == {
+        **events[1],
+        "type": "step",
+        "step": 1,
+        "metrics": {"loss": 1.0, "bad": "NaN", "up": "-Infinity"},
+    }
     assert events[-2] == {**events[-2], "type": "checkpoint", "step": 250, "sizeBytes": 1234}
     assert events[-1] == {
         **events[-1],

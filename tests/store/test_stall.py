@@ -203,3 +203,47 @@ def test_a_job_whose_steps_came_back_is_not_cancelled_for_a_stale_stall(db: Data
         after = session.get(Job, job_id)
         assert after is not None
         assert (after.business_state, after.cancel_requested) == (BusinessState.RUNNING, False)
+
+
+def test_a_nan_loss_is_loss_not_finite_and_cancelled_when_the_spec_asks(db: Database) -> None:
+    cache = ClusterCache(http=None)
+    job_id = _running_job(db, cache)
+    with db.transaction() as session:
+        assert sync_facts(session, [job_id])[job_id].cancel_on_non_finite_loss is False
+    syncer = Syncer(db, cache, resync_interval=0.05, clock=lambda: T0 + timedelta(minutes=2))
+    _report(db, job_id, 1, "phase", T0, phase="TRAINING")
+    _report(db, job_id, 2, "step", T0 + timedelta(minutes=1), step=2, metrics={"loss": "NaN"})
+
+    async def scenario() -> None:
+        loops = asyncio.gather(syncer._work(), syncer._resync())
+        try:
+            await _until(db, job_id, R.LOSS_NOT_FINITE)
+            with db.read_only() as session:
+                rows = job_history(session, PROJECT, job_id, kind=TransitionKind.BUSINESS)
+            # The history row is the webhooks' outbox: reason_changed and not_waitable.
+            assert (rows[-1].from_reason, rows[-1].to_reason) == (
+                R.TRAINING,
+                R.LOSS_NOT_FINITE,
+            )
+            assert rows[-1].detail["waitable"] is False  # not_waitable goes out too
+            await asyncio.sleep(0.2)  # resyncs: without the spec's flag it only says so
+            assert _reason(db, job_id) == (BusinessState.RUNNING, R.LOSS_NOT_FINITE)
+            with db.transaction() as session:
+                job = session.get(Job, job_id)
+                assert job is not None
+                job.spec = {"spec": RUNNING_SPEC["spec"] | {"cancelOnNonFiniteLoss": True}}
+            await _until(db, job_id, R.CANCELLED)
+        finally:
+            loops.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await loops
+
+    asyncio.run(scenario())
+    with db.read_only() as session:
+        job = session.get(Job, job_id)
+        assert job is not None
+        assert job.cancel_requested
+        assert job.reason_message == (
+            "cancelled for a non-finite loss: Step 2 reported loss = NaN "
+            "(spec.cancelOnNonFiniteLoss)"
+        )

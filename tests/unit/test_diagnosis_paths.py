@@ -14,8 +14,15 @@ from typing import Any
 
 import pytest
 
-from kubetrain.domain.diagnosis import ChainState, JobFacts, cancel_for_no_progress
+from kubetrain.domain.diagnosis import (
+    ChainState,
+    JobFacts,
+    cancel_for_no_progress,
+    cancel_for_non_finite_loss,
+)
+from kubetrain.domain.events import EventType
 from kubetrain.domain.manifest import pod_failure_policy
+from kubetrain.domain.notifications import event_types_for
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from tests.unit.diagnosis_helpers import (
     NOW,
@@ -781,3 +788,42 @@ def test_a_pod_whose_container_ended_before_its_phase_is_still_running(name: str
     }
     d = run(data)
     assert (d.state, d.reason) == (S.RUNNING, R.TRAINING), (d.state, d.reason, d.explanation)
+
+
+# -- a training job whose loss diverged ------------------------------------------------
+
+
+def test_a_running_job_whose_last_loss_is_nan_is_loss_not_finite() -> None:
+    at = datetime(2026, 12, 2, 15, 59, tzinfo=UTC)
+    d = stalling(last_step=(2, at), non_finite_loss=(2, "loss", "NaN", at))
+    assert (d.state, d.reason, d.link) == (S.RUNNING, R.LOSS_NOT_FINITE, Link.TRAINING)
+    assert d.waitable is False  # the user's to act on: waiting will not mend it
+    assert d.actor.value == "user"
+    assert "Step 2 reported loss = NaN." in d.explanation
+    assert d.since == at
+    message = cancel_for_non_finite_loss(d, cancel=True)
+    assert message == (
+        "cancelled for a non-finite loss: Step 2 reported loss = NaN (spec.cancelOnNonFiniteLoss)"
+    )
+    assert cancel_for_non_finite_loss(d, cancel=False) is None
+
+
+def test_a_diverged_loss_goes_before_a_stall_and_only_while_running() -> None:
+    old = datetime(2026, 12, 2, 15, 0, tzinfo=UTC)
+    diverged = stalling(last_step=(9, old), non_finite_loss=(9, "train/loss", "Infinity", old))
+    assert diverged.reason is R.LOSS_NOT_FINITE
+    finished = run(dump("succeeded"), non_finite_loss=(9, "loss", "NaN", old))
+    assert finished.reason is R.COMPLETED
+
+
+def test_the_reason_change_to_loss_not_finite_is_a_webhook_event() -> None:
+    found = event_types_for(
+        "RUNNING",
+        "RUNNING",
+        "TRAINING",
+        "LOSS_NOT_FINITE",
+        waitable_before=None,
+        waitable_now=False,
+    )
+    assert EventType.REASON_CHANGED in found
+    assert EventType.NOT_WAITABLE in found

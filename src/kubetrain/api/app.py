@@ -47,6 +47,7 @@ from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.domain.datasets import DatasetVersion
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import FieldProblem, TrainingJob
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
@@ -75,13 +76,15 @@ def create_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    cluster_snapshot: Callable[[], Snapshot | None] | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
     `watch_problems` (ControlLoops') lets the probes report the watches' health;
-    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig."""
+    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig;
+    `cluster_snapshot` (ControlLoops') gives a dry run its snapshot to forecast on."""
     app = _base_app(
         settings,
         db,
@@ -92,6 +95,7 @@ def create_app(
         cluster=cluster,
         watch_problems=watch_problems,
         pod_logs=pod_logs,
+        cluster_snapshot=cluster_snapshot,
     )
     app.include_router(jobs.router)
     app.include_router(logs.router)
@@ -145,6 +149,7 @@ def _base_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    cluster_snapshot: Callable[[], Snapshot | None] | None = None,
 ) -> FastAPI:
     """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
@@ -156,6 +161,10 @@ def _base_app(
         docs_url=None,
         redoc_url=None,
     )
+    if cluster_snapshot is None and cluster is not None:
+        # A cluster view without the control loops' node usage: Pods not kubetrain's
+        # are not counted on their nodes (ControlLoops.cluster_snapshot counts them).
+        cluster_snapshot = _snapshot_of(cluster)
     app.state.kubetrain = ApiContext(
         settings=settings,
         db=db,
@@ -164,12 +173,21 @@ def _base_app(
         cluster=cluster,
         watch_problems=watch_problems,
         pod_logs=pod_logs,
+        cluster_snapshot=cluster_snapshot,
         tokens=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)
     add_metrics(app, db, cluster)
     _add_error_handlers(app)
     return app
+
+
+def _snapshot_of(cluster: Callable[[], dict[str, Any] | None]) -> Callable[[], Snapshot | None]:
+    def take() -> Snapshot | None:
+        listing = cluster()
+        return Snapshot.from_list(listing) if listing is not None else None
+
+    return take
 
 
 # -- health --------------------------------------------------------------------

@@ -14,6 +14,7 @@ from kubetrain.api.principal import Principal
 from kubetrain.api.streams import StreamSlots
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
@@ -35,6 +36,9 @@ class ApiContext:
     watch_problems: Callable[..., list[str]] | None = None
     # Pods' logs, through the control loops' kubeconfig; None: no cluster connection
     pod_logs: PodLogs | None = None
+    # The caches as a Snapshot with every node's usage (ControlLoops.cluster_snapshot),
+    # for a dry run's forecast; on the event loop's thread only, like `cluster`.
+    cluster_snapshot: Callable[[], Snapshot | None] | None = None
 
     # Tokens verified in the last seconds (token_cache.py), by hash.
     tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)

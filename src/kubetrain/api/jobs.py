@@ -16,10 +16,11 @@ state, since the caller's picture of it is out of date and nothing was done.
 from __future__ import annotations
 
 from datetime import UTC, datetime
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 from urllib.parse import quote
 
 from fastapi import APIRouter, Depends, Header, Path, Query, Response
+from fastapi.responses import JSONResponse
 from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.auth import (
@@ -40,8 +41,10 @@ from kubetrain.api.problems import (
     problem_responses,
     validation_error,
 )
+from kubetrain.api.queues import NO_CLUSTER, NOT_WATCHING
 from kubetrain.api.schemas import (
     Attempts,
+    DryRun,
     History,
     HistoryEntry,
     JobDetail,
@@ -53,8 +56,11 @@ from kubetrain.api.schemas import (
     RuntimeState,
     StepPoint,
 )
-from kubetrain.domain.datasets import resolve_dataset
-from kubetrain.domain.manifest import render_job
+from kubetrain.domain.datasets import DatasetVersion, resolve_dataset
+from kubetrain.domain.diagnosis import JobFacts
+from kubetrain.domain.forecast import forecast
+from kubetrain.domain.manifest import job_name, render_job
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import FieldProblem, SpecError, TrainingJob, parse_training_job
 from kubetrain.domain.spec import spec_digest as training_job_digest
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
@@ -84,6 +90,8 @@ from kubetrain.store import (
 from kubetrain.store.usage import attempt_usage
 
 DEFAULT_PAGE_SIZE = 50
+# The id a dry run renders with: never a stored job's (ids are generated, not chosen).
+DRY_RUN_ID = "dry-run"
 IDEMPOTENCY_KEY_LENGTH = 255  # the column's size
 # Visible ASCII only: a key is an opaque token (a UUID, say), and anything else
 # is a client bug better refused than stored.
@@ -145,7 +153,11 @@ def _status(session: Any, job: Job) -> JobStatus:
     summary="Submit a training job",
     response_model=JobStatus,
     responses={
-        200: {"model": JobStatus, "description": "An earlier submission with this key"},
+        200: {
+            "model": JobStatus | DryRun,
+            "description": "An earlier submission with this key; with `dryRun=All`, the "
+            "job as it would be created, its `manifest` and its `forecast` (docs/api.md)",
+        },
         201: {"description": "The new job, in CREATED"},
         **problem_responses(400, 409, 413, 415),
     },
@@ -167,7 +179,23 @@ async def submit(
             "the same key with another job is a 409.",
         ),
     ] = None,
-) -> JobStatus:
+    dry_run: Annotated[
+        Literal["All"] | None,
+        Query(
+            alias="dryRun",
+            description="`All` (Kubernetes' convention): validate, render and forecast what "
+            "the job would meet if submitted now; nothing is written. 200 with `job`, "
+            "`manifest` and `forecast` (docs/api.md)",
+        ),
+    ] = None,
+) -> Any:
+    if dry_run is not None:
+        # The caches are read on the event loop's thread; the forecast runs in the pool.
+        take = context.cluster_snapshot
+        snapshot = take() if take is not None else None
+        return JSONResponse(
+            await run_in_threadpool(_dry_run, context, caller, project, body, snapshot)
+        )
     # async, with the work in one worker thread: a plain `def` costs a second
     # thread hop, FastAPI then checking the returned model in the pool too.
     status, replayed = await run_in_threadpool(
@@ -180,10 +208,11 @@ async def submit(
     return status
 
 
-def _submit(
-    context: ApiContext, caller: Principal, project: str, body: Any, idempotency_key: str | None
-) -> tuple[JobStatus, bool]:
-    """Validate and store a submission; the job's status and whether it was a replay."""
+def _checked(
+    context: ApiContext, project: str, body: Any
+) -> tuple[TrainingJob, str, DatasetVersion | None]:
+    """A submission validated (a real one and a dry run alike): the TrainingJob, its
+    namespace and its dataset's version; the 422 naming the fields otherwise."""
     try:
         training_job = parse_training_job(body, project=project)
     except SpecError as exc:
@@ -194,16 +223,66 @@ def _submit(
         problem = FieldProblem("metadata.project", f"{project!r} maps to no usable {exc}")
         raise validation_error([problem], "the project has no usable namespace") from None
     dataset = training_job.spec.dataset
+    version = None
     try:
         if dataset is not None and dataset.claim is not None:
-            resolve_dataset(dataset, None)  # its own claim: the registry is not read
+            version = resolve_dataset(dataset, None)  # its own claim: the registry is not read
         elif dataset is not None:
             # The registry's versions never change, so a read before the write is
             # safe and keeps the write transaction short.
             with context.db.read_only() as session:
-                resolve_job_dataset(session, dataset)
+                version = resolve_job_dataset(session, dataset)
     except SpecError as exc:
         raise validation_error(exc.problems, "the job's dataset is not registered") from None
+    return training_job, namespace, version
+
+
+def _dry_run(
+    context: ApiContext, caller: Principal, project: str, body: Any, snapshot: Snapshot | None
+) -> dict[str, Any]:
+    """Validate, render and forecast a submission; nothing is written anywhere."""
+    training_job, namespace, dataset = _checked(context, project, body)
+    if snapshot is None:  # after the checks: bad input is the same 422 with or without a cluster
+        raise ProblemError(503, NOT_WATCHING, type=NO_CLUSTER, title="Not watching the cluster")
+    manifest = render_job(
+        DRY_RUN_ID,
+        training_job,
+        namespace,
+        dataset=dataset,
+        options=context.settings.render_options(),
+    )
+    spec = training_job.spec
+    facts = JobFacts(
+        name=training_job.metadata.name,
+        k8s_name=job_name(DRY_RUN_ID),
+        namespace=namespace,
+        dispatched=True,
+        gpus=spec.resources.gpus,
+    )
+    predicted = forecast(manifest, facts, snapshot, datetime.now(UTC))
+    return {
+        "dry_run": True,
+        "job": {
+            "id": None,
+            "name": training_job.metadata.name,
+            "project": project,
+            "namespace": namespace,
+            "owner": caller.name,
+            "business_status": str(BusinessState.CREATED),
+            "workers": spec.workers,
+            "gpus": spec.resources.gpus,
+            "spec": training_job.model_dump(mode="json"),
+        },
+        "manifest": manifest,
+        "forecast": predicted.to_json(training_job.metadata.name),
+    }
+
+
+def _submit(
+    context: ApiContext, caller: Principal, project: str, body: Any, idempotency_key: str | None
+) -> tuple[JobStatus, bool]:
+    """Validate and store a submission; the job's status and whether it was a replay."""
+    training_job, namespace, _ = _checked(context, project, body)
     with context.db.transaction() as session:
         try:
             submission = submit_job(

@@ -50,6 +50,7 @@ from kubetrain.domain import names
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.spec import FieldProblem
 from kubetrain.domain.spec.fields import MAX_RUNTIME_SECONDS
+from kubetrain.runtime.contract import is_loss
 from kubetrain.store import ReportEvent, record_reports, status_token_owner
 
 MAX_EVENTS = 100
@@ -72,7 +73,11 @@ router = APIRouter(
 _bearer = HTTPBearer(auto_error=False, description="The job's status token (from its Secret).")
 
 
-def _metrics(value: dict[str, Number]) -> dict[str, Number]:
+# A metric's value: a finite number, or NaN / +inf / -inf spelled as JSON cannot carry them.
+MetricValue = Literal["NaN", "Infinity", "-Infinity"] | Number
+
+
+def _metrics(value: dict[str, MetricValue]) -> dict[str, MetricValue]:
     if len(value) > MAX_METRICS:
         raise ValueError(f"at most {MAX_METRICS} metrics per step")
     for key, number in value.items():
@@ -81,8 +86,8 @@ def _metrics(value: dict[str, Number]) -> dict[str, Number]:
                 f"metric name {key[:70]!r} must be 1-64 letters, digits, '_', '.', '/' or '-', "
                 "starting with a letter or '_'"
             )
-        if not math.isfinite(number):
-            raise ValueError(f"metric {key} must be a finite number")
+        if isinstance(number, float) and not math.isfinite(number):
+            value[key] = "NaN" if number != number else ("Infinity" if number > 0 else "-Infinity")
     return value
 
 
@@ -127,7 +132,9 @@ class PhaseEvent(_Event):
 class StepEvent(_Event):
     type: Literal["step"]
     step: Int = Field(ge=0, le=2**62)
-    metrics: Annotated[dict[str, Number], AfterValidator(_metrics)] = Field(default_factory=dict)
+    metrics: Annotated[dict[str, MetricValue], AfterValidator(_metrics)] = Field(
+        default_factory=dict
+    )
 
 
 class Binding(BaseModel):
@@ -264,6 +271,12 @@ def _out_of_window(events: list[Any], now: datetime) -> list[FieldProblem]:
     ]
 
 
+def _non_finite_loss(event: Any) -> bool:
+    """A step whose loss diverged: the syncer looks at once (LOSS_NOT_FINITE)."""
+    metrics = getattr(event, "metrics", None) or {}
+    return any(is_loss(k) and isinstance(v, str) for k, v in metrics.items())
+
+
 @router.post(
     "/reports",
     status_code=202,
@@ -311,6 +324,6 @@ def post_reports(
             dropped=batch.dropped,
             rank=batch.rank,
         )
-    if stored and any(e.type == "phase" for e in batch.events):
+    if stored and any(e.type == "phase" or _non_finite_loss(e) for e in batch.events):
         context.reported(job_id)
     return ReportAccepted(job_id=job_id, stored=stored)

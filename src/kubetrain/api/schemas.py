@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, Field
 
@@ -30,6 +30,9 @@ from kubetrain.store import (
     dataset_version,
 )
 from kubetrain.store.usage import AttemptUsage
+
+# A reported metric: a finite number, or NaN / +inf / -inf spelled (JSON has none of them).
+MetricValue = Literal["NaN", "Infinity", "-Infinity"] | float
 
 
 class ReasonDetail(BaseModel):
@@ -213,7 +216,10 @@ class ProgressView(BaseModel):
     phase_since: datetime | None
     step: int | None
     step_at: datetime | None
-    metrics: dict[str, float] = Field(description="the scalars reported with the last step")
+    metrics: dict[str, MetricValue] = Field(
+        description="the scalars reported with the last step; NaN, +inf and -inf as the "
+        'strings "NaN", "Infinity", "-Infinity" (JSON has no such numbers)'
+    )
     checkpoint: dict[str, Any] | None = Field(
         description="the last checkpoint saved: step, sizeBytes, durationSeconds, at"
     )
@@ -329,7 +335,7 @@ class JobDetail(JobStatus):
 class StepPoint(BaseModel):
     step: int
     at: datetime
-    metrics: dict[str, float]
+    metrics: dict[str, MetricValue]
 
 
 class ProgressSeries(BaseModel):
@@ -415,3 +421,15 @@ class DatasetList(BaseModel):
 
 class Health(BaseModel):
     status: str
+
+
+class DryRun(BaseModel):
+    """A dry run's answer (`POST …/jobs?dryRun=All`): nothing was written (docs/api.md)."""
+
+    dry_run: Literal[True]
+    job: dict[str, Any] = Field(description="the job as it would be created (`id` null)")
+    manifest: dict[str, Any] = Field(description="the batch/v1 Job it would run as")
+    forecast: dict[str, Any] = Field(
+        description="`verdict` (starts-now, waits, never-fits), `diagnosis` (a job's shape), "
+        "`placements`, `held_by`, `held_by_total`, `queue`"
+    )

@@ -152,6 +152,11 @@ def _jobs(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
         "--idempotency-key",
         help="retrying with the same key never makes a second job",
     )
+    submit.add_argument(
+        "--dry-run",
+        action="store_true",
+        help="submit nothing: validate, and forecast what the job would meet if submitted now",
+    )
     submit.add_argument("-o", "--output", choices=("text", "json", "yaml"), default="text")
     add_client_options(submit)
     submit.set_defaults(func=_lazy("jobs", "_submit"))

@@ -41,9 +41,17 @@ def _submit(args: argparse.Namespace) -> int:
                 for problem in exc.problems
             ]
             raise CommandError("\n".join(lines)) from None
-        reply = client.submit_checked(job, idempotency_key=args.idempotency_key)
+        reply = client.submit_checked(
+            job, idempotency_key=args.idempotency_key, dry_run=args.dry_run
+        )
     project = job.metadata.project
     submitted = reply.body
+    if args.dry_run:
+        if args.output != "text":
+            emit(submitted, args.output)
+        else:
+            print(forecast_text(submitted))
+        return 0
     if args.output != "text":
         emit(submitted, args.output)
     elif reply.status == 200:
@@ -54,6 +62,35 @@ def _submit(args: argparse.Namespace) -> int:
     else:
         print(f"job {submitted['name']} submitted: {submitted['id']} in project {project}")
     return 0
+
+
+def forecast_text(answer: dict[str, Any]) -> str:
+    """A dry run's answer in words: the verdict, why, what to do, where or behind whom."""
+    job, forecast = answer.get("job") or {}, answer.get("forecast") or {}
+    diagnosis = forecast.get("diagnosis") or {}
+    lines = [
+        f"job {job.get('name')} (dry run, nothing submitted): {forecast.get('verdict')}",
+        f"  reason:  {diagnosis.get('reason')} ({diagnosis.get('link')}; "
+        f"waitable: {diagnosis.get('waitable')})",
+        f"  why:     {printable(str(diagnosis.get('explanation') or '-'))}",
+        f"  do:      {printable(str(diagnosis.get('action') or '-'))}",
+    ]
+    for placement in forecast.get("placements") or []:
+        lines.append(f"  worker {placement.get('rank')}: node {placement.get('node')}")
+    queue = forecast.get("queue")
+    if queue:
+        ahead = ", ".join(str(a) for a in queue.get("ahead") or []) or "nobody"
+        lines.append(
+            f"  queue:   ClusterQueue {queue.get('cluster_queue')}, position "
+            f"{queue.get('position')} (ahead: {ahead})"
+        )
+    for holder in forecast.get("held_by") or []:
+        holds = ", ".join(f"{k}={v}" for k, v in (holder.get("holds") or {}).items())
+        until = holder.get("ends_by") or "no end set (no maxRuntime)"
+        lines.append(
+            f"  held by: {holder.get('job')} in {holder.get('namespace')} ({holds}) until {until}"
+        )
+    return "\n".join(lines)
 
 
 # -- get -----------------------------------------------------------------------
@@ -166,7 +203,9 @@ def _progress_lines(progress: dict[str, Any] | None, *, running: bool) -> list[t
         lines.append((said.label, f"{said}{lasted}"))
     if progress.get("step") is not None:
         metrics = ", ".join(
-            f"{k} {v:g}" for k, v in sorted((progress.get("metrics") or {}).items())
+            # NaN and the infinities come spelled ("NaN", "Infinity"): said as they are.
+            f"{k} {v}" if isinstance(v, str) else f"{k} {v:g}"
+            for k, v in sorted((progress.get("metrics") or {}).items())
         )
         ago = f", {age(progress['step_at'])} ago" if progress.get("step_at") else ""
         lines.append(("Step", f"{progress['step']}" + (f" ({metrics})" if metrics else "") + ago))

@@ -104,6 +104,7 @@ async def _run(
                 cluster=control.cluster_listing if control else None,
                 watch_problems=control.watch_problems if control else None,
                 pod_logs=PodLogs(control.config) if control else None,
+                cluster_snapshot=control.cluster_snapshot if control else None,
             )
         else:  # the control loops only: their probes and metrics, on the same address
             assert control is not None  # --no-api and --no-control exclude each other

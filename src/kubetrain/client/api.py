@@ -146,12 +146,18 @@ class Client:
             job = parse_training_job_yaml(_read(document_or_path), project=project)
         return Job(self.submit_checked(job, idempotency_key=idempotency_key).body)
 
-    def submit_checked(self, job: TrainingJob, *, idempotency_key: str | None = None) -> Reply:
+    def submit_checked(
+        self, job: TrainingJob, *, idempotency_key: str | None = None, dry_run: bool = False
+    ) -> Reply:
         """POST a TrainingJob already checked (domain.spec's model): the reply, 201 for
-        a new job, 200 for one submitted before with the same idempotency key."""
+        a new job, 200 for one submitted before with the same idempotency key; with
+        `dry_run`, 200 and the forecast of what the job would meet (nothing written)."""
         headers = {"Idempotency-Key": idempotency_key} if idempotency_key else None
+        params = {"dryRun": "All"} if dry_run else None
         path = self.jobs_path(job.metadata.project)
-        return self.request("POST", path, json=job.model_dump(mode="json"), headers=headers)
+        return self.request(
+            "POST", path, json=job.model_dump(mode="json"), headers=headers, params=params
+        )
 
     def get(self, name_or_id: str, project: str | None = None) -> Job:
         """One job in full: state, reason, runtime, spec, diagnosis, progress, GPU time."""

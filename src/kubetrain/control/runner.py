@@ -4,6 +4,7 @@ dispatcher, under leader election so that only one replica acts at a time."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import os
 import socket
@@ -27,6 +28,7 @@ from kubetrain.control.syncer import Syncer
 from kubetrain.delivery import TIMEOUT_SECONDS, webhook_poster
 from kubetrain.domain.manifest import RenderOptions
 from kubetrain.domain.networks import Network
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.metrics import LEADER
 from kubetrain.store import Database
 
@@ -65,6 +67,15 @@ class ControlLoops:
         if cache is None or not all(r.synced.is_set() for r in cache.reflectors.values()):
             return None
         return cache.listing()
+
+    def cluster_snapshot(self) -> Snapshot | None:
+        """The watch caches as a Snapshot with the node usage of every bound Pod (not only
+        ours), for a dry run's forecast; None as for `cluster_listing`. On the loop's thread."""
+        cache = self.cache
+        listing = self.cluster_listing()
+        if cache is None or listing is None:
+            return None
+        return dataclasses.replace(Snapshot.from_list(listing), node_state=cache.node_state())
 
     def notify(self) -> None:
         """Wake the dispatcher; safe to call from the API's worker threads."""

@@ -25,12 +25,14 @@ from kubetrain.domain.diagnosis import (
     Diagnosis,
     JobFacts,
     cancel_for_no_progress,
+    cancel_for_non_finite_loss,
     diagnose,
 )
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
 from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
+from kubetrain.runtime.contract import NON_FINITE, is_loss
 from kubetrain.store import (
     Database,
     PodObservation,
@@ -240,10 +242,12 @@ class Syncer:
                     dispatch_error=job.last_dispatch_error,
                     reported_phase=_reported_phase(progress.get(job.id)),
                     last_step=_last_step(progress.get(job.id)),
+                    non_finite_loss=_non_finite_loss(progress.get(job.id)),
                     stall_after=job.stall_after
                     if job.stall_after is not None
                     else self.stall_after,
                     cancel_after_stall=job.cancel_after_stall,
+                    cancel_on_non_finite_loss=job.cancel_on_non_finite_loss,
                 )
             )
         return out
@@ -313,6 +317,7 @@ class Syncer:
                     cancel_after_stall=facts.cancel_after_stall,
                     now=now,
                 )
+                or cancel_for_non_finite_loss(diagnosis, cancel=facts.cancel_on_non_finite_loss)
             )
         }
         if not due:
@@ -353,6 +358,7 @@ class _Facts(JobFacts):
 
     job_id: str = ""
     cancel_after_stall: int | None = None  # seconds NO_PROGRESS before it is cancelled
+    cancel_on_non_finite_loss: bool = False  # LOSS_NOT_FINITE cancels it
 
 
 def _synced(facts: _Facts, diagnosis: Diagnosis) -> SyncedJob:
@@ -386,6 +392,16 @@ def _last_step(progress: Progress | None) -> tuple[int, datetime] | None:
     if progress is None or progress.step is None or progress.step_at is None:
         return None
     return (progress.step, progress.updated_at)
+
+
+def _non_finite_loss(progress: Progress | None) -> tuple[int, str, str, datetime | None] | None:
+    """The last step's loss when the runtime reported it NaN or infinite (spelled)."""
+    if progress is None or progress.step is None or not progress.metrics:
+        return None
+    for name, value in sorted(progress.metrics.items()):
+        if is_loss(name) and value in NON_FINITE:
+            return (progress.step, name, str(value), progress.step_at)
+    return None
 
 
 def _observation(attempt: AttemptView) -> PodObservation:

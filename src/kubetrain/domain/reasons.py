@@ -327,6 +327,18 @@ CATALOG: dict[ReasonCode, Reason] = {
             U,
         ),
         _r(
+            R.LOSS_NOT_FINITE,
+            L.TRAINING,
+            "The job runs, but the loss it last reported is not a finite number (NaN, "
+            "+inf or -inf): training has diverged, and further steps are unlikely to recover "
+            "it. kubetrain does not stop it, unless its spec.cancelOnNonFiniteLoss is true.",
+            "Cancel it and resume from a checkpoint before the divergence with a lower "
+            "learning rate, gradient clipping or a data check (kubetrain logs shows the "
+            "steps before it).",
+            U,
+            waitable=False,
+        ),
+        _r(
             R.PREFLIGHT_FAILED,
             L.PREFLIGHT,
             "kubetrain's preflight found the container unfit to train (GPU, dataset, output "
@@ -454,6 +466,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.GANG_PARTIAL,
     R.PREFLIGHT,
     R.RENDEZVOUS,
+    R.LOSS_NOT_FINITE,
     R.NO_PROGRESS,
     R.TRAINING,
     R.COMPLETED,

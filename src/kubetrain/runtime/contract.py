@@ -19,6 +19,25 @@ TERMINATION_LOG_DEFAULT: Final = "/dev/termination-log"
 # The prefix the diagnosis shows verbatim as the explanation of PREFLIGHT_FAILED.
 TERMINATION_PREFIX: Final = "preflight failed: "
 
+# JSON has no NaN or infinity: a metric that is one is sent as the string Protocol
+# Buffers' JSON mapping uses for it (a finite one stays a number).
+NON_FINITE: Final = ("NaN", "Infinity", "-Infinity")
+
+
+def encode_metric(number: float) -> float | str:
+    """A metric value as a report carries it: the number, or NaN/Infinity/-Infinity spelled."""
+    if number != number:  # NaN is the one value not equal to itself
+        return "NaN"
+    if number in (float("inf"), float("-inf")):
+        return "Infinity" if number > 0 else "-Infinity"
+    return number
+
+
+def is_loss(name: str) -> bool:
+    """Whether a metric is a loss: `loss`, or one ending `/loss`, `_loss`, `.loss`, `-loss`."""
+    return name == "loss" or name.endswith(("/loss", "_loss", ".loss", "-loss"))
+
+
 # The dataset's own statement of what it is, at its root.
 DATASET_STAMP: Final = "kubetrain-dataset.json"
 

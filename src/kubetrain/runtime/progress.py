@@ -17,7 +17,6 @@ from __future__ import annotations
 import atexit
 import collections
 import json
-import math
 import os
 import sys
 import threading
@@ -29,7 +28,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from kubetrain.runtime import env
-from kubetrain.runtime.contract import reports_path
+from kubetrain.runtime.contract import encode_metric, reports_path
 from kubetrain.runtime.env import pod_name
 from kubetrain.runtime.redact import Redactor
 
@@ -185,8 +184,8 @@ class Reporter:
 
     # the sender ------------------------------------------------------------
 
-    def _metrics(self, metrics: Mapping[str, Any]) -> dict[str, float]:
-        clean: dict[str, float] = {}
+    def _metrics(self, metrics: Mapping[str, Any]) -> dict[str, float | str]:
+        clean: dict[str, float | str] = {}
         for key, value in metrics.items():
             if len(clean) == MAX_METRICS:
                 self._warn_once("metrics", f"only {MAX_METRICS} metrics per step are reported")
@@ -196,8 +195,8 @@ class Reporter:
             except (TypeError, ValueError):
                 self._warn_once("metric-type", f"metric {key!r} is not a number; not reported")
                 continue
-            if math.isfinite(number):
-                clean[str(key)] = number
+            # A NaN or infinite loss is the news (a diverged run): kept, spelled for JSON.
+            clean[str(key)] = encode_metric(number)
         return clean
 
     def _put(self, event: dict[str, Any], *, urgent: bool) -> None:

@@ -594,13 +594,16 @@ def request_cancel(
 def cancel_stalled_job(
     session: Session, job_id: str, *, message: str, now: datetime | None = None
 ) -> bool:
-    """Cancel a job the syncer found NO_PROGRESS past its spec.cancelAfterStall, as a
+    """Cancel a job the syncer found NO_PROGRESS past its spec.cancelAfterStall (or
+    LOSS_NOT_FINITE with spec.cancelOnNonFiniteLoss), as a
     user's cancel does: the flag, then `CANCELLED` (the dispatcher deletes the
     Kubernetes Job). Nothing happens to a job no longer NO_PROGRESS (a step came since
     the syncer read it) or already being cancelled. True if it was cancelled."""
     now = _now(now)
     job = lock_job(session, job_id)
-    if job.reason != ReasonCode.NO_PROGRESS or job.cancel_requested:
+    if job.reason not in (ReasonCode.NO_PROGRESS, ReasonCode.LOSS_NOT_FINITE) or (
+        job.cancel_requested
+    ):
         return False
     _flag_cancel(job, now)
     apply_locked_business_change(

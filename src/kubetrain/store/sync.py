@@ -299,6 +299,7 @@ class SyncFacts:
     restart_job_uid: str | None  # a gang restart the dispatcher has still to make
     stall_after: int | None = None  # seconds, from spec.stallAfter
     cancel_after_stall: int | None = None  # seconds, from spec.cancelAfterStall
+    cancel_on_non_finite_loss: bool = False  # spec.cancelOnNonFiniteLoss
 
 
 # Durations of the spec the syncer needs: read in the database rather than loading every spec.
@@ -307,10 +308,17 @@ _SPEC_DURATIONS = {"stall_after": "stallAfter", "cancel_after_stall": "cancelAft
 
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per 500 (not one per job)."""
-    names = [f.name for f in fields(SyncFacts) if f.name not in _SPEC_DURATIONS]
+    names = [
+        f.name
+        for f in fields(SyncFacts)
+        if f.name not in _SPEC_DURATIONS and f.name != "cancel_on_non_finite_loss"
+    ]
     durations = [
         Job.spec["spec"][key].as_string().label(name) for name, key in _SPEC_DURATIONS.items()
     ]
+    durations.append(
+        Job.spec["spec"]["cancelOnNonFiniteLoss"].as_boolean().label("cancel_on_non_finite_loss")
+    )
     out: dict[str, SyncFacts] = {}
     for chunk in in_chunks(ids):
         query = select(*(getattr(Job, n) for n in names), *durations).where(Job.id.in_(chunk))
@@ -318,6 +326,7 @@ def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
             values: dict[str, Any] = {name: row[name] for name in names}
             for name in _SPEC_DURATIONS:
                 values[name] = duration_seconds(row[name]) if row[name] else None
+            values["cancel_on_non_finite_loss"] = bool(row["cancel_on_non_finite_loss"])
             out[row["id"]] = SyncFacts(**values)
     return out
 

@@ -77,11 +77,16 @@ from kubetrain.domain.diagnosis.result import (
     GangRestart,
     JobFacts,
 )
-from kubetrain.domain.diagnosis.stall import _stalled, cancel_for_no_progress
+from kubetrain.domain.diagnosis.stall import (
+    _diverged,
+    _stalled,
+    cancel_for_no_progress,
+    cancel_for_non_finite_loss,
+)
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.snapshot import Snapshot
-from kubetrain.domain.states import BusinessState, Link
+from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
 __all__ = [
     "AttemptView",
@@ -94,6 +99,7 @@ __all__ = [
     "JobFacts",
     "NodeFit",
     "cancel_for_no_progress",
+    "cancel_for_non_finite_loss",
     "diagnose",
 ]
 
@@ -104,7 +110,7 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     """Why `job` is or is not running, from `snapshot` as of `now` (see the module docstring)."""
     reader = _Reader(job, snapshot, now)
     reader.attempts = _attempts(reader)
-    outcome = _stalled(reader, _outcome(reader), now)
+    outcome = _diverged(reader, _stalled(reader, _outcome(reader), now))
     primary = outcome.findings[0]
     blockers = tuple(f.blocker() for f in outcome.findings)
     entry = CATALOG[primary.reason]
@@ -116,7 +122,10 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         if not explanation.endswith((".", "?", "!")):
             explanation += "."
     waitable: bool | None = blockers[0].waitable
-    if outcome.state in (S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED):
+    # Not waiting, so no verdict on waiting; but a diverged loss is said not to pass by itself.
+    if outcome.state in (S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED) and (
+        primary.reason is not ReasonCode.LOSS_NOT_FINITE
+    ):
         waitable = None
     fit: FitAnalysis | None = reader.fit
     # The node table answers "where could it go", which matters only while the

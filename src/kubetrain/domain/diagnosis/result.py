@@ -31,6 +31,9 @@ class JobFacts:
     # many seconds without one make a training job NO_PROGRESS (None: never).
     last_step: tuple[int, datetime] | None = None
     stall_after: int | None = None
+    # The last step's loss when it is not a finite number: (step, metric, "NaN" |
+    # "Infinity" | "-Infinity", when it came); None when finite or not reported.
+    non_finite_loss: tuple[int, str, str, datetime | None] | None = None
 
 
 @dataclass(frozen=True)

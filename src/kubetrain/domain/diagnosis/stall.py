@@ -17,6 +17,7 @@ from datetime import UTC, datetime
 
 from kubetrain.domain.diagnosis.outcome import _Outcome
 from kubetrain.domain.diagnosis.reading import _Finding, _gone, _Reader
+from kubetrain.domain.diagnosis.result import Diagnosis
 from kubetrain.domain.objects import meta_name
 from kubetrain.domain.states import BusinessState, ReasonCode
 
@@ -89,3 +90,34 @@ def _duration(seconds: int) -> str:
     minutes, secs = divmod(rest, 60)
     text = "".join(f"{n}{unit}" for n, unit in ((hours, "h"), (minutes, "m"), (secs, "s")) if n)
     return text or "0s"
+
+
+def _diverged(reader: _Reader, outcome: _Outcome) -> _Outcome:
+    """`outcome` with LOSS_NOT_FINITE as its primary when a running job's last step
+    reported a loss that is NaN or infinite (it goes before NO_PROGRESS: a job that
+    diverged and then stopped reporting diverged first)."""
+    found = reader.job.non_finite_loss
+    if (
+        found is None
+        or outcome.state is not BusinessState.RUNNING
+        or outcome.findings[0].reason not in (ReasonCode.TRAINING, ReasonCode.NO_PROGRESS)
+    ):
+        return outcome
+    step, metric, value, at = found
+    finding = _Finding(
+        ReasonCode.LOSS_NOT_FINITE,
+        f"step {step} reported {metric} = {value}",
+        waitable=False,
+        since=at,
+    )
+    return _Outcome(outcome.state, [finding, *outcome.findings[1:]], outcome.stage)
+
+
+def cancel_for_non_finite_loss(diagnosis: Diagnosis, *, cancel: bool) -> str | None:
+    """The history message of cancelling a LOSS_NOT_FINITE job whose spec asks it
+    (spec.cancelOnNonFiniteLoss), or None."""
+    if not cancel or diagnosis.reason is not ReasonCode.LOSS_NOT_FINITE:
+        return None
+    detail = diagnosis.blockers[0].detail if diagnosis.blockers else ""
+    said = detail or diagnosis.explanation.rpartition(". ")[2].rstrip(".")
+    return f"cancelled for a non-finite loss: {said} (spec.cancelOnNonFiniteLoss)"

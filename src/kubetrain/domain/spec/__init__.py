@@ -23,6 +23,7 @@ API, so it reads like a Kubernetes object:
       stallAfter: 30m       # no step for this long: NO_PROGRESS (default: the platform's)
       cancelAfterStall: 2h  # NO_PROGRESS for this long: cancelled (default: never)
       rendezvousTimeout: 15m  # a gang's ranks wait this long for rank 0 (default: 600s)
+      cancelOnNonFiniteLoss: true  # LOSS_NOT_FINITE: cancelled (default: false, only said)
       retries: 3
 
 Everything is checked here, before a record exists, so that a mistake is

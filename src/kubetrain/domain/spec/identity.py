@@ -40,6 +40,8 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
         del data["spec"]["rendezvousTimeout"]  # likewise
     else:
         data["spec"]["rendezvousTimeout"] = f"{duration_seconds(job.spec.rendezvous_timeout)}s"
+    if not job.spec.cancel_on_non_finite_loss:
+        del data["spec"]["cancelOnNonFiniteLoss"]  # the digests of jobs made before it stay
     if job.spec.workers == 1:
         # One worker is every job made before gangs: their digests stay what they were.
         del data["spec"]["workers"]

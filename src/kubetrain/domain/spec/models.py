@@ -242,6 +242,9 @@ class TrainingJobSpec(SpecModel):
     # How long a gang's rendezvous check waits for rank 0 (placed, listening); unset:
     # torchrun's own rendezvous default, 600 s. Ignored for a single worker.
     rendezvous_timeout: Duration | None = None
+    # A running job whose last step reported a NaN or infinite loss (LOSS_NOT_FINITE) is
+    # cancelled, as a user's cancel would; false (the default): it is only said.
+    cancel_on_non_finite_loss: bool = False
     retries: Retries = 0
 
     @model_validator(mode="after")
