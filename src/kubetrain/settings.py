@@ -30,6 +30,10 @@ the environment, the config file, the default.
                                      (no entry, no spec.queue: the Job is not queued)
     KUBETRAIN_STATUS_URL, _ACCELERATOR_LABEL, _GPU_RESOURCE
                              server  what every rendered Job carries (RenderOptions)
+    KUBETRAIN_STATUS_TOKEN_AUDIENCE
+                             server  the audience of the ServiceAccount token projected
+                                     into every Pod, which its reports prove the Pod's
+                                     identity with ("kubetrain"; checked by TokenReview)
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
@@ -181,6 +185,7 @@ class ServerSettings(_Settings):
     reserved_namespaces: list[str] = list(DEFAULT_RESERVED_NAMESPACES)
     queues: dict[str, str] = {}
     status_url: str | None = None
+    status_token_audience: str = render_defaults.TOKEN_AUDIENCE
     accelerator_label: str = render_defaults.ACCELERATOR_LABEL
     gpu_resource: str = render_defaults.GPU_RESOURCE
     session_secret: SecretStr | None = Field(default=None, min_length=32)
@@ -211,6 +216,7 @@ class ServerSettings(_Settings):
             gpu_resource=self.gpu_resource,
             accelerator_label=self.accelerator_label,
             status_url=self.status_url,
+            token_audience=self.status_token_audience,
             default_queues=tuple(
                 (namespace, queue)
                 for project, queue in sorted(self.queues.items())

@@ -46,6 +46,7 @@ from kubetrain.api.schemas import Health
 from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.spec import FieldProblem, TrainingJob
 from kubetrain.settings import ServerSettings
@@ -75,13 +76,15 @@ def create_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    pod_tokens: TokenReviewer | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
     `on_report(job_id)` after a Pod reported a new phase, so the syncer looks again;
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
     `watch_problems` (ControlLoops') lets the probes report the watches' health;
-    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig."""
+    `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig;
+    `pod_tokens` reviews the tokens Pods report with (api/reports.py)."""
     app = _base_app(
         settings,
         db,
@@ -92,6 +95,7 @@ def create_app(
         cluster=cluster,
         watch_problems=watch_problems,
         pod_logs=pod_logs,
+        pod_tokens=pod_tokens,
     )
     app.include_router(jobs.router)
     app.include_router(logs.router)
@@ -145,6 +149,7 @@ def _base_app(
     cluster: Callable[[], dict[str, Any] | None] | None = None,
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
+    pod_tokens: TokenReviewer | None = None,
 ) -> FastAPI:
     """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
@@ -165,6 +170,8 @@ def _base_app(
         watch_problems=watch_problems,
         pod_logs=pod_logs,
         tokens=VerifiedTokens(settings.token_cache_seconds),
+        pod_tokens=pod_tokens,
+        pods=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)
     add_metrics(app, db, cluster)

@@ -13,6 +13,7 @@ from fastapi import Request
 from kubetrain.api.principal import Principal
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import PodIdentity, TokenReviewer
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
 
@@ -37,6 +38,11 @@ class ApiContext:
 
     # Tokens verified in the last seconds (token_cache.py), by hash.
     tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)
+    # Pods' projected tokens, reviewed by the API server (api/reports.py); None: this
+    # process has no cluster connection and refuses reports for now (503).
+    pod_tokens: TokenReviewer | None = None
+    # The Pods those tokens were found bound to in the last seconds, by the token's hash.
+    pods: VerifiedTokens[PodIdentity] = field(default_factory=VerifiedTokens)
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

@@ -23,9 +23,7 @@ from sqlalchemy import delete, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.lineage import Compared, compare_resume
-from kubetrain.store.errors import JobNotFound
 from kubetrain.store.models import Attempt, Job, Progress, Report
-from kubetrain.store.tokens import hash_token
 
 MAX_STEP_REPORTS = 2000
 # Rows kept per job for each kind; a Pod writes a phase or a resume a few times
@@ -87,19 +85,31 @@ class Resume:
         }
 
 
-def set_status_token(session: Session, job_id: str, token: str) -> None:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise JobNotFound(job_id)
-    job.status_token_hash = hash_token(token)
+@dataclass(frozen=True, slots=True)
+class ReportingPod:
+    """What deciding whether a Pod may report for a job reads: the job's namespace and
+    current attempt, and the attempt (and rank) the Pod of that uid is on, None while
+    the syncer has not seen the Pod."""
+
+    namespace: str
+    current_attempt: int
+    attempt: int | None
+    rank: int | None
 
 
-def job_id_of_status_token(session: Session, token: str) -> str | None:
-    """The id of the job whose status token this is, or None. The lookup is by the
-    token's hash alone, so its cost says nothing about which job ids exist."""
-    return session.scalars(
-        select(Job.id).where(Job.status_token_hash == hash_token(token)).limit(1)
-    ).first()
+def reporting_pod(session: Session, job_id: str, pod_uid: str) -> ReportingPod | None:
+    """The job and the Pod of `pod_uid` among its attempts, in one query; None when
+    there is no such job."""
+    query = (
+        select(Job.namespace, Job.current_attempt, Attempt.number, Attempt.rank)
+        .outerjoin(Attempt, (Attempt.job_id == Job.id) & (Attempt.pod_uid == pod_uid))
+        .where(Job.id == job_id)
+        .limit(1)
+    )
+    row = session.execute(query).first()
+    if row is None:
+        return None
+    return ReportingPod(row.namespace, row.current_attempt, row.number, row.rank)
 
 
 def record_reports(
