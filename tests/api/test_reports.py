@@ -192,7 +192,9 @@ def test_a_pod_not_recorded_yet_is_asked_to_come_back(
     # Its token is valid and it is named as the job's, but the syncer has not seen it:
     # a 503 the runtime retries, by when the attempt is recorded.
     name = f"{job_name(job_id)}-early"
-    reviewer.pods["early"] = replace(reviewer.pods[token_of(job_id)], pod_name=name, pod_uid="uid-early")
+    reviewer.pods["early"] = replace(
+        reviewer.pods[token_of(job_id)], pod_name=name, pod_uid="uid-early"
+    )
     body = {"pod": name, "events": [{"seq": 0, "time": T.format(0), "type": "step", "step": 1}]}
     answer = post(client, job_id, body, token="early")
     assert answer.status_code == 503, answer.text

@@ -21,8 +21,8 @@ from kubetrain.store import (
     list_tokens,
     revoke_token,
 )
-from tests.api.builders import OTHER, PROJECT, Tokens, submit, training_job
-from tests.web.conftest import csrf_of, plaintext, sign_in
+from tests.api.builders import OTHER, PROJECT, FakeReviewer, Tokens, enrol, submit, training_job
+from tests.web.conftest import PROJECT_NAMESPACE, csrf_of, plaintext, sign_in
 
 pytestmark = pytest.mark.db
 
@@ -369,14 +369,12 @@ def test_without_control_loops_the_cluster_pages_say_so(db: Database, tokens: To
 
 
 def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
-    client: TestClient, tokens: Tokens, db: Database
+    client: TestClient, tokens: Tokens, db: Database, reviewer: FakeReviewer
 ) -> None:
     from kubetrain.domain.manifest import job_name
-    from kubetrain.store import set_status_token
 
     job_id = submitted(client, tokens)
-    with db.transaction() as session:
-        set_status_token(session, job_id, "kts_page")
+    token = enrol(db, reviewer, job_id, "aaaaa", namespace=PROJECT_NAMESPACE)
     pod = f"{job_name(job_id)}-aaaaa"
     events = (
         [
@@ -407,7 +405,7 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     answer = client.post(
         f"/api/v1/jobs/{job_id}/reports",
         json={"pod": pod, "events": events},
-        headers={"Authorization": "Bearer kts_page"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert answer.status_code == 202, answer.text
     sign_in(client, plaintext(tokens, "viewer"))

@@ -57,9 +57,10 @@ class TokenReviewer:
         not bound to a Pod. ClusterError when the API server cannot answer."""
         if self._client is None:
             self._client = typed_client(self._config)
+        client = self._client
         review = TokenReview(spec=TokenReviewSpec(token=token, audiences=[self.audience]))
         with kube_errors():
-            answer = await self._client.create(review)
+            answer = await client.create(review)
         return identity_of(answer, self.audience)
 
 
