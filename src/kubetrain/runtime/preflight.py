@@ -482,7 +482,7 @@ def check_status_reachable(context: Context) -> str:
     if not token:
         note = "; KUBETRAIN_STATUS_TOKEN_FILE is not set"
     elif not os.access(token, os.R_OK):
-        note = f"; the token file {token} is not readable"
+        note = "; KUBETRAIN_STATUS_TOKEN_FILE is not readable"
     else:
         note = ""
     tried = f" after {tries} tries" if tries > 1 else ""
