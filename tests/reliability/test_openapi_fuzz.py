@@ -30,6 +30,7 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from kubetrain.api import create_app
+from kubetrain.cluster.logs import PodLogs
 from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.domain.manifest import job_name
 from kubetrain.settings import ServerSettings
@@ -37,6 +38,7 @@ from kubetrain.store import ALL_PROJECTS, Database, Role
 from tests.api.builders import (
     JOBS,
     PROJECT,
+    FakeLogs,
     FakeReviewer,
     Tokens,
     enrol,
@@ -102,7 +104,10 @@ def app(settings: ServerSettings, db: Database, reviewer: FakeReviewer) -> FastA
     is tests/api/test_queues.py's."""
     listing = kueue_cluster()
     pods = cast(TokenReviewer, reviewer)
-    return create_app(settings, db, cluster=lambda: listing, pod_tokens=pods)
+    # The seeded job's Pod is recorded (its reports are heard), so its logs are asked
+    # of the cluster side too: no output there, as for a Pod that is gone.
+    logs = cast(PodLogs, FakeLogs())
+    return create_app(settings, db, cluster=lambda: listing, pod_tokens=pods, pod_logs=logs)
 
 
 @pytest.fixture

@@ -233,10 +233,14 @@ class Reporter:
     rank: int | None  # the worker's rank the syncer recorded; None for a single Pod
 
 
-def verdict(job_id: str, pod: PodIdentity, found: ReportingPod | None) -> str:
-    """ "accept", "refuse" (another job's Pod, an earlier attempt's, or no such job:
-    one answer for all) or "wait" (a Pod named as this job's that the syncer has not
-    recorded yet: the next try finds it, or it is not this job's)."""
+Verdict = Literal["accept", "refuse", "wait"]
+
+
+def verdict(job_id: str, pod: PodIdentity, found: ReportingPod | None) -> Verdict:
+    """Whether the job hears this Pod: "refuse" another job's Pod, an earlier
+    attempt's, or any Pod for no such job (one answer for all); "wait" for a Pod
+    named as this job's that the syncer has not recorded yet (the next try finds it
+    recorded, or it is not this job's)."""
     if found is None or found.namespace != pod.namespace:
         return "refuse"
     if found.attempt is None:
