@@ -24,6 +24,7 @@ from kubetrain.store import (
     Database,
     PodObservation,
     Report,
+    hash_token,
 )
 from tests.api.builders import JOBS, FakeReviewer, Tokens, enrol, submitted
 from tests.store.builders import observe
@@ -211,8 +212,10 @@ def test_a_reviewed_token_is_remembered_by_its_hash(
     for _ in range(3):
         assert post(client, job_id, body).status_code == 202
     assert reviewer.reviews == 1
-    context = client.app.state.kubetrain  # type: ignore[attr-defined]
-    assert token_of(job_id) not in context.pods._entries  # the hash, never the token
+    pods = client.app.state.kubetrain.pods  # type: ignore[attr-defined]
+    # Under the token's hash, never the token itself.
+    assert pods.get(hash_token(token_of(job_id))) is not None
+    assert pods.get(token_of(job_id)) is None
 
 
 def test_a_batch_speaks_for_its_tokens_pod_and_rank_only(
