@@ -12,9 +12,11 @@ the environment, the config file, the default.
     KUBETRAIN_HOST, _PORT    server  127.0.0.1, 8080
     KUBETRAIN_MAX_BODY_BYTES server  larger request bodies get 413
     KUBETRAIN_TOKEN_CACHE_SECONDS
-                             server  how long a verified API token is taken on trust
-                                     (5; 0: look every token up): a revocation takes
-                                     effect within this (api/token_cache.py)
+                             server  how long a verified API token, or the Pod a
+                                     report's token was found bound to, is taken on
+                                     trust (5; 0: look every token up): a revocation
+                                     or a deleted Pod takes effect within this
+                                     (api/token_cache.py)
     KUBETRAIN_NAMESPACE_PREFIX, KUBETRAIN_NAMESPACES
                              server  project -> namespace: the mapping's entry, else
                                      prefix + project (by default the project's own name)
