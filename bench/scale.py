@@ -8,12 +8,16 @@ before the next step starts. Per step, in the same run:
 
 * submission: the step's POSTs per second (8 client threads);
 * dispatcher: Kubernetes Jobs created per second (the dispatcher's
-  CREATED -> QUEUED commits), against a bare client creating as many suspended
-  Jobs, 50 at a time (the dispatcher's batch), in another namespace of the same
-  API server just after; within a step the dispatcher cannot outrun the
-  submissions, so after the ramp --backlog jobs are committed in one
-  transaction and the dispatcher's rate through that backlog is measured
-  against the bare client's for as many Jobs;
+  CREATED -> QUEUED commits), against a bare client making the same objects
+  for as many jobs, 50 at a time (the dispatcher's batch), in another
+  namespace of the same API server just after: each job's Job as kubetrain
+  renders it (suspended: only the creates are measured), and for a gang
+  (--workers > 1) its headless Service, as the dispatcher's one request per
+  Job (two for a gang). The server reports to itself (KUBETRAIN_STATUS_URL),
+  as deployed, so its Jobs carry the Pods' projected token. Within a step the
+  dispatcher cannot outrun the submissions, so after the ramp --backlog jobs
+  are committed in one transaction and the dispatcher's rate through that
+  backlog is measured against the bare client's for as many jobs;
 * propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
   each against when a bare watch in this process saw the Pod Running or the Job
   Complete; both from the API server's own timestamps (container `startedAt`,
@@ -59,8 +63,8 @@ from _common import RESULTS, percentile, table
 from _serve import Serve, training_job
 from sqlalchemy import select, text
 
-from kubetrain.domain.manifest import LABEL_JOB_ID
-from kubetrain.domain.spec import parse_training_job, spec_digest
+from kubetrain.domain.manifest import LABEL_JOB_ID, RenderOptions, render_job, render_service
+from kubetrain.domain.spec import TrainingJob, parse_training_job, spec_digest
 from kubetrain.store import Database, submit_job
 from kubetrain.store.models import Job, Transition, TransitionKind
 from kubetrain.testbed.cluster import Testbed
@@ -179,30 +183,36 @@ def submit(server: Serve, names: list[str], threads: int, run: str) -> dict[str,
     return done
 
 
-def bare_creates(testbed: Testbed, count: int, concurrency: int = 50) -> float:
-    """Jobs/s for a bare client creating `count` suspended Jobs in a namespace of its own
-    (deleted after), `concurrency` in flight as the dispatcher's batch."""
+def backlog_job(name: str, run: str, workers: int) -> TrainingJob:
+    """A backlog's job: 1 GPU per worker, running for `run` on KWOK."""
+    body = training_job(name, PROJECT, {f"{FATE}/run": run})
+    body["spec"]["resources"]["gpus"] = 1
+    if workers > 1:
+        body["spec"]["workers"] = workers
+    return parse_training_job(body, project=PROJECT)
+
+
+def bare_creates(
+    testbed: Testbed,
+    count: int,
+    status_url: str,
+    *,
+    workers: int = 1,
+    concurrency: int = 50,
+) -> float:
+    """Jobs/s for a bare client making what the dispatcher makes for `count` jobs (their
+    Jobs as kubetrain renders them, suspended; a gang's Service too) in a namespace of
+    its own (deleted after), `concurrency` in flight as the dispatcher's batch."""
     context = ssl.create_default_context(cafile=str(testbed.pki.ca_cert))
     context.load_cert_chain(str(testbed.pki.admin_cert), str(testbed.pki.admin_key))
     namespace = f"scale-bare-{uuid.uuid4().hex[:6]}"
+    options = RenderOptions(status_url=status_url)
+    job = backlog_job("bare", "1s", workers)
 
     def manifest(i: int) -> dict[str, Any]:
-        container = {
-            "name": "trainer",
-            "image": "registry.example/trainer:2026-08",
-            "command": ["python", "train.py"],
-            "resources": {"requests": {"cpu": "100m", "memory": "128Mi"}},
-        }
-        return {
-            "apiVersion": "batch/v1",
-            "kind": "Job",
-            "metadata": {"name": f"bare-{i}", "labels": {"bench": "scale"}},
-            "spec": {
-                "suspend": True,  # no Pods: only the create is measured
-                "backoffLimit": 0,
-                "template": {"spec": {"restartPolicy": "Never", "containers": [container]}},
-            },
-        }
+        rendered = render_job(f"bare-{i}", job, namespace, dataset=None, options=options)
+        rendered["spec"]["suspend"] = True  # no Pods: only the creates are measured
+        return rendered
 
     async def go() -> float:
         async with httpx.AsyncClient(base_url=testbed.server, verify=context, timeout=60) as http:
@@ -210,10 +220,16 @@ def bare_creates(testbed: Testbed, count: int, concurrency: int = 50) -> float:
             (await http.post("/api/v1/namespaces", json=body)).raise_for_status()
             limit = asyncio.Semaphore(concurrency)
             path = f"/apis/batch/v1/namespaces/{namespace}/jobs"
+            services = f"/api/v1/namespaces/{namespace}/services"
 
             async def one(i: int) -> None:
                 async with limit:
-                    (await http.post(path, json=manifest(i))).raise_for_status()
+                    created = await http.post(path, json=manifest(i))
+                    created.raise_for_status()
+                    if workers > 1:
+                        uid = created.json()["metadata"]["uid"]
+                        service = render_service(f"bare-{i}", namespace, uid)
+                        (await http.post(services, json=service)).raise_for_status()
 
             began = time.monotonic()
             await asyncio.gather(*(one(i) for i in range(count)))
@@ -297,7 +313,7 @@ def step(
     dispatch_rate = (
         len(dispatched) / (dispatched[-1] - dispatched[0]) if len(dispatched) > 1 else 0.0
     )
-    bare_rate = bare_creates(testbed, min(len(ids), args.bare_max))
+    bare_rate = bare_creates(testbed, min(len(ids), args.bare_max), args.status_url)
     db_bytes = database_bytes(db)
     result = {
         "jobs_total": size,
@@ -337,6 +353,9 @@ def main() -> int:
     parser.add_argument(
         "--backlog", type=int, default=1000, help="jobs committed at once after the ramp"
     )
+    parser.add_argument(
+        "--workers", type=int, default=1, help="workers of each backlog job (> 1: gangs)"
+    )
     args = parser.parse_args()
     # Stopped early (SIGTERM), the testbed and the server still go, and the steps so far stay.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
@@ -362,7 +381,10 @@ def main() -> int:
         stack.callback(testbed.down)
         report["testbed_up_s"] = round(time.monotonic() - began, 1)
         print(f"testbed ({args.pool}) up in {report['testbed_up_s']} s", flush=True)
-        server = Serve(url, root / "serve.log", kubeconfig=testbed.kubeconfig).start()
+        server = Serve(url, root / "serve.log", kubeconfig=testbed.kubeconfig)
+        # As deployed: the Pods report to it, so its Jobs carry their projected token.
+        server.extra_env["KUBETRAIN_STATUS_URL"] = args.status_url = server.url
+        server.start()
         stack.callback(server.stop)
         watches = (
             BareWatch(testbed, "/api/v1/pods", pod_running),
@@ -418,9 +440,7 @@ def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[st
     ids = []
     with db.transaction() as session:
         for i in range(args.backlog):
-            body = training_job(f"b{i}", PROJECT, {f"{FATE}/run": args.run})
-            body["spec"]["resources"]["gpus"] = 1
-            job = parse_training_job(body, project=PROJECT)
+            job = backlog_job(f"b{i}", args.run, args.workers)
             submission = submit_job(
                 session,
                 project=PROJECT,
@@ -441,9 +461,11 @@ def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[st
         time.sleep(1)
     times = sorted(queued[j] for j in ids if j in queued)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-    bare = bare_creates(testbed, min(args.backlog, args.bare_max))
+    count = min(args.backlog, args.bare_max)
+    bare = bare_creates(testbed, count, args.status_url, workers=args.workers)
     result = {
         "jobs": args.backlog,
+        "workers": args.workers,
         "queued": len(times),
         "first_queued_after_commit_s": round(times[0] - committed, 2) if times else None,
         "dispatch_per_s": round(rate, 1),
@@ -493,7 +515,8 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
     if "backlog" in report:
         b = report["backlog"]
         lines.append(
-            f"dispatcher through a backlog of {b['jobs']}: {b['dispatch_per_s']} Jobs/s; "
+            f"dispatcher through a backlog of {b['jobs']} jobs of {b.get('workers', 1)} "
+            f"worker(s): {b['dispatch_per_s']} Jobs/s; "
             f"bare client {b['bare_create_per_s']}/s "
             f"({b['dispatch_per_s'] / b['bare_create_per_s']:.2f} of it)"
         )

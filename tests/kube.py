@@ -65,3 +65,25 @@ def compact_etcd(testbed: Testbed) -> int:
     revision = int(post("range", {"key": "AA=="})["header"]["revision"])
     post("compaction", {"revision": str(revision), "physical": True})
     return revision
+
+
+def bound_token(kube: Client, namespace: str, pod: Any, audience: str | None = "kubetrain") -> str:
+    """A token of the Pod's ServiceAccount bound to `pod` (its name and uid), issued by
+    the API server (TokenRequest) as the kubelet asks for the one it projects; for
+    `audience`, or None: the API server's own."""
+    from lightkube.models.authentication_v1 import BoundObjectReference, TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ServiceAccount
+
+    account = pod.spec.serviceAccountName or "default"
+    bound = BoundObjectReference(
+        kind="Pod", apiVersion="v1", name=pod.metadata.name, uid=pod.metadata.uid
+    )
+    request = ServiceAccount.Token(
+        metadata=ObjectMeta(name=account, namespace=namespace),
+        spec=TokenRequestSpec(
+            audiences=[audience] if audience else [], expirationSeconds=600, boundObjectRef=bound
+        ),
+    )
+    token: str = kube.create(request, account, namespace=namespace).status.token
+    return token

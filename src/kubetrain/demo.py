@@ -84,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     for leftover in home.glob("kubetrain.db*"):
         leftover.unlink()
     server = LocalServer(f"sqlite:///{database}", home / "serve.log", kubeconfig=testbed.kubeconfig)
-    server.extra_env["KUBETRAIN_STATUS_URL"] = server.url  # each Job gets a status-token Secret
+    server.extra_env["KUBETRAIN_STATUS_URL"] = server.url  # Pods report with a projected token
     _quota(testbed)
     try:
         server.start()

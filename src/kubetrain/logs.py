@@ -7,7 +7,7 @@ Job", "job_id": "...", "attempt": 1}`.
 
 Every line passes `redact` first: messages, fields and tracebacks can carry
 what an exception quoted (a DSN with its password, a request's Authorization
-header, a ServiceAccount token, a job's status token, a session cookie), and
+header, a ServiceAccount token, a session cookie), and
 none of that may reach a log. What counts as a credential is
 kubetrain.runtime.credentials', the one rule the runtime and the spec use too.
 """

@@ -12,9 +12,11 @@ the environment, the config file, the default.
     KUBETRAIN_HOST, _PORT    server  127.0.0.1, 8080
     KUBETRAIN_MAX_BODY_BYTES server  larger request bodies get 413
     KUBETRAIN_TOKEN_CACHE_SECONDS
-                             server  how long a verified API token is taken on trust
-                                     (5; 0: look every token up): a revocation takes
-                                     effect within this (api/token_cache.py)
+                             server  how long a verified API token, or the Pod a
+                                     report's token was found bound to, is taken on
+                                     trust (5; 0: look every token up): a revocation
+                                     or a deleted Pod takes effect within this
+                                     (api/token_cache.py)
     KUBETRAIN_NAMESPACE_PREFIX, KUBETRAIN_NAMESPACES
                              server  project -> namespace: the mapping's entry, else
                                      prefix + project (by default the project's own name)
@@ -37,6 +39,10 @@ the environment, the config file, the default.
     KUBETRAIN_LOG_FOLLOW_STREAMS_PER_TOKEN
                              server  how many `logs?follow=true` streams one API token may
                                      hold open at once on one replica (4); the next is a 429
+    KUBETRAIN_STATUS_TOKEN_AUDIENCE
+                             server  the audience of the ServiceAccount token projected
+                                     into every Pod, which its reports prove the Pod's
+                                     identity with ("kubetrain"; checked by TokenReview)
     KUBETRAIN_SESSION_SECRET server  key that signs the web pages' session cookies; give every
                                      API replica the same one (unset: a random key per process,
                                      so sessions end when it restarts)
@@ -196,6 +202,7 @@ class ServerSettings(_Settings):
     reserved_namespaces: list[str] = list(DEFAULT_RESERVED_NAMESPACES)
     queues: dict[str, str] = {}
     status_url: str | None = None
+    status_token_audience: str = render_defaults.TOKEN_AUDIENCE
     accelerator_label: str = render_defaults.ACCELERATOR_LABEL
     gpu_resource: str = render_defaults.GPU_RESOURCE
     pod_security_enforce: Literal["privileged", "baseline", "restricted"] = "baseline"
@@ -248,6 +255,7 @@ class ServerSettings(_Settings):
             status_url=self.status_url,
             pod_security_enforce=self.pod_security_enforce,
             pod_security_warn=self.pod_security_warn,
+            token_audience=self.status_token_audience,
             default_queues=tuple(
                 (namespace, queue)
                 for project, queue in sorted(self.queues.items())

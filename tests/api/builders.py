@@ -15,7 +15,10 @@ from fastapi.testclient import TestClient
 
 from kubetrain.cluster.errors import ClusterError, ClusterRefused
 from kubetrain.cluster.logs import LogRequest
-from kubetrain.store import ALL_PROJECTS, Database, Role, create_token
+from kubetrain.cluster.tokenreview import PodIdentity
+from kubetrain.domain.manifest import job_name
+from kubetrain.store import ALL_PROJECTS, Database, PodObservation, Role, create_token
+from tests.store.builders import observe
 
 SNAPSHOTS = Path(__file__).parent.parent / "fixtures" / "snapshots"
 PROJECT = "ai-training"
@@ -120,6 +123,40 @@ class FakeLogs:
             yield line
         if request.follow and request.pod in self.endless:
             await asyncio.Event().wait()
+
+
+class FakeReviewer:
+    """TokenReviewer's one call, faked at its boundary: the Pod each token is bound to.
+    What the API server's TokenReview answers is tested on the testbed
+    (tests/testbed/test_tokenreview.py) and with the kubelets' own tokens (tests/realnode)."""
+
+    def __init__(self) -> None:
+        self.pods: dict[str, PodIdentity] = {}
+        self.reviews = 0
+
+    async def review(self, token: str) -> PodIdentity | None:
+        self.reviews += 1
+        return self.pods.get(token)
+
+
+def enrol(
+    db: Database,
+    reviewer: FakeReviewer,
+    job_id: str,
+    suffix: str = "abcde",
+    *,
+    namespace: str = PROJECT,
+    **observed: Any,
+) -> str:
+    """A token of the job's Pod `<job>-<suffix>`, which the syncer has recorded as an
+    attempt (`observed`: the PodObservation's other fields, e.g. a gang's rank)."""
+    name = f"{job_name(job_id)}-{suffix}"
+    uid = f"uid-{name}"
+    with db.transaction() as session:
+        observe(session, job_id, PodObservation(pod_name=name, pod_uid=uid, **observed))
+    token = f"token-of-{name}"
+    reviewer.pods[token] = PodIdentity(namespace, "default", name, uid)
+    return token
 
 
 # Three dumps recorded from the real Kueue, whose Workloads share ClusterQueue `gpus`:

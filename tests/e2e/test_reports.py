@@ -1,25 +1,29 @@
-"""A Pod's runtime reports through kubetrain's API with its job's token, read from the
-Secret the dispatcher made, as the Pod would: the job moves RUNNING/PREFLIGHT ->
-RUNNING/TRAINING, and the Secret goes with the Job."""
+"""A Pod's runtime reports through kubetrain's API with the ServiceAccount token bound
+to it, issued by the API server as the kubelet asks for the one it projects (KWOK's
+Pods run nothing, so the test asks for it): the job moves RUNNING/PREFLIGHT ->
+RUNNING/TRAINING. Another Pod's token, a token for another audience and the token of
+a Pod that is gone are refused; kubetrain made no Secret."""
 
 from __future__ import annotations
 
-import base64
 from datetime import UTC, datetime
 from typing import Any
 
 import httpx2 as httpx
 import pytest
-from lightkube import ApiError, Client
+from lightkube import Client
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Secret
+from lightkube.resources.core_v1 import Pod, Secret
 
-from kubetrain.domain.manifest import status_secret_name
+from kubetrain.domain.manifest import LABEL_JOB_ID, STATUS_TOKEN_FILE
 from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import FATE, get, submit, wait_for
-from tests.kube import eventually
+from tests.kube import bound_token, eventually
 
 pytestmark = pytest.mark.testbed
+
+T = datetime.now(UTC).isoformat()  # the server takes times near its clock only
+STEP = {"seq": 9, "time": T, "type": "step", "step": 1}
 
 
 def report(server: Server, job_id: str, token: str, pod: str, *events: dict[str, Any]) -> Any:
@@ -31,31 +35,34 @@ def report(server: Server, job_id: str, token: str, pod: str, *events: dict[str,
     )
 
 
-def test_a_pod_reports_preflight_then_training_with_its_jobs_token(
-    server: Server, project: str, kube: Client
-):
-    body = training_job("reporting", project)
+def running(server: Server, project: str, kube: Client, name: str) -> tuple[str, Any]:
+    """A job that runs until cancelled, and its Pod."""
+    body = training_job(name, project)
     body["metadata"]["annotations"] = {f"{FATE}/fate": "hang"}
     job_id = submit(server, project, body).json()["id"]
     job = wait_for(server, project, job_id, "RUNNING", "TRAINING")
-    pod, k8s_job = job["runtime"]["pod"], job["kubernetes_job"]
+    return job_id, kube.get(Pod, job["runtime"]["pod"], namespace=project)
 
-    secret = kube.get(Secret, status_secret_name(job_id), namespace=project)
-    owner = kube.get(Job, k8s_job, namespace=project)
-    assert [(o.kind, o.name, o.uid) for o in secret.metadata.ownerReferences] == [
-        ("Job", k8s_job, owner.metadata.uid)
-    ]
-    token = base64.b64decode(secret.data["token"]).decode()
-    # The token reaches the container only through the Secret, never as a plain value.
-    env = owner.spec.template.spec.containers[0].env
-    assert all(token not in (e.value or "") for e in env)
-    ref = next(e for e in env if e.name == "KUBETRAIN_STATUS_TOKEN").valueFrom.secretKeyRef
-    assert (ref.name, ref.key) == (secret.metadata.name, "token")
 
-    t = datetime.now(UTC).isoformat()  # the server takes times near its clock only
-    assert report(server, job_id, server.token, pod).status_code == 401  # a user's token
+def test_a_pod_reports_with_its_own_token_and_another_pods_is_refused(
+    server: Server, project: str, kube: Client
+):
+    job_id, pod = running(server, project, kube, "reporting")
+    name = pod.metadata.name
+    # The Job is the one object kubetrain made: the token comes from the kubelet, for
+    # kubetrain's audience, at the file the runtime reads.
+    assert list(kube.list(Secret, namespace=project, labels={LABEL_JOB_ID: job_id})) == []
+    env = {e.name: e for e in pod.spec.containers[0].env}
+    assert env["KUBETRAIN_STATUS_TOKEN_FILE"].value == STATUS_TOKEN_FILE
+    (volume,) = pod.spec.volumes
+    assert volume.projected.sources[0].serviceAccountToken.audience == "kubetrain"
+
+    token = bound_token(kube, project, pod)
+    assert report(server, job_id, server.token, name).status_code == 401  # a user's token
+    # The Pod's own token for another audience (the API server's) is not kubetrain's.
+    assert report(server, job_id, bound_token(kube, project, pod, None), name).status_code == 401
     answer = report(
-        server, job_id, token, pod, {"seq": 0, "time": t, "type": "phase", "phase": "PREFLIGHT"}
+        server, job_id, token, name, {"seq": 0, "time": T, "type": "phase", "phase": "PREFLIGHT"}
     )
     assert answer.status_code == 202, answer.text
     wait_for(server, project, job_id, "RUNNING", "PREFLIGHT", timeout=30)
@@ -63,9 +70,9 @@ def test_a_pod_reports_preflight_then_training_with_its_jobs_token(
         server,
         job_id,
         token,
-        pod,
-        {"seq": 1, "time": t, "type": "phase", "phase": "TRAINING"},
-        {"seq": 2, "time": t, "type": "step", "step": 5, "metrics": {"loss": 1.5}},
+        name,
+        {"seq": 1, "time": T, "type": "phase", "phase": "TRAINING"},
+        {"seq": 2, "time": T, "type": "step", "step": 5, "metrics": {"loss": 1.5}},
     )
     job = wait_for(server, project, job_id, "RUNNING", "TRAINING", timeout=30)
     assert (job["progress"]["phase"], job["progress"]["step"]) == ("TRAINING", 5)
@@ -76,17 +83,21 @@ def test_a_pod_reports_preflight_then_training_with_its_jobs_token(
     ]
     assert reasons[-3:] == ["TRAINING", "PREFLIGHT", "TRAINING"]
 
+    # Another job's Pod, with the token bound to it: heard for its job, not for this one.
+    other_id, other = running(server, project, kube, "neighbour")
+    theirs = bound_token(kube, project, other)
+    refused = report(server, job_id, theirs, other.metadata.name, STEP)
+    assert refused.status_code == 403, refused.text
+    assert report(server, other_id, theirs, other.metadata.name, STEP).status_code == 202
+
+    # Once the Pod is gone its token is worth nothing, whatever its expiry says.
     with server.client() as http:
         assert http.post(f"/api/v1/projects/{project}/jobs/{job_id}/cancel").status_code == 200
-
-    def secret_gone() -> bool:
-        try:
-            kube.get(Secret, status_secret_name(job_id), namespace=project)
-        except ApiError as exc:
-            return exc.status.code == 404
-        return False
-
-    eventually(secret_gone, 60, what="the status Secret collected with its Job")
+    eventually(
+        lambda: report(server, job_id, token, name, STEP).status_code == 401,
+        60,
+        what="the deleted Pod's token refused",
+    )
 
 
 def test_a_failed_preflight_fails_the_job_at_once_naming_the_check(

@@ -437,3 +437,42 @@ def test_a_real_job_reporting_a_nan_loss_at_step_2_is_loss_not_finite(real_serve
         shown = real_server.cli("get", "job", job_id, "-p", p)
         assert "loss NaN" in shown.stdout, shown.stderr
         http.post(f"/api/v1/projects/{p}/jobs/{job_id}/cancel")
+
+
+# Run inside the container: the token the kubelet projected, sent as the runtime
+# sends it, for the Pod's own job (until the syncer has seen the Pod: 503) and for
+# another job; only the answers' codes are printed, never the token.
+_TOKEN_PROBE = """
+import json, os, time, urllib.error, urllib.request
+def post(job_id):
+    token = open(os.environ["KUBETRAIN_STATUS_TOKEN_FILE"]).read().strip()
+    body = json.dumps({"pod": os.environ["KUBETRAIN_POD_NAME"], "events": []}).encode()
+    url = os.environ["KUBETRAIN_STATUS_URL"] + "/api/v1/jobs/" + job_id + "/reports"
+    headers = {"Content-Type": "application/json", "Authorization": "Bearer " + token}
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    try:
+        with urllib.request.urlopen(request, timeout=10) as reply:
+            return reply.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+for _ in range(120):
+    own = post(os.environ["KUBETRAIN_JOB_ID"])
+    if own != 503:
+        break
+    time.sleep(0.5)
+print("own", own, "other", post(OTHER), flush=True)
+"""
+
+
+def test_the_kubelets_projected_token_is_heard_for_its_job_and_refused_for_another(
+    real_server: Server,
+):
+    p = project()
+    other = submit(real_server, job("other", p, args=["python", "-c", "print('other')"]))
+    script = _TOKEN_PROBE.replace("OTHER", repr(other))
+    job_id = submit(real_server, job("token", p, args=["python", "-c", script]))
+    wait_for(real_server, p, job_id, "SUCCEEDED", "COMPLETED")
+    with real_server.client() as http:
+        logs = http.get(f"/api/v1/projects/{p}/jobs/{job_id}/logs")
+    assert logs.status_code == 200, logs.text
+    assert "own 202 other 403" in logs.text, logs.text

@@ -14,7 +14,7 @@ import base64
 import json
 import os
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import schemathesis
@@ -30,10 +30,22 @@ from schemathesis.specs.openapi.checks import (
 )
 
 from kubetrain.api import create_app
+from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.domain.manifest import job_name
 from kubetrain.settings import ServerSettings
-from kubetrain.store import ALL_PROJECTS, Database, Role, set_status_token
-from tests.api.builders import JOBS, PROJECT, Tokens, kueue_cluster, submitted, training_job
+from kubetrain.store import ALL_PROJECTS, Database, Role
+from tests.api.builders import (
+    JOBS,
+    PROJECT,
+    FakeLogs,
+    FakeReviewer,
+    Tokens,
+    enrol,
+    kueue_cluster,
+    submitted,
+    training_job,
+)
 from tests.store.builders import observe
 
 pytestmark = pytest.mark.db
@@ -48,7 +60,7 @@ CHECKS: list[CheckFunction] = [
     response_schema_conformance,
 ]
 # Who sends the request: a token of each reach, one that is unknown, a malformed header, none,
-# and the seeded job's status token (the reports endpoint's credential).
+# and the token of the seeded job's Pod (the reports endpoint's credential).
 CALLERS = (
     "admin-all",
     "submitter-project",
@@ -58,7 +70,7 @@ CALLERS = (
     "none",
     "status-token",
 )
-STATUS_TOKEN = "kts_the-seeded-jobs-status-token"
+STATUS_TOKEN = "the-seeded-jobs-pods-token"
 
 # Times at the calendar's ends, in offsets that push them past UTC's range, and anywhere between.
 EDGE_TIMES = ("0001-01-01T00:00:00+01:00", "9999-12-31T23:59:59-01:00", "0001-01-01T00:00:00Z")
@@ -81,12 +93,21 @@ TEXTS = st.one_of(st.text(max_size=20), st.sampled_from(["\x1b[31m", "a\x00b", "
 
 
 @pytest.fixture
-def app(settings: ServerSettings, db: Database) -> FastAPI:
+def reviewer() -> FakeReviewer:
+    return FakeReviewer()
+
+
+@pytest.fixture
+def app(settings: ServerSettings, db: Database, reviewer: FakeReviewer) -> FastAPI:
     """The API with a view of a cluster (dumps recorded from the real Kueue), as where the
     control loops run, so that /api/v1/queues answers from it; its 503 where none run
     is tests/api/test_queues.py's."""
     listing = kueue_cluster()
-    return create_app(settings, db, cluster=lambda: listing)
+    pods = cast(TokenReviewer, reviewer)
+    # The seeded job's Pod is recorded (its reports are heard), so its logs are asked
+    # of the cluster side too: no output there, as for a Pod that is gone.
+    logs = cast(PodLogs, FakeLogs())
+    return create_app(settings, db, cluster=lambda: listing, pod_tokens=pods, pod_logs=logs)
 
 
 @pytest.fixture
@@ -95,7 +116,7 @@ def api_schema(app: FastAPI) -> schemathesis.schemas.BaseSchema:
 
 
 @pytest.fixture
-def seeded_job(app: FastAPI, tokens: Tokens, db: Database) -> str:
+def seeded_job(app: FastAPI, tokens: Tokens, db: Database, reviewer: FakeReviewer) -> str:
     """A job in PROJECT with a diagnosis, so the per-job endpoints also answer 200."""
     from fastapi.testclient import TestClient
 
@@ -103,7 +124,8 @@ def seeded_job(app: FastAPI, tokens: Tokens, db: Database) -> str:
         job_id = submitted(client, tokens)
     with db.transaction() as session:
         observe(session, job_id, diagnosis={"primary": "SCHEDULING"})
-        set_status_token(session, job_id, STATUS_TOKEN)
+    # Its Pod's token, under the name the callers use.
+    reviewer.pods[STATUS_TOKEN] = reviewer.pods[enrol(db, reviewer, job_id, "fuzzz")]
     return job_id
 
 

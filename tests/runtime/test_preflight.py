@@ -356,7 +356,7 @@ def test_a_long_cause_is_cut_to_the_kubelets_limit(job):
 def test_planted_secrets_appear_in_no_output(job, volume):
     secrets = ["tok-5f1e9a77c0", "hunter2-pass", "s3cr3t-api-key", "userpw-1234", "bear-ab12cd"]
     job.update(
-        KUBETRAIN_STATUS_TOKEN=secrets[0],
+        HF_TOKEN=secrets[0],
         DB_PASSWORD=secrets[1],
         WANDB_API_KEY=secrets[2],
         # Every failing check, each naming a secret in what it says:

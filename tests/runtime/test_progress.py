@@ -8,6 +8,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -84,12 +85,21 @@ def peer() -> Iterator[Peer]:
     peer.server.server_close()
 
 
-def _reporter(peer: Peer, **kwargs: Any) -> Reporter:
-    return Reporter(peer.url, "job-9", TOKEN, "job-9-0-abcde", backoff=(0.05,), **kwargs)
+@pytest.fixture
+def token_file(tmp_path: Path) -> Path:
+    """The Pod's projected token, as the kubelet writes it."""
+    path = tmp_path / "token"
+    path.write_text(TOKEN)
+    return path
 
 
-def test_events_follow_the_contract(peer):
-    reporter = _reporter(peer)
+def _reporter(peer: Peer, token_file: Path | None = None, **kwargs: Any) -> Reporter:
+    token = str(token_file) if token_file is not None else None
+    return Reporter(peer.url, "job-9", token, "job-9-0-abcde", backoff=(0.05,), **kwargs)
+
+
+def test_events_follow_the_contract(peer, token_file):
+    reporter = _reporter(peer, token_file)
     reporter.phase("TRAINING")
     for step in range(1, 251):
         reporter.step(step, loss=1 / step, bad=float("nan"), up=float("-inf"), lr="x")
@@ -171,11 +181,13 @@ def test_a_slow_server_times_out_and_the_flush_is_bounded(peer):
     assert reporter.last_seq == 1
 
 
-def test_kubetrain_run_reports_preflight_and_training_and_the_command_goes_on_counting(peer):
+def test_kubetrain_run_reports_preflight_and_training_and_the_command_goes_on_counting(
+    peer, token_file
+):
     env = base_env(
         KUBETRAIN_JOB_ID="job-9",
         KUBETRAIN_STATUS_URL=peer.url,
-        KUBETRAIN_STATUS_TOKEN=TOKEN,
+        KUBETRAIN_STATUS_TOKEN_FILE=str(token_file),
         KUBETRAIN_POD_NAME="job-9-0-abcde",
     )
     script = "from kubetrain.runtime import progress; progress.step(1, loss=0.25)"
@@ -246,3 +258,29 @@ def test_only_the_first_process_of_a_pod_reports(peer):
     environ = {"KUBETRAIN_JOB_ID": "job-9", "KUBETRAIN_STATUS_URL": peer.url, **GANG}
     assert reporter_from_env({**environ, "LOCAL_RANK": "1"}) is None
     assert reporter_from_env({**environ, "LOCAL_RANK": "0"}) is not None
+
+
+def test_the_token_is_read_afresh_for_each_report_as_the_kubelet_renews_it(peer, token_file):
+    reporter = _reporter(peer, token_file)
+    reporter.phase("TRAINING")
+    assert reporter.flush(10)
+    # The kubelet swaps in a renewed token (it replaces the file whole).
+    renewed = token_file.with_name("..renewed")
+    renewed.write_text("tok-renewed-91ab\n")
+    renewed.replace(token_file)
+    reporter.checkpoint(10, 1, 0.1)
+    assert reporter.close(10)
+    assert [headers["Authorization"] for _, headers, _ in peer.posts] == [
+        f"Bearer {TOKEN}",
+        "Bearer tok-renewed-91ab",
+    ]
+
+
+def test_a_missing_token_file_is_retried_not_dropped(peer, tmp_path):
+    path = tmp_path / "token"
+    reporter = _reporter(peer, path)
+    reporter.phase("TRAINING")
+    assert not reporter.flush(0.3)  # nothing to send with yet
+    path.write_text(TOKEN)
+    assert reporter.close(10)
+    assert [e["type"] for e in peer.events()] == ["phase"]

@@ -30,10 +30,10 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import ConfigMap, Namespace, Pod, Secret, ServiceAccount
 from prometheus_client.parser import text_string_to_metric_families
 
-from kubetrain.domain.manifest import job_name, status_secret_name
+from kubetrain.domain.manifest import LABEL_JOB_ID, job_name
 from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
-from tests.kube import eventually, get
+from tests.kube import bound_token, eventually, get
 
 pytestmark = pytest.mark.testbed
 
@@ -166,7 +166,7 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
         kubeconfig=kubeconfig,
         args=["--lease-namespace", namespace],
     )
-    # As deployed: every Job gets a status-token Secret, which takes the secrets verbs.
+    # As deployed: every Pod reports with a projected token, checked by a TokenReview.
     server.extra_env["KUBETRAIN_STATUS_URL"] = server.url
     try:
         with server.start(), server.client() as http:
@@ -190,8 +190,19 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
                 what="the cancelled job's Job deleted",
             )
             assert get(kube, Lease, "kubetrain-controller", namespace) is not None
-            owners = get(kube, Secret, status_secret_name(job["id"]), project).metadata
-            assert [o.kind for o in owners.ownerReferences] == ["Job"]
+            # No Secret for a job: the RBAC has no rule on Secrets. Its Pod's reports
+            # are checked by a TokenReview, which the RBAC grants.
+            assert (
+                list(kube.list(Secret, namespace=project, labels={LABEL_JOB_ID: waiting_id})) == []
+            )
+            pod = next(iter(kube.list(Pod, namespace=project, labels={LABEL_JOB_ID: job["id"]})))
+            pod_token = bound_token(kube, project, pod)
+            report = http.post(
+                f"/api/v1/jobs/{job['id']}/reports",
+                json={"pod": pod.metadata.name, "events": []},
+                headers={"Authorization": f"Bearer {pod_token}"},
+            )
+            assert report.status_code == 202, report.text
             metrics = {
                 (s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(http.get("/metrics").text)

@@ -19,12 +19,7 @@ from sqlalchemy import exc as sa_exc
 
 from kubetrain.cluster.client import load_config, typed_client
 from kubetrain.control.dispatcher import Dispatcher
-from kubetrain.domain.manifest import (
-    RenderOptions,
-    job_name,
-    render_job,
-    status_secret_name,
-)
+from kubetrain.domain.manifest import LABEL_JOB_ID, RenderOptions, job_name, render_job
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
@@ -45,7 +40,7 @@ __all__ = ["backend", "db", "postgres_server"]  # fixtures, re-exported for pyte
 pytestmark = [pytest.mark.testbed, pytest.mark.db]
 
 PROJECT = "dispatch"
-OPTIONS = RenderOptions(status_url="http://127.0.0.1:8000")  # so each Job gets a token Secret
+OPTIONS = RenderOptions(status_url="http://127.0.0.1:8000")  # so each Pod gets a reporting token
 
 
 def body(name: str) -> dict[str, Any]:
@@ -177,10 +172,11 @@ def test_a_mixed_round_ends_each_job_in_its_state_in_two_transactions(
         job = stored(db, job_id)
         assert (job.business_state, job.reason) == (BusinessState.QUEUED, ReasonCode.SCHEDULING)
         assert (job.k8s_job_name, job.next_dispatch_at) == (job_name(job_id), None)
-        assert job.status_token_hash is not None
         k8s_job = get(kube, K8sJob, job_name(job_id), namespace)
-        secret = get(kube, Secret, status_secret_name(job_id), namespace)
-        assert [ref.uid for ref in secret.metadata.ownerReferences] == [k8s_job.metadata.uid]
+        # The Job is all a job needs: its Pods get their reporting token from the kubelet.
+        (volume,) = k8s_job.spec.template.spec.volumes
+        assert volume.projected.sources[0].serviceAccountToken.audience == "kubetrain"
+        assert list(kube.list(Secret, namespace=namespace, labels={LABEL_JOB_ID: job_id})) == []
     # Created again is found again: the same Job, not a second one.
     assert get(kube, K8sJob, job_name(crashed), namespace).metadata.uid == uid_before
 

@@ -21,7 +21,7 @@ CREDENTIALS = [
     "HF_TOKEN",
     "WANDB_API_KEY",
     "AWS_SECRET_ACCESS_KEY",
-    "KUBETRAIN_STATUS_TOKEN",
+    "KUBETRAIN_STATUS_TOKEN_FILE",
     "apiKey",
     "client-secret",
 ]
@@ -43,7 +43,6 @@ def test_every_detector_agrees_on_every_name(name: str) -> None:
     [
         f"postgresql://user:{VALUE}@db/x",
         f"Authorization: Bearer {VALUE}",
-        f"kts_{VALUE}",
         f"kt_{VALUE}",
         f"kubetrain_session={VALUE}",
     ],

@@ -486,26 +486,56 @@ def test_an_empty_value_is_rendered_as_the_api_server_stores_it():
     assert container(render(data))["env"][-1] == {"name": "EMPTY"}
 
 
-def test_the_status_token_comes_from_the_jobs_own_secret():
+def test_the_pod_proves_who_it_is_with_a_projected_token_for_kubetrain_alone():
     options = m.RenderOptions(status_url="http://kubetrain.kubetrain.svc:8080")
     job = render(base(), options)
+    pod = job["spec"]["template"]["spec"]
     entries = {e["name"]: e for e in container(job)["env"]}
-    job_id = job["metadata"]["labels"][m.LABEL_JOB_ID]
-    assert entries["KUBETRAIN_STATUS_TOKEN"] == {
-        "name": "KUBETRAIN_STATUS_TOKEN",
-        "valueFrom": {"secretKeyRef": {"name": f"kt-{job_id.lower()}-status", "key": "token"}},
+    assert entries["KUBETRAIN_STATUS_TOKEN_FILE"] == {
+        "name": "KUBETRAIN_STATUS_TOKEN_FILE",
+        "value": "/var/run/secrets/kubetrain.io/serviceaccount/token",
     }
     assert entries["KUBETRAIN_POD_NAME"]["valueFrom"]["fieldRef"]["fieldPath"] == "metadata.name"
-    secret = m.render_status_secret(job_id, "ai-training", "kt_s3cret")
-    name = m.status_secret_name(job_id)
-    assert secret["metadata"]["name"] == name == f"kt-{job_id.lower()}-status"
-    assert secret["stringData"] == {"token": "kt_s3cret"}
-    assert secret["metadata"]["labels"][m.LABEL_JOB_ID] == job_id
+    # The kubelet's token for the API server stays out; ours is for kubetrain's audience,
+    # short-lived (the API server's floor), renewed by the kubelet.
+    assert pod["automountServiceAccountToken"] is False
+    assert pod["volumes"] == [
+        {
+            "name": "kubetrain-token",
+            "projected": {
+                "sources": [
+                    {
+                        "serviceAccountToken": {
+                            "audience": "kubetrain",
+                            "expirationSeconds": 600,
+                            "path": "token",
+                        }
+                    }
+                ]
+            },
+        }
+    ]
+    assert container(job)["volumeMounts"] == [
+        {
+            "name": "kubetrain-token",
+            "mountPath": "/var/run/secrets/kubetrain.io/serviceaccount",
+            "readOnly": True,
+        }
+    ]
+    # No Secret is referenced anywhere: the Job is the one object a job needs.
+    assert "secretKeyRef" not in str(job)
+    other = m.RenderOptions(status_url="http://kubetrain:8080", token_audience="https://kt.example")
+    token = render(base(), other)["spec"]["template"]["spec"]["volumes"][0]
+    assert (
+        token["projected"]["sources"][0]["serviceAccountToken"]["audience"] == "https://kt.example"
+    )
 
 
-def test_without_a_status_url_nothing_reports_and_no_secret_is_referenced():
-    entries = {e["name"] for e in container(render(base()))["env"]}
-    assert not {"KUBETRAIN_STATUS_URL", "KUBETRAIN_STATUS_TOKEN"} & entries
+def test_without_a_status_url_nothing_reports_and_no_token_is_projected():
+    job = render(base())
+    entries = {e["name"] for e in container(job)["env"]}
+    assert not {"KUBETRAIN_STATUS_URL", "KUBETRAIN_STATUS_TOKEN_FILE"} & entries
+    assert "volumes" not in job["spec"]["template"]["spec"]
 
 
 def test_no_plain_value_carries_a_credential():
@@ -513,7 +543,6 @@ def test_no_plain_value_carries_a_credential():
     for entry in container(render(full(), options))["env"]:
         if "value" in entry:
             assert entry["name"] in {"EPOCHS"} or entry["name"].startswith("KUBETRAIN_")
-            assert entry["name"] != "KUBETRAIN_STATUS_TOKEN"
             assert "@" not in entry["value"]
         else:
             assert set(entry["valueFrom"]) <= {"secretKeyRef", "fieldRef"}
@@ -535,6 +564,8 @@ def test_no_plain_value_carries_a_credential():
         {"ephemeral_headroom": "lots"},
         {"ephemeral_headroom": "-1Gi"},
         {"ephemeral_headroom": "500m"},
+        {"token_audience": ""},
+        {"token_seconds": 599},
     ],
 )
 def test_bad_options_are_refused_when_made(fields):

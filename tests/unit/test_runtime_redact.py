@@ -22,5 +22,5 @@ pytestmark = pytest.mark.unit
     ],
 )
 def test_redaction(text, expected):
-    redact = Redactor({"KUBETRAIN_STATUS_TOKEN": "tok-abcdef", "HOME": "/root", "MY_KEY": "1"})
+    redact = Redactor({"HF_TOKEN": "tok-abcdef", "HOME": "/root", "MY_KEY": "1"})
     assert redact(text) == expected

@@ -7,16 +7,17 @@ import json
 import re
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 
 from kubetrain.api import create_app
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
-from tests.api.builders import OTHER, PROJECT, Tokens, make_tokens
+from tests.api.builders import OTHER, PROJECT, FakeReviewer, Tokens, make_tokens
 from tests.isolated import isolated_settings
 from tests.pg import backend, database_url, db, postgres_server
 
@@ -42,13 +43,20 @@ def tokens(db: Database) -> Tokens:
 
 
 @pytest.fixture
-def app(db: Database) -> FastAPI:
+def reviewer() -> FakeReviewer:
+    """The Pods' tokens the reports are sent with (tests/api/builders.py's `enrol`)."""
+    return FakeReviewer()
+
+
+@pytest.fixture
+def app(db: Database, reviewer: FakeReviewer) -> FastAPI:
     settings = ServerSettings(
         database_url=db.url.render_as_string(hide_password=False),
         namespaces={PROJECT: PROJECT_NAMESPACE, OTHER: OTHER_NAMESPACE},
     )
     listing = recorded_cluster()
-    return create_app(settings, db, cluster=lambda: listing)
+    pods = cast(TokenReviewer, reviewer)
+    return create_app(settings, db, cluster=lambda: listing, pod_tokens=pods)
 
 
 @pytest.fixture

@@ -22,8 +22,8 @@ from kubetrain.store import (
     list_tokens,
     revoke_token,
 )
-from tests.api.builders import OTHER, PROJECT, Tokens, submit, training_job
-from tests.web.conftest import csrf_of, plaintext, sign_in
+from tests.api.builders import OTHER, PROJECT, FakeReviewer, Tokens, enrol, submit, training_job
+from tests.web.conftest import PROJECT_NAMESPACE, csrf_of, plaintext, sign_in
 
 pytestmark = pytest.mark.db
 
@@ -373,14 +373,12 @@ def test_without_control_loops_the_cluster_pages_say_so(db: Database, tokens: To
 
 
 def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
-    client: TestClient, tokens: Tokens, db: Database
+    client: TestClient, tokens: Tokens, db: Database, reviewer: FakeReviewer
 ) -> None:
     from kubetrain.domain.manifest import job_name
-    from kubetrain.store import set_status_token
 
     job_id = submitted(client, tokens)
-    with db.transaction() as session:
-        set_status_token(session, job_id, "kts_page")
+    token = enrol(db, reviewer, job_id, "aaaaa", namespace=PROJECT_NAMESPACE)
     pod = f"{job_name(job_id)}-aaaaa"
     events = (
         [
@@ -411,7 +409,7 @@ def test_the_job_page_shows_progress_a_chart_and_the_resume_lineage(
     answer = client.post(
         f"/api/v1/jobs/{job_id}/reports",
         json={"pod": pod, "events": events},
-        headers={"Authorization": "Bearer kts_page"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert answer.status_code == 202, answer.text
     sign_in(client, plaintext(tokens, "viewer"))
@@ -444,12 +442,14 @@ def test_a_job_that_never_reported_has_no_progress_card(client: TestClient, toke
     assert 'id="progress"' not in client.get(_job_page(job_id)).text
 
 
-def _report(client: TestClient, job_id: str, pod: str, events: list[dict[str, Any]]) -> None:
+def _report(
+    client: TestClient, job_id: str, pod: str, token: str, events: list[dict[str, Any]]
+) -> None:
     for start in range(0, len(events), 100):  # the API takes 100 events a batch
         answer = client.post(
             f"/api/v1/jobs/{job_id}/reports",
             json={"pod": pod, "events": events[start : start + 100]},
-            headers={"Authorization": "Bearer kts_resumed"},
+            headers={"Authorization": f"Bearer {token}"},
         )
         assert answer.status_code == 202, answer.text
 
@@ -466,24 +466,24 @@ def _trained(first: int, last: int, seq: int) -> list[dict[str, Any]]:
                 {"type": "checkpoint", "step": step, "sizeBytes": 18_022, "durationSeconds": 0.01}
             )
     return [
-        {"seq": seq + i, "time": "2026-12-02T16:00:00Z", **event} for i, event in enumerate(events)
+        {"seq": seq + i, "time": YESTERDAY.format(0), **event} for i, event in enumerate(events)
     ]
 
 
 def test_a_resumed_run_s_chart_has_axes_and_ticks_and_its_checkpoints_fold(
-    client: TestClient, tokens: Tokens, db: Database
+    client: TestClient, tokens: Tokens, db: Database, reviewer: FakeReviewer
 ) -> None:
     """200 steps checkpointed every 5, resumed at step 60 by another Pod: issue 34's run."""
     from kubetrain.domain.manifest import job_name
-    from kubetrain.store import set_status_token
 
     job_id = submitted(client, tokens)
-    with db.transaction() as session:
-        set_status_token(session, job_id, "kts_resumed")
     one, two = f"{job_name(job_id)}-aaaaa", f"{job_name(job_id)}-bbbbb"
-    _report(client, job_id, one, _trained(1, 63, 0))  # killed after its checkpoint at 60
-    resumed = {"seq": 0, "time": "2026-12-02T16:01:00Z", "type": "resumed", "fromStep": 60}
-    _report(client, job_id, two, [resumed, *_trained(61, 200, 1)])
+    first = enrol(db, reviewer, job_id, "aaaaa", namespace=PROJECT_NAMESPACE)
+    _report(client, job_id, one, first, _trained(1, 63, 0))  # killed after its checkpoint at 60
+    # The syncer records attempt 2's Pod: the current attempt, which alone reports now.
+    second = enrol(db, reviewer, job_id, "bbbbb", namespace=PROJECT_NAMESPACE)
+    resumed = {"seq": 0, "time": YESTERDAY.format(0), "type": "resumed", "fromStep": 60}
+    _report(client, job_id, two, second, [resumed, *_trained(61, 200, 1)])
     sign_in(client, plaintext(tokens, "viewer"))
     page = client.get(_job_page(job_id)).text
     section = page[page.index('id="progress"') : page.index("<h2>Logs")]

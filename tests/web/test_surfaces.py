@@ -14,6 +14,7 @@ from fastapi.testclient import TestClient
 
 from kubetrain.api import create_app
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database, PodObservation
@@ -24,7 +25,9 @@ from tests.api.builders import (
     PROJECT,
     WAITING_NAMESPACE,
     FakeLogs,
+    FakeReviewer,
     Tokens,
+    enrol,
     kueue_cluster,
     own,
     submitted,
@@ -50,12 +53,17 @@ def listing() -> dict[str, Any]:
 
 
 @pytest.fixture
-def client(db: Database, listing: dict[str, Any], pod_logs: FakeLogs) -> Iterator[TestClient]:
+def client(
+    db: Database, listing: dict[str, Any], pod_logs: FakeLogs, reviewer: FakeReviewer
+) -> Iterator[TestClient]:
     settings = ServerSettings(
         database_url=db.url.render_as_string(hide_password=False),
         namespaces={PROJECT: WAITING_NAMESPACE, OTHER: NEVER_FITS_NAMESPACE},
     )
-    app = create_app(settings, db, cluster=lambda: listing, pod_logs=cast(PodLogs, pod_logs))
+    pods = cast(TokenReviewer, reviewer)
+    app = create_app(
+        settings, db, cluster=lambda: listing, pod_logs=cast(PodLogs, pod_logs), pod_tokens=pods
+    )
     with TestClient(app) as test_client:
         yield test_client
 
@@ -125,14 +133,12 @@ def _ran(db: Database, job_id: str, pod: PodObservation) -> None:
 
 
 def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
-    client: TestClient, tokens: Tokens, db: Database
+    client: TestClient, tokens: Tokens, db: Database, reviewer: FakeReviewer
 ) -> None:
     from kubetrain.domain.manifest import job_name
-    from kubetrain.store import set_status_token
 
     job_id = submitted(client, tokens, "phased")
-    with db.transaction() as session:
-        set_status_token(session, job_id, "kts_phased")
+    token = enrol(db, reviewer, job_id, "aaaaa", namespace=WAITING_NAMESPACE)
     pod = f"{job_name(job_id)}-aaaaa"
     events = [
         {"seq": 1, "time": YESTERDAY.format(0), "type": "phase", "phase": "TRAINING"},
@@ -151,7 +157,7 @@ def test_the_progress_card_says_a_phase_is_current_only_while_the_job_runs(
     answer = client.post(
         f"/api/v1/jobs/{job_id}/reports",
         json={"pod": pod, "events": events},
-        headers={"Authorization": "Bearer kts_phased"},
+        headers={"Authorization": f"Bearer {token}"},
     )
     assert answer.status_code == 202, answer.text
     sign_in(client, plaintext(tokens, "viewer"))

@@ -46,6 +46,7 @@ from kubetrain.api.schemas import Health
 from kubetrain.api.timing import RequestTimer
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.domain.datasets import DatasetVersion
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import FieldProblem, TrainingJob
@@ -77,6 +78,7 @@ def create_app(
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
     cluster_snapshot: Callable[[], Snapshot | None] | None = None,
+    pod_tokens: TokenReviewer | None = None,
 ) -> FastAPI:
     """The API on `db`. `on_change` is called after each commit the dispatcher should act
     on (a new job, a cancel), so it can wake at once instead of at its next poll;
@@ -84,7 +86,8 @@ def create_app(
     `cluster` gives the web pages the control loops' cluster view (ApiContext);
     `watch_problems` (ControlLoops') lets the probes report the watches' health;
     `pod_logs` reads Pods' logs (api/logs.py) where the process has a kubeconfig;
-    `cluster_snapshot` (ControlLoops') gives a dry run its snapshot to forecast on."""
+    `cluster_snapshot` (ControlLoops') gives a dry run its snapshot to forecast on;
+    `pod_tokens` reviews the tokens Pods report with (api/reports.py)."""
     app = _base_app(
         settings,
         db,
@@ -96,6 +99,7 @@ def create_app(
         watch_problems=watch_problems,
         pod_logs=pod_logs,
         cluster_snapshot=cluster_snapshot,
+        pod_tokens=pod_tokens,
     )
     app.include_router(jobs.router)
     app.include_router(logs.router)
@@ -150,6 +154,7 @@ def _base_app(
     watch_problems: Callable[..., list[str]] | None = None,
     pod_logs: PodLogs | None = None,
     cluster_snapshot: Callable[[], Snapshot | None] | None = None,
+    pod_tokens: TokenReviewer | None = None,
 ) -> FastAPI:
     """What every server answers: its context, the probes, /metrics, problem errors."""
     app = FastAPI(
@@ -175,6 +180,8 @@ def _base_app(
         pod_logs=pod_logs,
         cluster_snapshot=cluster_snapshot,
         tokens=VerifiedTokens(settings.token_cache_seconds),
+        pod_tokens=pod_tokens,
+        pods=VerifiedTokens(settings.token_cache_seconds),
     )
     _add_health(app)
     add_metrics(app, db, cluster)

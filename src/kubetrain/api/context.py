@@ -14,6 +14,7 @@ from kubetrain.api.principal import Principal
 from kubetrain.api.streams import StreamSlots
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import PodIdentity, TokenReviewer
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database
@@ -44,6 +45,11 @@ class ApiContext:
     tokens: VerifiedTokens[Principal] = field(default_factory=VerifiedTokens)
     # The log follow streams each token holds open (api/logs.py).
     follow_streams: StreamSlots = field(default_factory=StreamSlots)
+    # Pods' projected tokens, reviewed by the API server (api/reports.py); None: this
+    # process has no cluster connection and refuses reports for now (503).
+    pod_tokens: TokenReviewer | None = None
+    # The Pods those tokens were found bound to in the last seconds, by the token's hash.
+    pods: VerifiedTokens[PodIdentity] = field(default_factory=VerifiedTokens)
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

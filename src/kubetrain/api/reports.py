@@ -1,9 +1,12 @@
 """`POST /api/v1/jobs/{job_id}/reports`: what the runtime inside a job's Pods reports.
 
-Not a user endpoint: the caller is a Pod, and its credential is the job's own
-status token (from the Secret the dispatcher made for the job), good for this
-one job only and for nothing else in the API. The Pod knows its job id but not
-its project, hence the path outside `/projects`.
+Not a user endpoint: the caller is a Pod, and its credential is the projected
+ServiceAccount token the kubelet keeps in it for kubetrain's audience (no Secret:
+domain/manifest.py), good for nothing else in the API. The API server says, by a
+TokenReview (cluster/tokenreview.py), which Pod it is bound to; the report is
+taken only from a Pod of the job's current attempt, matched by the Pod's uid
+against the attempts the syncer recorded. The Pod knows its job id but not its
+project, hence the path outside `/projects`.
 
 A batch is stored whole or not at all, and events already stored (the same
 pod and seq, from a retry) are skipped, so retries are safe. A batch that
@@ -23,9 +26,10 @@ can write nothing more.
 
 from __future__ import annotations
 
-import hmac
+import logging
 import math
 import re
+from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Annotated, Any, Literal
 
@@ -42,16 +46,19 @@ from pydantic import (
     field_validator,
     model_validator,
 )
+from starlette.concurrency import run_in_threadpool
 
 from kubetrain.api.body import json_body
 from kubetrain.api.context import ApiContext, get_context
 from kubetrain.api.problems import ProblemError, problem_responses, validation_error
+from kubetrain.cluster.errors import ClusterError
+from kubetrain.cluster.tokenreview import PodIdentity
 from kubetrain.domain import names
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.spec import FieldProblem
 from kubetrain.domain.spec.fields import MAX_RUNTIME_SECONDS
 from kubetrain.runtime.contract import is_loss
-from kubetrain.store import ReportEvent, record_reports, status_token_owner
+from kubetrain.store import ReportEvent, ReportingPod, hash_token, record_reports, reporting_pod
 
 MAX_EVENTS = 100
 MAX_METRICS = 16
@@ -67,10 +74,15 @@ Number = Annotated[float, Strict()]  # a JSON number (an integer too), not a boo
 router = APIRouter(
     prefix="/api/v1/jobs/{job_id}",
     tags=["runtime"],
-    responses=problem_responses(401, 413, 422, 500, 503),
+    responses=problem_responses(401, 403, 413, 422, 500, 503),
 )
 
-_bearer = HTTPBearer(auto_error=False, description="The job's status token (from its Secret).")
+_bearer = HTTPBearer(
+    auto_error=False,
+    description="The Pod's projected ServiceAccount token (KUBETRAIN_STATUS_TOKEN_FILE).",
+)
+log = logging.getLogger(__name__)
+RETRY_SECONDS = 1  # a Pod the syncer has not recorded yet is, within about a second
 
 
 # A metric's value: a finite number, or NaN / +inf / -inf spelled as JSON cannot carry them.
@@ -219,9 +231,45 @@ class ReportAccepted(BaseModel):
 def _unauthorized() -> ProblemError:
     return ProblemError(
         401,
-        "a job's reports need that job's status token (KUBETRAIN_STATUS_TOKEN)",
+        "a job's reports need the token the kubelet projects into its Pods "
+        "(KUBETRAIN_STATUS_TOKEN_FILE)",
         headers={"WWW-Authenticate": 'Bearer realm="kubetrain", error="invalid_token"'},
     )
+
+
+def _not_this_jobs() -> ProblemError:
+    return ProblemError(
+        403,
+        "the token is not a Pod's of this job's current attempt",
+        headers={"WWW-Authenticate": 'Bearer realm="kubetrain", error="insufficient_scope"'},
+    )
+
+
+def _later(detail: str) -> ProblemError:
+    return ProblemError(503, detail, headers={"Retry-After": str(RETRY_SECONDS)})
+
+
+@dataclass(frozen=True, slots=True)
+class Reporter:
+    """The Pod a report is from, as its token and the job's attempts say."""
+
+    pod: PodIdentity
+    rank: int | None  # the worker's rank the syncer recorded; None for a single Pod
+
+
+Verdict = Literal["accept", "refuse", "wait"]
+
+
+def verdict(job_id: str, pod: PodIdentity, found: ReportingPod | None) -> Verdict:
+    """Whether the job hears this Pod: "refuse" another job's Pod, an earlier
+    attempt's, or any Pod for no such job (one answer for all); "wait" for a Pod
+    named as this job's that the syncer has not recorded yet (the next try finds it
+    recorded, or it is not this job's)."""
+    if found is None or found.namespace != pod.namespace:
+        return "refuse"
+    if found.attempt is None:
+        return "wait" if pod.pod_name.startswith(job_name(job_id) + "-") else "refuse"
+    return "accept" if found.attempt == found.current_attempt else "refuse"
 
 
 def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> ReportEvent:
@@ -230,30 +278,53 @@ def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> Re
     return ReportEvent(seq=event.seq, at=at, kind=event.type, data=data)
 
 
-def _authorized(
+async def _authorized(
     job_id: Annotated[str, Path(max_length=64)],
     context: Annotated[ApiContext, Depends(get_context)],
     credentials: Annotated[HTTPAuthorizationCredentials | None, Depends(_bearer)],
-) -> None:
-    """The job's status token, checked before the body is read: a caller without it
-    learns nothing, not even whether the job exists or what body it should send.
+) -> Reporter:
+    """The Pod behind the token, checked before the body is read: a caller without a
+    Pod's token learns nothing, not even whether the job exists or what body it
+    should send. The API server reviews the token (remembered by its hash for
+    `token_cache_seconds`, never the token itself); the job's attempts are read for
+    every report, so a Pod of an ended attempt is refused as soon as the next begins."""
+    if credentials is None or not credentials.credentials:
+        raise _unauthorized()
+    if context.pod_tokens is None:
+        raise _later("this replica has no cluster connection to check Pods' tokens with")
+    key = hash_token(credentials.credentials)
+    pod = context.pods.get(key)
+    if pod is None:
+        try:
+            pod = await context.pod_tokens.review(credentials.credentials)
+        except ClusterError as exc:
+            log.warning("a token review failed: %s", exc.reason)
+            raise _later("the Kubernetes API server did not review the token") from None
+        if pod is None:
+            raise _unauthorized()
+        context.pods.put(key, pod)
+    found = await run_in_threadpool(_reporting_pod, context, job_id, pod.pod_uid)
+    match verdict(job_id, pod, found):
+        case "accept":
+            assert found is not None
+            if found.state.terminal:
+                raise ProblemError(
+                    410,
+                    f"job {job_id} has finished ({found.state}): its record is final and "
+                    "takes no more reports",
+                    type=JOB_FINISHED,
+                    title="The job has finished",
+                )
+            return Reporter(pod, found.rank)
+        case "wait":
+            raise _later("kubetrain has not seen this Pod yet")
+        case _:
+            raise _not_this_jobs()
 
-    The token is looked up first and the job id compared after, so an unknown
-    job and an existing one cost the same."""
-    if credentials is None:
-        raise _unauthorized()
+
+def _reporting_pod(context: ApiContext, job_id: str, pod_uid: str) -> ReportingPod | None:
     with context.db.read_only() as session:
-        owner = status_token_owner(session, credentials.credentials)
-    if owner is None or not hmac.compare_digest(owner.job_id.encode(), job_id.encode()):
-        raise _unauthorized()
-    if owner.state.terminal:
-        raise ProblemError(
-            410,
-            f"job {job_id} has finished ({owner.state}): its record is final and its "
-            "status token takes no more reports",
-            type=JOB_FINISHED,
-            title="The job has finished",
-        )
+        return reporting_pod(session, job_id, pod_uid)
 
 
 def _out_of_window(events: list[Any], now: datetime) -> list[FieldProblem]:
@@ -295,7 +366,7 @@ def _non_finite_loss(event: Any) -> bool:
 def post_reports(
     job_id: Annotated[str, Path(max_length=64)],
     context: Annotated[ApiContext, Depends(get_context)],
-    _: Annotated[None, Depends(_authorized)],
+    reporter: Annotated[Reporter, Depends(_authorized)],
     body: Annotated[Any, Depends(json_body)],
 ) -> ReportAccepted:
     try:
@@ -308,13 +379,14 @@ def post_reports(
         raise validation_error(problems, "the report batch is refused") from None
     if late := _out_of_window(batch.events, datetime.now(UTC)):
         raise validation_error(late, "the report batch is refused")
-    # Only the job's own Pods (the Job controller names them <job>-<suffix>).
-    ours = batch.pod.startswith(job_name(job_id) + "-")
-    if not ours or names.dns1123_subdomain_problem(batch.pod):
-        raise validation_error(
-            [FieldProblem("pod", f"must be the name of a Pod of Job {job_name(job_id)}")],
-            "the report batch is refused",
-        )
+    # The batch speaks for the Pod its token is bound to, and for that Pod's rank.
+    problems = []
+    if batch.pod != reporter.pod.pod_name:
+        problems.append(FieldProblem("pod", "must be the name of the Pod the token is bound to"))
+    if reporter.rank is not None and batch.rank != reporter.rank:
+        problems.append(FieldProblem("rank", f"must be this Pod's rank, {reporter.rank}"))
+    if problems:
+        raise validation_error(problems, "the report batch is refused")
     with context.db.transaction() as session:
         stored = record_reports(
             session,

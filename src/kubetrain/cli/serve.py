@@ -18,6 +18,7 @@ from sqlalchemy import exc as sa_exc
 from kubetrain.cluster.client import load_config
 from kubetrain.cluster.errors import ClusterConfigError
 from kubetrain.cluster.logs import PodLogs
+from kubetrain.cluster.tokenreview import TokenReviewer
 from kubetrain.control.runner import ControlLoops
 from kubetrain.logs import setup_logging
 from kubetrain.settings import ServerSettings
@@ -52,13 +53,17 @@ def _serve(args: argparse.Namespace) -> int:
         )
         db.dispose()
         return 1
-    control = None
-    if not args.no_control:
-        try:
-            config = load_config(settings.kubeconfig)
-        except ClusterConfigError as exc:
+    control, config = None, None
+    try:
+        config = load_config(settings.kubeconfig)
+    except ClusterConfigError as exc:
+        if not args.no_control:
             print(f"kubetrain: error: {exc}", file=sys.stderr)
             return 1
+        # An API replica without a cluster serves all but Pods' reports, which it
+        # cannot check: those are answered 503, and the Pods retry.
+        log.warning("no cluster connection, so Pods' reports are refused: %s", exc)
+    if not args.no_control and config is not None:
         control = ControlLoops(
             db,
             config,
@@ -71,8 +76,9 @@ def _serve(args: argparse.Namespace) -> int:
             webhook_timeout=settings.webhook_timeout_seconds,
             webhook_max_in_flight=settings.webhook_max_in_flight,
         )
+    reviewer = TokenReviewer(config, settings.status_token_audience) if config else None
     try:
-        asyncio.run(_run(settings, db, control, api=not args.no_api))
+        asyncio.run(_run(settings, db, control, reviewer, api=not args.no_api))
     finally:
         db.dispose()
     return 0
@@ -87,7 +93,12 @@ def open_database(url: str) -> Database:
 
 
 async def _run(
-    settings: ServerSettings, db: Database, control: ControlLoops | None, *, api: bool
+    settings: ServerSettings,
+    db: Database,
+    control: ControlLoops | None,
+    reviewer: TokenReviewer | None,
+    *,
+    api: bool,
 ) -> None:
     tasks = [asyncio.create_task(control.run(), name="control")] if control else []
     try:
@@ -105,6 +116,7 @@ async def _run(
                 watch_problems=control.watch_problems if control else None,
                 pod_logs=PodLogs(control.config) if control else None,
                 cluster_snapshot=control.cluster_snapshot if control else None,
+                pod_tokens=reviewer,
             )
         else:  # the control loops only: their probes and metrics, on the same address
             assert control is not None  # --no-api and --no-control exclude each other

@@ -1,5 +1,4 @@
-"""Create and delete kubetrain's Kubernetes Jobs (and their status-token Secrets and gang
-Services) idempotently.
+"""Create and delete kubetrain's Kubernetes Jobs (and their gang Services) idempotently.
 
 Every function raises ClusterError (cluster/errors.py) for what Kubernetes or the
 connection refused, never the client library's errors.
@@ -14,7 +13,7 @@ from typing import Any, ParamSpec, TypeVar, cast
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Pod, Secret, Service
+from lightkube.resources.core_v1 import Namespace, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
 from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors
@@ -93,56 +92,6 @@ def _uid(job: Job) -> str | None:
 
 
 @_wrapped
-async def put_status_secret(client: AsyncClient, manifest: dict[str, Any]) -> None:
-    """Create the job's status-token Secret, or replace the token of the one there (ours,
-    from an attempt whose token was lost with the process that made it)."""
-    obj = cast(Secret, Secret.from_dict(manifest))
-    try:
-        await client.create(obj)
-        return
-    except ApiError as exc:
-        if exc.status.code != 409:
-            raise
-    meta = manifest["metadata"]
-    existing = await client.get(Secret, meta["name"], namespace=meta["namespace"])
-    labels = (existing.metadata.labels if existing.metadata else None) or {}
-    if labels.get(LABEL_JOB_ID) != meta["labels"][LABEL_JOB_ID]:
-        raise JobConflictError(
-            f"a Secret named {meta['name']} exists in {meta['namespace']} "
-            "and is not this kubetrain job's"
-        )
-    await client.patch(
-        Secret,
-        meta["name"],
-        {"stringData": manifest["stringData"]},
-        namespace=meta["namespace"],
-        patch_type=PatchType.MERGE,
-    )
-
-
-@_wrapped
-async def own_secret(
-    client: AsyncClient, namespace: str, secret: str, job: str, job_uid: str
-) -> None:
-    """Make the Job the Secret's owner, so deleting the Job (by us, a TTL or a person)
-    removes the token with it."""
-    owner = {
-        "apiVersion": "batch/v1",
-        "kind": "Job",
-        "name": job,
-        "uid": job_uid,
-        "blockOwnerDeletion": False,
-    }
-    await client.patch(
-        Secret,
-        secret,
-        {"metadata": {"ownerReferences": [owner]}},
-        namespace=namespace,
-        patch_type=PatchType.MERGE,
-    )
-
-
-@_wrapped
 async def put_service(client: AsyncClient, manifest: dict[str, Any]) -> None:
     """Create a gang's headless Service, or find it there as ours (a create repeated after
     a lost answer). One left by an earlier Job of the same name is given the new owner."""
@@ -189,20 +138,15 @@ async def delete_job(client: AsyncClient, namespace: str, name: str) -> bool:
 
 
 @_wrapped
-async def delete_attempt(
-    client: AsyncClient, namespace: str, name: str, uid: str, secret: str
-) -> None:
+async def delete_attempt(client: AsyncClient, namespace: str, name: str, uid: str) -> None:
     """Delete a gang's ended attempt: its Job (with its Pods) if it is still the one of
-    `uid` (a Job of the name with another uid is the next attempt's), and the Service and
-    status-token Secret that Job owned, so that the next attempt's are made anew rather
-    than adopted while the garbage collector deletes them. Gone already is fine."""
+    `uid` (a Job of the name with another uid is the next attempt's), and the Service
+    that Job owned, so that the next attempt's is made anew rather than adopted while
+    the garbage collector deletes it. Gone already is fine."""
     cascade = CascadeType.BACKGROUND
     service = await _found(client.get(Service, name, namespace=namespace))
     if service is not None and _owned_by(service, uid):
         await _found(client.delete(Service, name, namespace=namespace, cascade=cascade))
-    token = await _found(client.get(Secret, secret, namespace=namespace))
-    if token is not None and _owned_by(token, uid):
-        await _found(client.delete(Secret, secret, namespace=namespace, cascade=cascade))
     job = await _found(client.get(Job, name, namespace=namespace))
     if job is not None and _uid(job) == uid:
         await _found(client.delete(Job, name, namespace=namespace, cascade=cascade))
@@ -235,6 +179,6 @@ async def _found(call: Awaitable[_R]) -> _R | None:
         return None
 
 
-def _owned_by(obj: Service | Secret, uid: str) -> bool:
+def _owned_by(obj: Service, uid: str) -> bool:
     owners = (obj.metadata.ownerReferences if obj.metadata else None) or []
     return any(o.uid == uid for o in owners)

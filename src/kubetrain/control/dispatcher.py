@@ -10,8 +10,12 @@ the raw error, and is retried with backoff; the first create that succeeds
 after a round in which every create failed (an outage) makes all the backed-off
 jobs due at once.
 
+Each Job is one request (a gang's two: the Job and its headless Service): the
+Pods prove who they are to the reports endpoint with a projected ServiceAccount
+token the kubelet makes, so no Secret is made per Job.
+
 A round takes two short transactions, however many jobs it claims: the claim
-with the preparation of every claimed job (manifest, status token), and the
+with the preparation of every claimed job (its manifest), and the
 record of every outcome. The Kubernetes calls run concurrently between them,
 with no transaction open. Transactions per job would cost each job thread
 hand-offs and turns on SQLite's one writer. Outcomes the database failed to
@@ -23,7 +27,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import secrets
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -41,9 +44,7 @@ from kubetrain.cluster.jobs import (
     delete_attempt,
     delete_job,
     ensure_namespace,
-    own_secret,
     put_service,
-    put_status_secret,
 )
 from kubetrain.domain.manifest import (
     LABEL_ATTEMPT,
@@ -52,8 +53,6 @@ from kubetrain.domain.manifest import (
     namespace_labels,
     render_job,
     render_service,
-    render_status_secret,
-    status_secret_name,
 )
 from kubetrain.domain.spec import SpecError, parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -70,13 +69,9 @@ from kubetrain.store import (
     release_claims,
     resolve_job_dataset,
     retry_backed_off_now,
-    set_status_token,
 )
 
 log = logging.getLogger(__name__)
-
-# Recognisable in a leak (logs, a paste), unlike the API's kt_ tokens good for one job only.
-STATUS_TOKEN_PREFIX = "kts_"  # noqa: S105 - a prefix, not a secret
 
 
 @dataclass(frozen=True, slots=True)
@@ -86,7 +81,6 @@ class _Prepared:
     job_id: str
     namespace: str
     manifest: dict[str, Any]
-    secret: dict[str, Any] | None  # the status-token Secret, when Pods report progress
     ended: str | None = None  # a gang's ended attempt's Job (uid), to delete first
 
 
@@ -263,15 +257,13 @@ class Dispatcher:
         return _Deleted(job_id)
 
     async def _create(self, job: _Prepared) -> _Created | _Failed | _Waiting:
-        job_id, namespace, manifest, secret = job.job_id, job.namespace, job.manifest, job.secret
+        job_id, namespace, manifest = job.job_id, job.namespace, job.manifest
         waited = None
         try:
             if job.ended is not None:
                 name = manifest["metadata"]["name"]
                 if job_id not in self._waits:  # deleted already while it waits
-                    await delete_attempt(
-                        self.client, namespace, name, job.ended, status_secret_name(job_id)
-                    )
+                    await delete_attempt(self.client, namespace, name, job.ended)
                 # A blocking recreate (JobSet's BlockingRecreate): the next attempt only
                 # once every Pod of the last has ended, so that no rank of the new one
                 # finds a dying rank of the old (rank 0's name, its port).
@@ -292,21 +284,10 @@ class Dispatcher:
                     self.client, namespace, namespace_labels(self.render_options)
                 )
                 self._namespaces.add(namespace)
-            # The Secret first: a Pod whose token Secret is missing cannot start.
-            if secret is not None:
-                await put_status_secret(self.client, secret)
             uid = await create_job(self.client, manifest)
             if uid is not None and manifest["spec"].get("completionMode") == "Indexed":
                 # A gang's Pods find rank 0 through it; owned by the Job, it goes with it.
                 await put_service(self.client, render_service(job_id, namespace, uid))
-            if secret is not None and uid is not None:
-                await own_secret(
-                    self.client,
-                    namespace,
-                    secret["metadata"]["name"],
-                    manifest["metadata"]["name"],
-                    uid,
-                )
         except ClusterError as exc:
             self.failures += 1
             # The API server did not answer, or answered that it cannot now: an outage,
@@ -336,11 +317,9 @@ class Dispatcher:
         return _Created(job_id, manifest["metadata"]["name"], waited)
 
     def _prepare(self, session: Session, claimed: Sequence[Job]) -> list[_Prepared]:
-        """The claimed jobs still to be created, with their manifests and, when Pods
-        report progress, their status-token Secrets: a new token each time (only its
-        hash is kept, so a token lost with a crashed dispatcher is replaced, never
-        recovered). A job cancelled meanwhile is finished as CANCELLED instead, and one
-        whose spec no longer renders is failed. In the claim's transaction, rows locked."""
+        """The claimed jobs still to be created, with their manifests. A job cancelled
+        meanwhile is finished as CANCELLED instead, and one whose spec no longer renders
+        is failed. In the claim's transaction, rows locked."""
         prepared = []
         for job in claimed:  # in claim order: the longest waiting first
             restart = job.restart_job_uid is not None and job.business_state == BusinessState.QUEUED
@@ -375,12 +354,7 @@ class Dispatcher:
                     source=Source.DISPATCHER,
                 )
                 continue
-            secret = None
-            if self.render_options.status_url is not None:
-                token = STATUS_TOKEN_PREFIX + secrets.token_urlsafe(32)
-                set_status_token(session, job.id, token)
-                secret = render_status_secret(job.id, job.namespace, token)
-            prepared.append(_Prepared(job.id, job.namespace, manifest, secret, job.restart_job_uid))
+            prepared.append(_Prepared(job.id, job.namespace, manifest, job.restart_job_uid))
         return prepared
 
     def _render(self, session: Session, job: Job) -> dict[str, Any]:

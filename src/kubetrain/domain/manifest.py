@@ -39,9 +39,13 @@ What the Job carries, and why:
   Its `priorityClass` is then a WorkloadPriorityClass (label
   `kueue.x-k8s.io/priority-class`), not the Pod's priorityClassName: Kueue orders
   and preempts workloads, and a PriorityClass of that name need not exist.
-* No service account token and no service links: training talks to the status
-  URL, not to the Kubernetes API, and service variables could shadow the
-  user's.
+* No token for the Kubernetes API (`automountServiceAccountToken: false`) and
+  no service links: training talks to the status URL, not to the Kubernetes
+  API, and service variables could shadow the user's. With a status URL, the
+  Pod's one credential is a projected ServiceAccount token for kubetrain's
+  audience alone (`RenderOptions.token_audience`), bound to the Pod and
+  renewed by the kubelet: what the reports prove the Pod's identity with
+  (api/reports.py checks it with a TokenReview). No Secret is made per Job.
 * A locked-down container (CONTAINER_SECURITY_CONTEXT): no privilege escalation
   (setuid binaries, `no_new_privs`), every Linux capability dropped and the
   runtime's default seccomp profile, which is what Pod Security's `restricted`
@@ -124,15 +128,15 @@ __all__ = [
     "MAX_JOB_ID_LENGTH",
     "OUTPUT_DIR",
     "PREFLIGHT_EXIT_CODE",
-    "STATUS_TOKEN_KEY",
+    "STATUS_TOKEN_DIR",
+    "STATUS_TOKEN_FILE",
+    "STATUS_TOKEN_VOLUME",
     "TERMINATION_LOG",
     "RenderOptions",
     "job_name",
     "namespace_labels",
     "render_job",
     "render_service",
-    "render_status_secret",
-    "status_secret_name",
 ]
 
 CONTAINER_NAME = "trainer"
@@ -200,28 +204,15 @@ def job_name(job_id: str) -> str:
     return names.JOB_NAME_PREFIX + job_id.lower()
 
 
-STATUS_TOKEN_KEY = "token"  # noqa: S105 - the key's name in the Secret, not a secret
-
-
-def status_secret_name(job_id: str) -> str:
-    """The Secret holding the job's status token: next to its Job, named after it."""
-    return job_name(job_id) + "-status"
-
-
-def render_status_secret(job_id: str, namespace: str, token: str) -> dict[str, Any]:
-    """The job's status-token Secret. The dispatcher makes the Job its owner once the Job
-    exists, so the garbage collector removes both together."""
-    return {
-        "apiVersion": "v1",
-        "kind": "Secret",
-        "metadata": {
-            "name": status_secret_name(job_id),
-            "namespace": namespace,
-            "labels": {LABEL_JOB_ID: job_id, LABEL_MANAGED_BY: MANAGED_BY},
-        },
-        "type": "Opaque",
-        "stringData": {STATUS_TOKEN_KEY: token},
-    }
+# The Pod's identity towards kubetrain: a ServiceAccount token the kubelet projects
+# for the audience `RenderOptions.token_audience`, bound to the Pod (its name and uid
+# are in the token) and renewed by the kubelet before it expires. The runtime reads
+# the file afresh for each report; kubetrain checks it with a TokenReview.
+STATUS_TOKEN_VOLUME = "kubetrain-token"  # noqa: S105 - names, not secrets
+STATUS_TOKEN_DIR = "/var/run/secrets/kubetrain.io/serviceaccount"  # noqa: S105
+STATUS_TOKEN_FILE = STATUS_TOKEN_DIR + "/token"
+# The API server's floor for a projected token's expirationSeconds (10 minutes).
+MIN_TOKEN_SECONDS = 600
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -234,9 +225,14 @@ class RenderOptions:
     # The node label whose value is a GPU type (spec.resources.gpuType).
     accelerator_label: str = render_defaults.ACCELERATOR_LABEL
     # Where the in-container reporter sends progress (kubetrain's base URL); no
-    # credential in it. When set, every Job reads its own token from its own
-    # Secret (status_secret_name) as KUBETRAIN_STATUS_TOKEN.
+    # credential in it. When set, every Pod gets a projected ServiceAccount token
+    # for `token_audience` (at STATUS_TOKEN_FILE) that proves which Pod it is.
     status_url: str | None = None
+    # The audience of that token: kubetrain's, so that it is good for nothing else
+    # (the API server takes only tokens for its own audiences).
+    token_audience: str = render_defaults.TOKEN_AUDIENCE
+    # The token's lifetime; the kubelet renews it at 80 % of it.
+    token_seconds: int = MIN_TOKEN_SECONDS
     # Added to the cache size for ephemeral-storage: logs and the writable layer.
     ephemeral_headroom: str = "2Gi"
     # (namespace, Kueue LocalQueue) pairs: the queue of a job in that namespace
@@ -265,6 +261,13 @@ class RenderOptions:
             raise ValueError(f"accelerator_label: {problem}")
         if self.status_url is not None:
             _check_status_url(self.status_url)
+        if not self.token_audience or names.control_character_problem(self.token_audience):
+            raise ValueError("token_audience must be a non-empty string without control characters")
+        if not MIN_TOKEN_SECONDS <= self.token_seconds <= 2**32:
+            raise ValueError(
+                f"token_seconds must be between {MIN_TOKEN_SECONDS} (the API server's floor) "
+                f"and {2**32}, not {self.token_seconds}"
+            )
         try:
             headroom = parse_quantity(self.ephemeral_headroom)
         except QuantityError as exc:
@@ -300,7 +303,17 @@ def _check_status_url(url: str) -> None:
         raise ValueError(f"status_url {url!r} must be an http or https URL with a host")
     if "@" in parts.netloc:
         # It would be a plain env value in the Pod spec, readable by anyone who can read Jobs.
-        raise ValueError("status_url must not carry a user or password; Jobs get a token Secret")
+        raise ValueError("status_url must not carry a user or password; Pods prove who they are")
+
+
+def _token_volume(options: RenderOptions) -> dict[str, Any]:
+    """The projected ServiceAccount token the Pod reports with (STATUS_TOKEN_FILE)."""
+    token = {
+        "audience": options.token_audience,
+        "expirationSeconds": options.token_seconds,
+        "path": STATUS_TOKEN_FILE.rsplit("/", 1)[1],
+    }
+    return {"name": STATUS_TOKEN_VOLUME, "projected": {"sources": [{"serviceAccountToken": token}]}}
 
 
 def _plain(name: str, value: str) -> dict[str, Any]:
@@ -551,13 +564,10 @@ def render_job(
         mounts.append({"name": "cache", "mountPath": CACHE_DIR})
     if options.status_url is not None:
         env.append(_plain("KUBETRAIN_STATUS_URL", options.status_url))
-        env.append(
-            {
-                "name": "KUBETRAIN_STATUS_TOKEN",
-                "valueFrom": {
-                    "secretKeyRef": {"name": status_secret_name(job_id), "key": STATUS_TOKEN_KEY}
-                },
-            }
+        env.append(_plain("KUBETRAIN_STATUS_TOKEN_FILE", STATUS_TOKEN_FILE))
+        volumes.append(_token_volume(options))
+        mounts.append(
+            {"name": STATUS_TOKEN_VOLUME, "mountPath": STATUS_TOKEN_DIR, "readOnly": True}
         )
     env.append(_plain("KUBETRAIN_TERMINATION_LOG", TERMINATION_LOG))
     for entry in spec.env:

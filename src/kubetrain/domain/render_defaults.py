@@ -6,3 +6,5 @@ from __future__ import annotations
 
 GPU_RESOURCE = "nvidia.com/gpu"
 ACCELERATOR_LABEL = "accelerator"
+# The audience of the ServiceAccount token a Job's Pods report with (RenderOptions).
+TOKEN_AUDIENCE = "kubetrain"  # noqa: S105 - an audience, not a secret

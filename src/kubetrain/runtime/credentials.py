@@ -13,9 +13,10 @@ word (TOKEN, PASSWORD, PASS, SECRET, KEY, ...), a trailing FILE aside
 secrets (SORT_KEY) are left alone, as is anything that only mentions a word
 (MAX_TOKENS, TOKENIZER, SECRET_NAME, KEY_PATH).
 
-Text: bearer and basic credentials, kubetrain's API and status tokens (kt_,
-kts_), JWTs, the userinfo of a URL, Cookie headers and kubetrain's cookies,
-and `name=value` / `name: value` pairs whose name is a credential's.
+Text: bearer and basic credentials, kubetrain's API tokens (kt_), JWTs (the
+Pods' ServiceAccount tokens among them), the userinfo of a URL, Cookie headers
+and kubetrain's cookies, and `name=value` / `name: value` pairs whose name is a
+credential's.
 """
 
 from __future__ import annotations
@@ -70,8 +71,8 @@ _SHAPES = (
     # Authorization headers, whatever the token type
     (re.compile(r"(?i)\b(bearer\s+)[^\s,;\"']+"), rf"\1{MASK}"),
     (re.compile(r"\b(Basic )[A-Za-z0-9+/]{8,}=*"), rf"\1{MASK}"),
-    # kubetrain's API tokens (kt_) and jobs' status tokens (kts_)
-    (re.compile(r"\b(kts?_)[A-Za-z0-9_\-]{8,}"), rf"\1{MASK}"),
+    # kubetrain's API tokens (kt_)
+    (re.compile(r"\b(kt_)[A-Za-z0-9_\-]{8,}"), rf"\1{MASK}"),
     # JWTs: ServiceAccount and OIDC tokens
     (re.compile(r"\beyJ[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]+\.[A-Za-z0-9_\-]*"), MASK),
     # the userinfo of a URL (postgresql://user:secret@host/db)
@@ -89,7 +90,7 @@ _VALUE = re.compile(r"[^\s,;\"'&]+")
 
 def redact_text(text: str) -> str:
     """`text` with every credential it quotes replaced by ***, each kept's prefix
-    (`Bearer ***`, `kts_***`, `password=***`) saying what was there."""
+    (`Bearer ***`, `kt_***`, `password=***`) saying what was there."""
     for pattern, replacement in _SHAPES:
         text = pattern.sub(replacement, text)
     return _mask_pairs(text)

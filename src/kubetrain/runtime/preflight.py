@@ -484,7 +484,13 @@ def check_status_reachable(context: Context) -> str:
                 f"GET {url} failed within {timeout:g} s ({tries} tries; last: {failure})"
             )
     took = time.monotonic() - started
-    note = "" if context.get("KUBETRAIN_STATUS_TOKEN") else "; KUBETRAIN_STATUS_TOKEN is not set"
+    token = context.get("KUBETRAIN_STATUS_TOKEN_FILE")
+    if not token:
+        note = "; KUBETRAIN_STATUS_TOKEN_FILE is not set"
+    elif not os.access(token, os.R_OK):
+        note = "; KUBETRAIN_STATUS_TOKEN_FILE is not readable"
+    else:
+        note = ""
     tried = f" after {tries} tries" if tries > 1 else ""
     return f"GET {url} answered {status} in {took * 1000:.0f} ms{tried}{note}"
 

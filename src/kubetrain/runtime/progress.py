@@ -4,12 +4,15 @@
     progress.step(step, loss=loss.item(), lr=scheduler.get_last_lr()[0])
 
 Events go to POST {KUBETRAIN_STATUS_URL}/api/v1/jobs/{KUBETRAIN_JOB_ID}/reports
-with `Authorization: Bearer {KUBETRAIN_STATUS_TOKEN}`, at most MAX_BATCH per
-request, from a daemon thread. Training never waits for the network and never
-sees its errors: the queue is bounded (the oldest step events go first when it
-is full, and the next batch says how many were dropped), each request has a
-timeout, a failed batch is retried with backoff, and the flush at exit is
-bounded. The token is sent, never written anywhere else.
+with `Authorization: Bearer <token>`, at most MAX_BATCH per request, from a
+daemon thread. The token is the Pod's projected ServiceAccount token, read from
+KUBETRAIN_STATUS_TOKEN_FILE for every request: the kubelet replaces it before
+it expires (at 80 % of its 10 minutes), so a token read once would stop working.
+Training never waits for the network and never sees its errors: the queue is
+bounded (the oldest step events go first when it is full, and the next batch
+says how many were dropped), each request has a timeout, a failed batch is
+retried with backoff, and the flush at exit is bounded. The token is sent, never
+written anywhere else.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ class Reporter:
         self,
         base_url: str,
         job_id: str,
-        token: str | None,
+        token_file: str | None,
         pod: str | None,
         *,
         max_queue: int = MAX_QUEUE,
@@ -64,14 +67,14 @@ class Reporter:
         rank: int | None = None,
     ) -> None:
         self._url = base_url.rstrip("/") + reports_path(job_id)
-        self._token = token
+        self._token_file = token_file
         self._pod = pod
         self._rank = rank  # the worker's index in a gang; None (left out) for a single worker
         self._max_queue = max_queue
         self._timeout = timeout
         self._interval = interval
         self._backoff = backoff
-        self._redact = redact or Redactor({"KUBETRAIN_STATUS_TOKEN": token or ""})
+        self._redact = redact or Redactor({})
         self._queue: collections.deque[dict[str, Any]] = collections.deque()
         self._inflight = 0  # events taken by the sender, not yet acknowledged
         self._seq = first_seq - 1
@@ -266,8 +269,13 @@ class Reporter:
             document["rank"] = self._rank
         body = json.dumps(document).encode()
         headers = {"Content-Type": "application/json"}
-        if self._token:
-            headers["Authorization"] = f"Bearer {self._token}"
+        if self._token_file:
+            try:
+                token = _read_token(self._token_file)
+            except OSError as exc:  # not there yet, or being replaced: try again later
+                self._warn_once("token", f"progress not reported: the token file: {exc.strerror}")
+                return "retry"
+            headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=self._timeout):  # noqa: S310
@@ -299,6 +307,12 @@ def _binding(binding: Mapping[str, Any]) -> dict[str, Any]:
     return out
 
 
+def _read_token(path: str) -> str:
+    """The token as the kubelet wrote it last (it swaps the file whole, atomically)."""
+    with open(path, encoding="ascii") as file:
+        return file.read().strip()
+
+
 def _now() -> str:
     return datetime.now(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
@@ -321,7 +335,7 @@ def reporter_from_env(environ: Mapping[str, str]) -> Reporter | None:
     return Reporter(
         url,
         job_id,
-        environ.get("KUBETRAIN_STATUS_TOKEN") or None,
+        environ.get("KUBETRAIN_STATUS_TOKEN_FILE") or None,
         pod_name(environ),
         redact=Redactor(environ),
         first_seq=_first_seq(environ),

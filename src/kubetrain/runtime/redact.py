@@ -1,7 +1,7 @@
 """Takes credentials out of any text the runtime writes: log lines, reports, termination message.
 
 Two kinds: the values of environment variables whose names are a credential's
-(`KUBETRAIN_STATUS_TOKEN`, `WANDB_API_KEY`, `DB_PASSWORD`), and whatever
+(`HF_TOKEN`, `WANDB_API_KEY`, `DB_PASSWORD`), and whatever
 credentials.py recognises by shape (bearer tokens, URL userinfo, `key=value`
 pairs named like secrets), whatever their source.
 """

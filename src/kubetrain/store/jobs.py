@@ -201,7 +201,6 @@ def _new_job_values(
         "dispatch_attempts": 0,
         "next_dispatch_at": now,  # due for the dispatcher at once
         "last_dispatch_error": None,
-        "status_token_hash": None,
         "created_at": now,
         "updated_at": now,
         "finished_at": None,

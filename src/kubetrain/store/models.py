@@ -149,8 +149,6 @@ class Job(Base):
         Index(None, "project", "name", "created_at"),
         # The dispatcher's claim; NULL once the Kubernetes Job exists.
         Index(None, "next_dispatch_at"),
-        # A report's credential is looked up before its job (api/reports.py).
-        Index(None, "status_token_hash"),
     )
 
     id: Mapped[str] = mapped_column(String(36), primary_key=True)
@@ -183,8 +181,6 @@ class Job(Base):
     last_dispatch_error: Mapped[str | None] = mapped_column(Text)
 
     diagnosis: Mapped[dict[str, Any] | None]  # the syncer's latest, so any replica can answer
-    # sha256 of the token the job's Pods report progress with (it lives in a Secret).
-    status_token_hash: Mapped[str | None] = mapped_column(String(64))
 
     created_at: Mapped[datetime]
     updated_at: Mapped[datetime]

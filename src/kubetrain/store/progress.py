@@ -24,9 +24,7 @@ from sqlalchemy.orm import Session
 
 from kubetrain.domain.lineage import Compared, compare_resume
 from kubetrain.domain.states import BusinessState
-from kubetrain.store.errors import JobNotFound
 from kubetrain.store.models import Attempt, Job, Progress, Report
-from kubetrain.store.tokens import hash_token
 
 MAX_STEP_REPORTS = 2000
 # Rows kept per job for each kind; a Pod writes a phase or a resume a few times
@@ -88,30 +86,34 @@ class Resume:
         }
 
 
-def set_status_token(session: Session, job_id: str, token: str) -> None:
-    job = session.get(Job, job_id)
-    if job is None:
-        raise JobNotFound(job_id)
-    job.status_token_hash = hash_token(token)
-
-
 @dataclass(frozen=True, slots=True)
-class StatusTokenOwner:
-    """The job a status token belongs to, and its business state now."""
+class ReportingPod:
+    """What deciding whether a Pod may report for a job reads: the job's namespace and
+    current attempt, and the attempt (and rank) the Pod of that uid is on, None while
+    the syncer has not seen the Pod."""
 
-    job_id: str
-    state: BusinessState
+    namespace: str
+    current_attempt: int
+    state: BusinessState  # the job's, now: a finished job's record is final
+    attempt: int | None
+    rank: int | None
 
 
-def status_token_owner(session: Session, token: str) -> StatusTokenOwner | None:
-    """The job whose status token this is, or None. The lookup is by the token's hash
-    alone, so its cost says nothing about which job ids exist."""
-    row = session.execute(
-        select(Job.id, Job.business_state)
-        .where(Job.status_token_hash == hash_token(token))
+def reporting_pod(session: Session, job_id: str, pod_uid: str) -> ReportingPod | None:
+    """The job and the Pod of `pod_uid` among its attempts, in one query; None when
+    there is no such job."""
+    query = (
+        select(Job.namespace, Job.current_attempt, Job.business_state, Attempt.number, Attempt.rank)
+        .outerjoin(Attempt, (Attempt.job_id == Job.id) & (Attempt.pod_uid == pod_uid))
+        .where(Job.id == job_id)
         .limit(1)
-    ).first()
-    return None if row is None else StatusTokenOwner(row[0], row[1])
+    )
+    row = session.execute(query).first()
+    if row is None:
+        return None
+    return ReportingPod(
+        row.namespace, row.current_attempt, row.business_state, row.number, row.rank
+    )
 
 
 def record_reports(

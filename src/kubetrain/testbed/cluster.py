@@ -497,6 +497,12 @@ class Testbed:
                 f"--tls-cert-file={k.server_cert}",
                 f"--tls-private-key-file={k.server_key}",
                 f"--client-ca-file={k.ca_cert}",
+                # ServiceAccount tokens: signed with the testbed's key, under one issuer.
+                # The kubelets' projected tokens for kubetrain's audience (its reports)
+                # need nothing more: TokenRequest takes any audience, and a TokenReview
+                # that names one checks the token against it. --api-audiences (default:
+                # the issuer) is only what the API server itself takes as a credential,
+                # so a token for kubetrain is no credential for the Kubernetes API.
                 f"--service-account-key-file={k.sa_pub}",
                 f"--service-account-signing-key-file={k.sa_key}",
                 "--service-account-issuer=https://kubernetes.default.svc.cluster.local",
