@@ -682,7 +682,8 @@ def test_a_training_job_with_no_step_for_longer_than_its_threshold_is_no_progres
         d.explanation
     )
     assert {m.link: m.state for m in d.chain}[Link.TRAINING] == ChainState.BLOCKING
-    assert not d.blockers  # a running job lists none; the webhooks tell NO_PROGRESS apart
+    # A running job lists what troubles it, the stall alone here.
+    assert [b.reason for b in d.blockers] == [R.NO_PROGRESS]
 
 
 def test_steps_within_the_threshold_or_reported_again_are_training() -> None:

@@ -65,7 +65,7 @@ from datetime import datetime
 
 from kubetrain.domain.diagnosis.attempts import _attempts
 from kubetrain.domain.diagnosis.evidence import evidenced
-from kubetrain.domain.diagnosis.outcome import _chain, _outcome
+from kubetrain.domain.diagnosis.outcome import _HEALTHY, _chain, _outcome
 from kubetrain.domain.diagnosis.quota import _preempted_for
 from kubetrain.domain.diagnosis.reading import _Reader
 from kubetrain.domain.diagnosis.result import (
@@ -76,6 +76,7 @@ from kubetrain.domain.diagnosis.result import (
     Diagnosis,
     GangRestart,
     JobFacts,
+    PodReport,
 )
 from kubetrain.domain.diagnosis.stall import _stalled, cancel_for_no_progress
 from kubetrain.domain.fit import ConstraintCount, FitAnalysis, NodeFit
@@ -93,6 +94,7 @@ __all__ = [
     "GangRestart",
     "JobFacts",
     "NodeFit",
+    "PodReport",
     "cancel_for_no_progress",
     "diagnose",
 ]
@@ -118,6 +120,7 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     waitable: bool | None = blockers[0].waitable
     if outcome.state in (S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED):
         waitable = None
+    healthy_run = outcome.state is S.RUNNING and primary.reason in _HEALTHY
     fit: FitAnalysis | None = reader.fit
     # The node table answers "where could it go", which matters only while the
     # scheduler, a node or the device plugin is what holds the job.
@@ -137,7 +140,8 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         since=primary.since,
         raw_reason=primary.raw_reason,
         raw_message=primary.raw_message,
-        blockers=blockers if outcome.state not in (S.RUNNING, S.SUCCEEDED) else (),
+        # A running job lists what troubles it (a restarting sidecar, no progress).
+        blockers=blockers if outcome.state is not S.SUCCEEDED and not healthy_run else (),
         chain=evidenced(_chain(outcome), reader),
         nodes=fit.nodes if show_nodes and fit is not None else (),
         attempts=reader.attempts,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubetrain.domain.diagnosis.pending import _MOUNT_EVENTS
+from kubetrain.domain.diagnosis.mounts import MOUNT_EVENTS, mount_code
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
     _event_first_time,
@@ -375,8 +375,8 @@ def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
         verdict = parse_scheduling_message(message)
         codes = [reason_of(p) for p in verdict.parts]
         code = min((c for c in codes if c is not None), key=rank, default=None)
-    elif reason in _MOUNT_EVENTS:
-        code = R.VOLUME_MOUNT_FAILED
+    elif reason in MOUNT_EVENTS:
+        code = mount_code(message)
     elif reason == "Failed" and "pull" in message.lower():
         code = R.IMAGE_PULL_FAILED
     else:

@@ -13,6 +13,17 @@ from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
 
 @dataclass(frozen=True)
+class PodReport:
+    """What the runtime in one Pod last reported of its phase: PREFLIGHT (with the check
+    it runs, when it said which) or TRAINING, and since when (the Pod's clock)."""
+
+    pod: str
+    phase: str
+    since: datetime | None = None
+    check: str | None = None
+
+
+@dataclass(frozen=True)
 class JobFacts:
     """What kubetrain's own record knows about the job."""
 
@@ -31,6 +42,9 @@ class JobFacts:
     # many seconds without one make a training job NO_PROGRESS (None: never).
     last_step: tuple[int, datetime] | None = None
     stall_after: int | None = None
+    # What each Pod last reported (every rank of a gang reports its own): a gang trains
+    # only once every rank said so. Empty: rank 0's `reported_phase` stands for the gang.
+    pod_reports: tuple[PodReport, ...] = ()
 
 
 @dataclass(frozen=True)
