@@ -263,12 +263,19 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
             raw_reason=pod_reason,
             raw_message=pod_message,
         )
-    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
-    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    mains = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
+    mains.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    statuses = [("container", s) for s in mains]
+    sidecars = {
+        text(c, "name") for c in as_list(pod, "spec", "initContainers") if text(c, "restartPolicy")
+    }
+    # An init container that failed is named as one ("init container fetch-dataset …").
     statuses += [
-        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
+        ("sidecar" if text(s, "name") in sidecars else "init container", s)
+        for s in as_list(pod, "status", "initContainerStatuses")
+        if isinstance(s, Mapping)
     ]
-    for status in statuses:
+    for role, status in statuses:
         state, detail = _state(status)
         if state != "terminated":
             continue
@@ -276,11 +283,11 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
         ended = text(detail, "reason")
         message = text(detail, "message")
         since = timestamp(detail, "finishedAt")
-        name = text(status, "name") or "?"
+        name = f"{role} {text(status, 'name') or '?'}"
         if ended == "OOMKilled":
             return _Finding(
                 R.OOM_KILLED,
-                f"container {name} was OOM-killed (exit code {code_number})",
+                f"{name} was OOM-killed (exit code {code_number})",
                 raw_reason=ended,
                 raw_message=message,
                 since=since,
@@ -302,7 +309,7 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
             said = f": {last_words}" if last_words else ""
             return _Finding(
                 R.EXIT_NONZERO,
-                f"container {name} exited with code {code_number}{said}",
+                f"{name} exited with code {code_number}{said}",
                 raw_reason=ended,
                 raw_message=message,
                 since=since,
