@@ -127,7 +127,7 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
     made: list[str] = []
 
-    async def compare() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def compare() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         # The server watches while the scenario happens, as it would in a cluster.
         http = http_client(load_config(bed.kubeconfig))
         cache = ClusterCache(http)
