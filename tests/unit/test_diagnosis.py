@@ -589,6 +589,96 @@ CASES: dict[str, Expected] = {
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
         explanation='Secret "wandb" not found',
     ),
+    # Mount failures by cause, from the real kubelet (docs/diagnosis.md, "Volumes the
+    # kubelet cannot mount"): the object, the namespace and the volume named.
+    "real-mount-missing-configmap": Expected(
+        S.QUEUED,
+        R.VOLUME_SOURCE_NOT_FOUND,
+        False,
+        ((R.VOLUME_SOURCE_NOT_FOUND, None),),
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "cfg" : configmap "no-such-config" not found',
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation='ConfigMap "no-such-config" in namespace fixture-real-mount-missing-configmap-',
+    ),
+    "real-mount-missing-projected": Expected(
+        S.QUEUED,
+        R.VOLUME_SOURCE_NOT_FOUND,
+        False,
+        ((R.VOLUME_SOURCE_NOT_FOUND, None),),
+        "FailedMount",
+        '[configmap "tokenizer-vocab" not found, secret "hub-token" not found]',
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation='ConfigMap "tokenizer-vocab", Secret "hub-token" in namespace',
+    ),
+    "real-mount-missing-hostpath": Expected(
+        S.QUEUED,
+        R.VOLUME_PATH_NOT_FOUND,
+        False,
+        ((R.VOLUME_PATH_NOT_FOUND, None),),
+        "FailedMount",
+        "hostPath type check failed: /srv/kubetrain-fixtures/imagenet is not a directory",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="HostPath /srv/kubetrain-fixtures/imagenet is not a directory on the node",
+    ),
+    "real-mount-local-path-missing": Expected(
+        S.QUEUED,
+        R.VOLUME_PATH_NOT_FOUND,
+        False,
+        ((R.VOLUME_PATH_NOT_FOUND, None),),
+        "FailedMount",
+        'path "/srv/kubetrain-fixtures/local-imagenet" does not exist',
+        chain={Link.SCHEDULER: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation="Path /srv/kubetrain-fixtures/local-imagenet does not exist on the node",
+    ),
+    # Another Pod holds the ReadWriteOnce volume on real-0: the attach/detach
+    # controller refuses to attach it to real-1. Waiting helps.
+    "real-mount-multi-attach": Expected(
+        S.QUEUED,
+        R.VOLUME_MULTI_ATTACH,
+        True,
+        ((R.VOLUME_MULTI_ATTACH, None),),
+        "FailedAttachVolume",
+        'Multi-Attach error for volume "fixtures-iscsi-checkpoints" Volume is already used by '
+        "pod(s) previous-run",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="Volume is already used by pod(s) previous-run",
+    ),
+    # The platform's: a CSI driver no node runs. The driver advice is for this one only.
+    "real-mount-driver-missing": Expected(
+        S.QUEUED,
+        R.VOLUME_MOUNT_FAILED,
+        False,
+        ((R.VOLUME_MOUNT_FAILED, None),),
+        "FailedMount",
+        "driver name fixtures.csi.kubetrain.io not found in the list of registered CSI drivers",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="storage driver",
+    ),
+    # A native sidecar that keeps failing beside a trainer that runs (kubelet 1.33:
+    # terminated with restarts and BackOff events, never CrashLoopBackOff).
+    "real-sidecar-restarting": Expected(
+        S.RUNNING,
+        R.SIDECAR_RESTARTING,
+        None,
+        ((R.SIDECAR_RESTARTING, None),),
+        "BackOff",
+        "Back-off restarting failed container log-shipper",
+        chain={Link.RUNTIME: ChainState.BLOCKING, Link.TRAINING: ChainState.ACTIVE},
+        explanation="Sidecar log-shipper restarted 2 times; last exit code 1 (Error): "
+        "log-shipper: connection refused: 127.0.0.1:9; the trainer runs meanwhile",
+    ),
+    # An init container that fails ends the Pod (restartPolicy Never): named as such.
+    "real-init-failed": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        "fetch-dataset: s3://datasets: no such bucket",
+        explanation="Init container fetch-dataset exited with code 1: fetch-dataset: "
+        "s3://datasets: no such bucket",
+    ),
     # Kueue's own Workloads (recorded from Kueue v0.17 on a testbed with --kueue).
     "kueue-admitted": Expected(
         S.RUNNING,
@@ -651,6 +741,12 @@ CASES: dict[str, Expected] = {
         explanation="ClusterQueue gpus preempted the job for urgent (a higher-priority job of "
         "the same ClusterQueue); it waits for quota again; position 1 in the queue",
         numbers={"queue": "gpus", "position": 1, "ahead": []},
+        # Kueue's eviction holds it at the quota: the scheduler is not reached.
+        chain={
+            Link.QUOTA: ChainState.BLOCKING,
+            Link.SCHEDULER: ChainState.NOT_REACHED,
+            Link.TRAINING: ChainState.NOT_REACHED,
+        },
     ),
     "kueue-missing-cluster-queue": Expected(
         S.QUEUED,
@@ -1084,7 +1180,11 @@ def test_a_crash_loop_is_only_a_pod_restarted_in_place() -> None:
 RUNTIME_CODES = {
     R.IMAGE_PULL_FAILED,
     R.CONTAINER_CONFIG_ERROR,
+    R.VOLUME_SOURCE_NOT_FOUND,
+    R.VOLUME_PATH_NOT_FOUND,
+    R.VOLUME_MULTI_ATTACH,
     R.VOLUME_MOUNT_FAILED,
+    R.SIDECAR_RESTARTING,
     R.OOM_KILLED,
     R.EVICTED,
     R.GPU_ALLOCATION_FAILED,

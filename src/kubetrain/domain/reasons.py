@@ -398,7 +398,8 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.EXIT_NONZERO,
             L.TRAINING,
-            "The training process exited with a non-zero code.",
+            "A container of the job exited with a non-zero code: the training process, "
+            "unless another container (an init container) is named below.",
             "Read the termination message and logs of the attempt.",
             U,
         ),

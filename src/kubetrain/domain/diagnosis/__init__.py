@@ -120,7 +120,6 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
     waitable: bool | None = blockers[0].waitable
     if outcome.state in (S.RUNNING, S.SUCCEEDED, S.FAILED, S.CANCELLED):
         waitable = None
-    healthy_run = outcome.state is S.RUNNING and primary.reason in _HEALTHY
     fit: FitAnalysis | None = reader.fit
     # The node table answers "where could it go", which matters only while the
     # scheduler, a node or the device plugin is what holds the job.
@@ -141,7 +140,11 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         raw_reason=primary.raw_reason,
         raw_message=primary.raw_message,
         # A running job lists what troubles it (a restarting sidecar, no progress).
-        blockers=blockers if outcome.state is not S.SUCCEEDED and not healthy_run else (),
+        blockers=tuple(b for b in blockers if b.reason not in _HEALTHY)
+        if outcome.state is S.RUNNING
+        else blockers
+        if outcome.state is not S.SUCCEEDED
+        else (),
         chain=evidenced(_chain(outcome), reader),
         nodes=fit.nodes if show_nodes and fit is not None else (),
         attempts=reader.attempts,
