@@ -44,8 +44,11 @@ on the chain it holds the job are the reason catalog's, domain/reasons.py):
 |                    | a finding before it becomes a Blocker; small shared readers      |
 | `unschedulable.py` | why the scheduler refuses a Pod: its verdict, the fit table, the |
 |                    | closest nodes (the primary), agreement with the scheduler counts |
+| `mounts.py`        | why a volume cannot be mounted, by cause, from the kubelet's and |
+|                    | the attach/detach controller's words                             |
 | `pending.py`       | what holds a Pod that has not started: scheduling gates, no      |
-|                    | verdict yet, the scheduler (above), a waiting container          |
+|                    | verdict yet, the scheduler (above), a waiting container, a       |
+|                    | mount (above); a native sidecar that keeps restarting            |
 | `quota.py`         | the API server's refusals of the Pod (quota, LimitRange) and a   |
 |                    | Job suspended by Kueue                                           |
 | `attempts.py`      | the attempts rebuilt from Pods and events; why one ended; the    |
