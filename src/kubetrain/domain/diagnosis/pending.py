@@ -284,7 +284,8 @@ def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], L
 
 def restarting_sidecars(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
     """The native sidecars (init containers with restartPolicy Always) of a Pod whose
-    trainer runs that keep failing: restarted at least once and not running now.
+    trainer runs that keep failing: restarted at least once and not running now, or
+    restarted more than once after a failure, even while it runs again a moment.
 
     Kubelet 1.33 shows a sidecar in its back-off as `terminated` (exit code, reason
     Error) with a growing restartCount and `BackOff` events, never as waiting
@@ -303,9 +304,12 @@ def restarting_sidecars(reader: _Reader, pod: Mapping[str, Any]) -> list[_Findin
         status = statuses.get(name)
         restarts = integer(status, "restartCount") or 0
         state, detail = _state(status)
-        if restarts < 1 or state in ("running", None):
-            continue
         last = detail if state == "terminated" else as_map(status, "lastState", "terminated")
+        # Between two failures a sidecar runs a moment: one that failed more than once
+        # stays named then, so the job does not flip back to TRAINING at each restart.
+        looping = restarts >= 2 and integer(last, "exitCode") not in (0, None)
+        if restarts < 1 or state is None or (state == "running" and not looping):
+            continue
         code = integer(last, "exitCode")
         ended = text(last, "reason")
         words = _without_preflight_lines(text(last, "message"))
