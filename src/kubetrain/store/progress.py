@@ -204,19 +204,28 @@ def _prune(session: Session, job_id: str, kind: str) -> None:
 def phase_reports(session: Session, job_ids: Sequence[str]) -> dict[str, list[PodReport]]:
     """Each Pod's last phase report (with the preflight check it named), per job: what
     the diagnosis reads to hold a gang at its least advanced rank."""
-    out: dict[str, dict[str, PodReport]] = {}
+    out: dict[str, list[PodReport]] = {}
     for start in range(0, len(job_ids), 500):
+        chunk = job_ids[start : start + 500]
+        # One row per Pod (the resync reads every unfinished job): its newest phase.
+        last = (
+            select(func.max(Report.id))
+            .where(Report.job_id.in_(chunk), Report.kind == "phase")
+            .group_by(Report.job_id, Report.pod)
+        )
         rows = session.execute(
             select(Report.job_id, Report.pod, Report.data, Report.reported_at)
-            .where(Report.job_id.in_(job_ids[start : start + 500]), Report.kind == "phase")
+            .where(Report.id.in_(last))
             .order_by(Report.id)
         )
         for job_id, pod, data, at in rows:
             check = data.get("check")
-            out.setdefault(job_id, {})[pod] = PodReport(
-                pod, str(data.get("phase")), at, check if isinstance(check, str) else None
+            out.setdefault(job_id, []).append(
+                PodReport(
+                    pod, str(data.get("phase")), at, check if isinstance(check, str) else None
+                )
             )
-    return {job_id: list(pods.values()) for job_id, pods in out.items()}
+    return out
 
 
 def get_progress(session: Session, job_id: str) -> Progress | None:
