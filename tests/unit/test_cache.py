@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import copy
 import json
 from collections.abc import AsyncIterator, Collection
 from datetime import UTC, datetime
@@ -117,19 +116,6 @@ def test_a_deleted_job_is_dropped():
     assert cache.job(ns, name) is not None
     cache.reflectors["jobs"].on_event("DELETED", job)  # type: ignore[misc]
     assert cache.job(ns, name) is None
-
-
-def test_a_late_deletion_of_another_job_with_the_same_id_keeps_the_live_one():
-    # Seen on the testbed: a scenario's Job made again in a new namespace while the
-    # old namespace was still being torn down; the old Job's DELETED came last.
-    cache = ClusterCache(http=None)
-    items = feed(cache, "running", "job-c")
-    job = next(i for i in items if i["kind"] == "Job")
-    old = copy.deepcopy(job)
-    old["metadata"] |= {"namespace": "torn-down", "uid": "old-uid"}
-    cache.reflectors["jobs"].on_event("DELETED", old)  # type: ignore[misc]
-    snapshot = cache.snapshot(["job-c"])
-    assert snapshot.job(job["metadata"]["name"], job["metadata"]["namespace"]) is not None
 
 
 def _diagnoses(snapshot_of: Any, jobs: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:

@@ -160,13 +160,10 @@ class ClusterCache:
             if resource == "jobs" and job_id:
                 key = (ns, meta.get("name", ""))
                 self._job_by_name[key] = job_id
+                self._job_keys[job_id] = key
                 if kind == "DELETED":
                     self._jobs.pop(key, None)
                 else:
-                    # Only a live Job takes the job id: the late deletion of another
-                    # Job that carried the same id (a namespace torn down after the
-                    # id's Job was made anew elsewhere) must not hide the live one.
-                    self._job_keys[job_id] = key
                     self._jobs[key] = obj
             elif resource == "pods":
                 uid = meta.get("uid", "")
