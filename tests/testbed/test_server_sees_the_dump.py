@@ -23,11 +23,13 @@ from typing import Any
 import pytest
 from lightkube import Client, operators
 from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.cluster.client import http_client, load_config
 from kubetrain.domain.diagnosis import JobFacts, PodReport, diagnose
+from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
 from tests.fixtures.record import (
@@ -39,6 +41,7 @@ from tests.fixtures.record import (
     reproduce,
     snapshot,
 )
+from tests.kube import eventually
 
 pytestmark = pytest.mark.testbed
 
@@ -126,6 +129,13 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     name = f"kt-{scenario.name}"
     job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
     made: list[str] = []
+    # The same scenario's Job from another module (its namespace still being torn down)
+    # carries the same job id, and the server's cache follows one Job per id.
+    eventually(
+        lambda: not list(kube.list(Job, namespace="*", labels={LABEL_JOB_ID: job_ids[0]})),
+        120,
+        what=f"an earlier {name} to go",
+    )
 
     async def compare() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         # The server watches while the scenario happens, as it would in a cluster.
