@@ -30,6 +30,7 @@ from kubetrain.store import (
     Source,
     apply_business_change,
     hash_token,
+    phase_reports,
 )
 from tests.api.builders import JOBS, FakeReviewer, Tokens, enrol, submitted
 from tests.store.builders import observe
@@ -299,6 +300,20 @@ def test_without_a_cluster_connection_reports_wait(settings: ServerSettings, db:
             "extra",
         ),
         ({"events": [{"seq": 0, "time": T.format(0), "type": "teleport"}]}, "events"),
+        (
+            {
+                "events": [
+                    {
+                        "seq": 0,
+                        "time": T.format(0),
+                        "type": "phase",
+                        "phase": "PREFLIGHT",
+                        "check": "GPU visible!",
+                    }
+                ]
+            },
+            "check",
+        ),
     ],
 )
 def test_a_bad_batch_is_refused_whole_naming_the_field(
@@ -430,6 +445,44 @@ def test_in_a_gang_every_rank_reports_and_the_jobs_progress_is_rank_0s(
     assert (progress["step"], progress["pod"]) == (10, pod(job_id, "0-aaaaa"))
     refused = post(client, job_id, batch(job_id, step(1, 11), suffix="0-aaaaa", rank=-1), rank0)
     assert refused.status_code == 422
+
+
+def test_each_ranks_last_phase_and_check_outlive_the_cap(
+    client: TestClient, job_id: str, db: Database, reviewer: FakeReviewer
+) -> None:
+    # Rank 0 said TRAINING early; rank 1 then reports a check after another, past the
+    # cap on a job's phases: rank 0's word must not be pruned (its rank would read as
+    # silent, and the gang as not training).
+    def phase(seq: int, name: str, check: str | None = None) -> dict[str, Any]:
+        event = {"seq": seq, "time": T.format(0), "type": "phase", "phase": name}
+        return event | ({"check": check} if check else {})
+
+    rank0 = enrol(db, reviewer, job_id, "0-aaaaa", rank=0, attempt=1)
+    rank1 = enrol(db, reviewer, job_id, "1-bbbbb", rank=1, attempt=1)
+    lead = batch(job_id, phase(0, "PREFLIGHT"), phase(1, "TRAINING"), suffix="0-aaaaa", rank=0)
+    assert post(client, job_id, lead, rank0).status_code == 202
+    total = MAX_REPORTS["phase"] + 50
+    for start in range(0, total, 100):
+        checks = [
+            phase(i, "PREFLIGHT", f"check-{i}") for i in range(start, min(start + 100, total))
+        ]
+        assert (
+            post(
+                client, job_id, batch(job_id, *checks, suffix="1-bbbbb", rank=1), rank1
+            ).status_code
+            == 202
+        )
+    with db.read_only() as session:
+        last = {r.pod: r for r in phase_reports(session, [job_id])[job_id]}
+    assert (last[pod(job_id, "0-aaaaa")].phase, last[pod(job_id, "0-aaaaa")].check) == (
+        "TRAINING",
+        None,
+    )
+    assert (last[pod(job_id, "1-bbbbb")].phase, last[pod(job_id, "1-bbbbb")].check) == (
+        "PREFLIGHT",
+        f"check-{total - 1}",
+    )
+    assert reports(db, job_id) == MAX_REPORTS["phase"] + 1
 
 
 def test_one_seq_given_twice_in_a_batch_is_a_422_naming_it(

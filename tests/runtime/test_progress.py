@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from kubetrain.runtime.contract import CHECK_NAMES
 from kubetrain.runtime.progress import MAX_BATCH, Reporter, reporter_from_env
 from tests.runtime.conftest import base_env, kubetrain
 
@@ -194,10 +195,14 @@ def test_kubetrain_run_reports_preflight_and_training_and_the_command_goes_on_co
     done = kubetrain("run", "--", sys.executable, "-c", script, env=env)
     assert done.returncode == 0, done.stderr
     events = peer.events()
-    assert [(e["seq"], e["type"], e.get("phase")) for e in events] == [
-        (1, "phase", "PREFLIGHT"),
-        (2, "phase", "TRAINING"),
-        (3, "step", None),
+    # PREFLIGHT, then each check as it starts (a gang's rank waiting in one is named).
+    checks = [(n, "phase", "PREFLIGHT", name) for n, name in enumerate(CHECK_NAMES, 2)]
+    after = len(CHECK_NAMES) + 2
+    assert [(e["seq"], e["type"], e.get("phase"), e.get("check")) for e in events] == [
+        (1, "phase", "PREFLIGHT", None),
+        *checks,
+        (after, "phase", "TRAINING", None),
+        (after + 1, "step", None, None),
     ]
     assert TOKEN not in done.stdout + done.stderr
 

@@ -1,7 +1,9 @@
 """One truth: for every recorded scenario, reproduced live, the diagnosis the server
 makes of the job (the syncer's input: the watch caches' snapshot) equals what
 `kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster taken at
-the same moment.
+the same moment; and so with the runtime's reports (kubetrain's record, which no dump
+holds), given alike to both: none, every Pod in its preflight, every Pod training, the
+first training and the others in their preflight.
 
 "The same moment": the dump is taken between two readings of the caches that agree,
 so the cluster did not change (as the server saw it) while the dump was taken.
@@ -12,17 +14,20 @@ Fields that legitimately differ: none so far; were one to, it would be named in
 from __future__ import annotations
 
 import asyncio
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
 import pytest
 from lightkube import Client, operators
 from lightkube.config.kubeconfig import KubeConfig
+from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Pod
 
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.cluster.client import http_client, load_config
-from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.diagnosis import JobFacts, PodReport, diagnose
+from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
 from tests.fixtures.record import (
@@ -34,6 +39,7 @@ from tests.fixtures.record import (
     reproduce,
     snapshot,
 )
+from tests.kube import eventually
 
 pytestmark = pytest.mark.testbed
 
@@ -58,9 +64,45 @@ def dump(kube: Client, ns: str, scenario: Scenario) -> dict[str, Any]:
     return listing
 
 
-def answer(facts: JobFacts, snap: Snapshot) -> dict[str, Any]:
-    d = diagnose(facts, snap.for_job(facts.k8s_name, facts.namespace), NOW).to_json(facts.name)
-    return {k: v for k, v in d.items() if k not in DIFFERING}
+def with_reports(facts: JobFacts, pods: list[str]) -> list[JobFacts]:
+    """The job as the server knows it with what its Pods' runtime reported: nothing;
+    every Pod in its preflight (naming a check); every Pod training; the first training
+    and the others in their preflight (a gang's rank still waiting for rank 0)."""
+    if not pods:
+        return [facts]
+    first, *rest = pods
+    return [
+        facts,
+        replace(
+            facts, pod_reports=tuple(PodReport(p, "PREFLIGHT", NOW, "gpu-visible") for p in pods)
+        ),
+        replace(
+            facts,
+            pod_reports=tuple(PodReport(p, "TRAINING", NOW) for p in pods),
+            reported_phase=(pods[-1], "TRAINING", NOW),
+        ),
+        replace(
+            facts,
+            pod_reports=(
+                PodReport(first, "TRAINING", NOW),
+                *(PodReport(p, "PREFLIGHT", NOW, "rendezvous-reachable") for p in rest),
+            ),
+            reported_phase=(first, "TRAINING", NOW),
+        ),
+    ]
+
+
+def answer(facts: JobFacts, snap: Snapshot) -> list[dict[str, Any]]:
+    """The diagnosis of the job, with each set of runtime reports (pure: cheap)."""
+    mine = snap.for_job(facts.k8s_name, facts.namespace)
+    pods = sorted(
+        str(p["metadata"]["name"])
+        for p in mine.index.pods_by_job.get((facts.namespace, facts.k8s_name), [])
+    )
+    return [
+        {k: v for k, v in diagnose(f, mine, NOW).to_json(f.name).items() if k not in DIFFERING}
+        for f in with_reports(facts, pods)
+    ]
 
 
 @pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
@@ -78,8 +120,15 @@ def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     name = f"kt-{scenario.name}"
     job_ids = [f"fixture-{scenario.name}"]  # record.manifest's job-id label
     made: list[str] = []
+    # The same scenario's Job from another module (its namespace still being torn down)
+    # carries the same job id, and the server's cache follows one Job per id.
+    eventually(
+        lambda: not list(kube.list(Job, namespace="*", labels={LABEL_JOB_ID: job_ids[0]})),
+        120,
+        what=f"an earlier {name} to go",
+    )
 
-    async def compare() -> tuple[dict[str, Any], dict[str, Any]]:
+    async def compare() -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
         # The server watches while the scenario happens, as it would in a cluster.
         http = http_client(load_config(bed.kubeconfig))
         cache = ClusterCache(http)

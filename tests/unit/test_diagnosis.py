@@ -8,7 +8,7 @@ from typing import Any
 
 import pytest
 
-from kubetrain.domain.diagnosis import ChainState, Diagnosis
+from kubetrain.domain.diagnosis import ChainState, Diagnosis, PodReport
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from tests.unit.diagnosis_helpers import NOW, SNAPSHOTS, dump, items, recorded, run, the_job
@@ -159,10 +159,12 @@ CASES: dict[str, Expected] = {
         ((R.NO_GPU_NODES, 4),),
         "Unschedulable",
         "4 Insufficient nvidia.com/gpu",
+        # One link blocks: the scheduler, where the Pod stands; the device plugin it
+        # lacks is after it, not reached.
         chain={
             Link.SCHEDULER: ChainState.BLOCKING,
             Link.GPU_NODE: ChainState.NOT_REACHED,
-            Link.DEVICE_PLUGIN: ChainState.BLOCKING,
+            Link.DEVICE_PLUGIN: ChainState.NOT_REACHED,
         },
         nodes={"gpu-h100-0": (False, "no nvidia.com/gpu")},
         explanation="no node advertises nvidia.com/gpu",
@@ -215,14 +217,14 @@ CASES: dict[str, Expected] = {
         ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)),
         "Unschedulable",
         "were unschedulable",
-        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.BLOCKING},
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.NOT_REACHED},
         nodes={"gpu-h100-0": (False, "cordoned")},
         explanation="Cordoned nodes",
     ),
     "placement-rules": Expected(
         S.QUEUED,
         R.PLACEMENT_RULES,
-        None,
+        False,
         ((R.PLACEMENT_RULES, 2), (R.UNTOLERATED_TAINT, 2)),
         "Unschedulable",
         "didn't match pod affinity rules",
@@ -235,7 +237,7 @@ CASES: dict[str, Expected] = {
         ((R.PVC_NOT_FOUND, 4),),
         "Unschedulable",
         'persistentvolumeclaim "dataset-imagenet" not found',
-        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.NOT_REACHED},
         explanation='Claim "dataset-imagenet" does not exist',
     ),
     "pvc-unbound": Expected(
@@ -352,7 +354,7 @@ CASES: dict[str, Expected] = {
         ((R.NODE_NOT_READY, 2), (R.INSUFFICIENT_GPU, 2)),
         "Unschedulable",
         "2 node(s) had untolerated taint {node.kubernetes.io/not-ready: }",
-        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.BLOCKING},
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.GPU_NODE: ChainState.NOT_REACHED},
         nodes={"gpu-h100-0": (False, "NotReady"), "cpu-0": (False, "no nvidia.com/gpu")},
         explanation="node.kubernetes.io/not-ready",
     ),
@@ -363,7 +365,7 @@ CASES: dict[str, Expected] = {
         ((R.VOLUME_NODE_CONFLICT, 2), (R.INSUFFICIENT_GPU, 2)),
         "Unschedulable",
         "2 node(s) didn't match PersistentVolume's node affinity",
-        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+        chain={Link.SCHEDULER: ChainState.BLOCKING, Link.VOLUME: ChainState.NOT_REACHED},
     ),
     # Caught between the Node's deletion and Pod garbage collection: the Pod's
     # status still says Running.
@@ -374,7 +376,12 @@ CASES: dict[str, Expected] = {
         ((R.NODE_LOST, None),),
         "NotFound",
         "not found",
-        chain={Link.GPU_NODE: ChainState.BLOCKING, Link.JOB: ChainState.NOT_REACHED},
+        # The next attempt must get past a GPU node again: training is not reached.
+        chain={
+            Link.GPU_NODE: ChainState.BLOCKING,
+            Link.TRAINING: ChainState.NOT_REACHED,
+            Link.JOB: ChainState.NOT_REACHED,
+        },
         explanation="no longer exists",
     ),
     # After Pod garbage collection failed and removed the Pod (it writes no event):
@@ -523,14 +530,16 @@ CASES: dict[str, Expected] = {
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
         explanation="failed to pull and unpack image",
     ),
+    # The user's Secret is missing: theirs to create, waiting will not help.
     "real-mount-failed": Expected(
         S.QUEUED,
-        R.VOLUME_MOUNT_FAILED,
-        None,
-        ((R.VOLUME_MOUNT_FAILED, None),),
+        R.VOLUME_SOURCE_NOT_FOUND,
+        False,
+        ((R.VOLUME_SOURCE_NOT_FOUND, None),),
         "FailedMount",
         'MountVolume.SetUp failed for volume "config" : secret "model-config" not found',
-        chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.BLOCKING},
+        chain={Link.RUNTIME: ChainState.BLOCKING, Link.VOLUME: ChainState.NOT_NEEDED},
+        explanation='Secret "model-config" in namespace fixture-real-mount-failed-',
     ),
     # An emptyDir past its sizeLimit; the kubelet's message ends in a space.
     "real-evicted": Expected(
@@ -579,6 +588,96 @@ CASES: dict[str, Expected] = {
         'secret "wandb" not found',
         chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
         explanation='Secret "wandb" not found',
+    ),
+    # Mount failures by cause, from the real kubelet (docs/diagnosis.md, "Volumes the
+    # kubelet cannot mount"): the object, the namespace and the volume named.
+    "real-mount-missing-configmap": Expected(
+        S.QUEUED,
+        R.VOLUME_SOURCE_NOT_FOUND,
+        False,
+        ((R.VOLUME_SOURCE_NOT_FOUND, None),),
+        "FailedMount",
+        'MountVolume.SetUp failed for volume "cfg" : configmap "no-such-config" not found',
+        chain={Link.GPU_NODE: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation='ConfigMap "no-such-config" in namespace fixture-real-mount-missing-configmap-',
+    ),
+    "real-mount-missing-projected": Expected(
+        S.QUEUED,
+        R.VOLUME_SOURCE_NOT_FOUND,
+        False,
+        ((R.VOLUME_SOURCE_NOT_FOUND, None),),
+        "FailedMount",
+        '[configmap "tokenizer-vocab" not found, secret "hub-token" not found]',
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation='ConfigMap "tokenizer-vocab", Secret "hub-token" in namespace',
+    ),
+    "real-mount-missing-hostpath": Expected(
+        S.QUEUED,
+        R.VOLUME_PATH_NOT_FOUND,
+        False,
+        ((R.VOLUME_PATH_NOT_FOUND, None),),
+        "FailedMount",
+        "hostPath type check failed: /srv/kubetrain-fixtures/imagenet is not a directory",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="HostPath /srv/kubetrain-fixtures/imagenet is not a directory on the node",
+    ),
+    "real-mount-local-path-missing": Expected(
+        S.QUEUED,
+        R.VOLUME_PATH_NOT_FOUND,
+        False,
+        ((R.VOLUME_PATH_NOT_FOUND, None),),
+        "FailedMount",
+        'path "/srv/kubetrain-fixtures/local-imagenet" does not exist',
+        chain={Link.SCHEDULER: ChainState.PASSED, Link.RUNTIME: ChainState.BLOCKING},
+        explanation="Path /srv/kubetrain-fixtures/local-imagenet does not exist on the node",
+    ),
+    # Another Pod holds the ReadWriteOnce volume on real-0: the attach/detach
+    # controller refuses to attach it to real-1. Waiting helps.
+    "real-mount-multi-attach": Expected(
+        S.QUEUED,
+        R.VOLUME_MULTI_ATTACH,
+        True,
+        ((R.VOLUME_MULTI_ATTACH, None),),
+        "FailedAttachVolume",
+        'Multi-Attach error for volume "fixtures-iscsi-checkpoints" Volume is already used by '
+        "pod(s) previous-run",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="Volume is already used by pod(s) previous-run",
+    ),
+    # The platform's: a CSI driver no node runs. The driver advice is for this one only.
+    "real-mount-driver-missing": Expected(
+        S.QUEUED,
+        R.VOLUME_MOUNT_FAILED,
+        False,
+        ((R.VOLUME_MOUNT_FAILED, None),),
+        "FailedMount",
+        "driver name fixtures.csi.kubetrain.io not found in the list of registered CSI drivers",
+        chain={Link.RUNTIME: ChainState.BLOCKING},
+        explanation="storage driver",
+    ),
+    # A native sidecar that keeps failing beside a trainer that runs (kubelet 1.33:
+    # terminated with restarts and BackOff events, never CrashLoopBackOff).
+    "real-sidecar-restarting": Expected(
+        S.RUNNING,
+        R.SIDECAR_RESTARTING,
+        None,
+        ((R.SIDECAR_RESTARTING, None),),
+        "BackOff",
+        "Back-off restarting failed container log-shipper",
+        chain={Link.RUNTIME: ChainState.BLOCKING, Link.TRAINING: ChainState.ACTIVE},
+        explanation="Sidecar log-shipper restarted 2 times; last exit code 1 (Error): "
+        "log-shipper: connection refused: 127.0.0.1:9; the trainer runs meanwhile",
+    ),
+    # An init container that fails ends the Pod (restartPolicy Never): named as such.
+    "real-init-failed": Expected(
+        S.FAILED,
+        R.EXIT_NONZERO,
+        None,
+        ((R.EXIT_NONZERO, None), (R.BACKOFF_LIMIT_EXCEEDED, None)),
+        "Error",
+        "fetch-dataset: s3://datasets: no such bucket",
+        explanation="Init container fetch-dataset exited with code 1: fetch-dataset: "
+        "s3://datasets: no such bucket",
     ),
     # Kueue's own Workloads (recorded from Kueue v0.17 on a testbed with --kueue).
     "kueue-admitted": Expected(
@@ -642,6 +741,12 @@ CASES: dict[str, Expected] = {
         explanation="ClusterQueue gpus preempted the job for urgent (a higher-priority job of "
         "the same ClusterQueue); it waits for quota again; position 1 in the queue",
         numbers={"queue": "gpus", "position": 1, "ahead": []},
+        # Kueue's eviction holds it at the quota: the scheduler is not reached.
+        chain={
+            Link.QUOTA: ChainState.BLOCKING,
+            Link.SCHEDULER: ChainState.NOT_REACHED,
+            Link.TRAINING: ChainState.NOT_REACHED,
+        },
     ),
     "kueue-missing-cluster-queue": Expected(
         S.QUEUED,
@@ -949,14 +1054,53 @@ def test_a_gang_the_nodes_could_hold_waits_for_the_busy_ones() -> None:
     assert "the gang needs" not in d.explanation
 
 
-def test_a_gang_is_training_once_a_rank_says_so() -> None:
-    data = dump("gang-running")
-    rank0 = next(
-        p for p in items(data, "Pod") if p["metadata"]["name"].startswith("kt-gang-running-0-")
+def _rank_pod(data: dict[str, Any], rank: int) -> str:
+    return str(
+        next(
+            p["metadata"]["name"]
+            for p in items(data, "Pod")
+            if p["metadata"]["name"].startswith(f"kt-gang-running-{rank}-")
+        )
     )
-    d = run(data, reported_phase=(rank0["metadata"]["name"], "TRAINING", NOW))
+
+
+def test_a_gang_is_training_once_every_rank_says_so() -> None:
+    data = dump("gang-running")
+    reports = tuple(PodReport(_rank_pod(data, r), "TRAINING", NOW) for r in (0, 1))
+    d = run(data, pod_reports=reports)
     assert (d.state, d.reason) == (S.RUNNING, R.TRAINING)
     assert recorded("gang-running").reason is R.RENDEZVOUS
+
+
+def test_a_gang_whose_rank_0_trains_is_not_training_until_rank_1_says_so() -> None:
+    # The server once took rank 0's report for the gang's: rank 1 had not reported.
+    data = dump("gang-running")
+    d = run(data, reported_phase=(_rank_pod(data, 0), "TRAINING", NOW))
+    assert (d.state, d.reason) == (S.RUNNING, R.RENDEZVOUS)
+    assert "rank 1 has not reported yet; rank 0 reported TRAINING" in d.explanation
+
+
+def test_a_rank_in_its_preflight_holds_the_gang_at_the_rendezvous_naming_the_check() -> None:
+    # Rank 0 trains; rank 1 waits in rendezvous-reachable for rank 0's port (seen live).
+    data = dump("gang-running")
+    reports = (
+        PodReport(_rank_pod(data, 0), "TRAINING", NOW),
+        PodReport(_rank_pod(data, 1), "PREFLIGHT", NOW, "rendezvous-reachable"),
+    )
+    d = run(data, pod_reports=reports)
+    assert (d.state, d.reason, d.link) == (S.RUNNING, R.RENDEZVOUS, Link.TRAINING)
+    assert "rank 1 in its preflight check rendezvous-reachable; rank 0 reported TRAINING" in (
+        d.explanation
+    )
+    # Every rank in its preflight: the gang is in its preflight, each rank's check named.
+    both = (
+        PodReport(_rank_pod(data, 0), "PREFLIGHT", NOW, "status-reachable"),
+        PodReport(_rank_pod(data, 1), "PREFLIGHT", NOW, "rendezvous-reachable"),
+    )
+    d = run(data, pod_reports=both)
+    assert (d.state, d.reason) == (S.RUNNING, R.PREFLIGHT)
+    assert "rank 0 in its preflight check status-reachable" in d.explanation
+    assert "rank 1 in its preflight check rendezvous-reachable" in d.explanation
 
 
 def test_a_gang_whose_rank_0_trained_and_exited_first_is_still_training() -> None:
@@ -972,7 +1116,8 @@ def test_a_gang_whose_rank_0_trained_and_exited_first_is_still_training() -> Non
         for p in items(dump("gang-succeeded"), "Pod")
         if p["metadata"]["name"].startswith("kt-gang-succeeded-0-")
     )
-    d = run(data, reported_phase=(rank0["metadata"]["name"], "TRAINING", NOW))
+    reports = tuple(PodReport(_rank_pod(data, r), "TRAINING", NOW) for r in (0, 1))
+    d = run(data, pod_reports=reports)
     assert (d.state, d.reason) == (S.RUNNING, R.TRAINING)
     assert d.explanation.endswith("2 workers: rank 1 on gpu-h100-0; rank 0 exited 0.")
 
@@ -1035,7 +1180,11 @@ def test_a_crash_loop_is_only_a_pod_restarted_in_place() -> None:
 RUNTIME_CODES = {
     R.IMAGE_PULL_FAILED,
     R.CONTAINER_CONFIG_ERROR,
+    R.VOLUME_SOURCE_NOT_FOUND,
+    R.VOLUME_PATH_NOT_FOUND,
+    R.VOLUME_MULTI_ATTACH,
     R.VOLUME_MOUNT_FAILED,
+    R.SIDECAR_RESTARTING,
     R.OOM_KILLED,
     R.EVICTED,
     R.GPU_ALLOCATION_FAILED,

@@ -19,10 +19,12 @@ from kubetrain.domain.diagnosis import (
     JobFacts,
     cancel_for_no_progress,
     cancel_for_non_finite_loss,
+    diagnose,
 )
 from kubetrain.domain.events import EventType
 from kubetrain.domain.manifest import pod_failure_policy
 from kubetrain.domain.notifications import event_types_for
+from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 from tests.unit.diagnosis_helpers import (
     NOW,
@@ -689,7 +691,8 @@ def test_a_training_job_with_no_step_for_longer_than_its_threshold_is_no_progres
         d.explanation
     )
     assert {m.link: m.state for m in d.chain}[Link.TRAINING] == ChainState.BLOCKING
-    assert not d.blockers  # a running job lists none; the webhooks tell NO_PROGRESS apart
+    # A running job lists what troubles it, the stall alone here.
+    assert [b.reason for b in d.blockers] == [R.NO_PROGRESS]
 
 
 def test_steps_within_the_threshold_or_reported_again_are_training() -> None:
@@ -827,3 +830,45 @@ def test_the_reason_change_to_loss_not_finite_is_a_webhook_event() -> None:
     )
     assert EventType.REASON_CHANGED in found
     assert EventType.NOT_WAITABLE in found
+
+
+# -- a native sidecar that keeps failing (real-sidecar-restarting.json) ---------------
+
+
+def _sidecar(data: dict[str, Any]) -> dict[str, Any]:
+    pod = items(data, "Pod")[-1]
+    status: dict[str, Any] = pod["status"]["initContainerStatuses"][0]
+    return status
+
+
+def test_a_sidecar_running_again_between_failures_stays_named() -> None:
+    data = dump("real-sidecar-restarting")
+    status = _sidecar(data)
+    status["lastState"] = {"terminated": status["state"]["terminated"]}
+    status["state"] = {"running": {"startedAt": "2026-12-06T03:30:30Z"}}
+    status["restartCount"] = 3
+    d = run(data)
+    assert (d.state, d.reason) == (S.RUNNING, R.SIDECAR_RESTARTING)
+    assert "Sidecar log-shipper restarted 3 times; last exit code 1 (Error)" in d.explanation
+
+
+def test_a_sidecar_that_restarted_once_and_runs_again_leaves_the_job_training() -> None:
+    data = dump("real-sidecar-restarting")
+    status = _sidecar(data)
+    status["lastState"] = {"terminated": status["state"]["terminated"]}
+    status["state"] = {"running": {"startedAt": "2026-12-06T03:30:30Z"}}
+    status["restartCount"] = 1
+    d = run(data)
+    assert (d.state, d.reason, d.blockers) == (S.RUNNING, R.TRAINING, ())
+
+
+def test_a_stall_comes_before_a_restarting_sidecar() -> None:
+    data = dump("real-sidecar-restarting")
+    pod = items(data, "Pod")[-1]["metadata"]["name"]
+    at = datetime(2026, 12, 6, 3, 0, tzinfo=UTC)
+    job = facts(data, reported_phase=(pod, "TRAINING", at), last_step=(5, at), stall_after=60)
+    d = diagnose(
+        job, Snapshot.from_list(data).for_job(job.k8s_name, job.namespace), at.replace(hour=4)
+    )
+    assert d.reason is R.NO_PROGRESS
+    assert [b.reason for b in d.blockers] == [R.NO_PROGRESS, R.SIDECAR_RESTARTING]

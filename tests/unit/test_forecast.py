@@ -34,6 +34,13 @@ BEYOND = {
     "real-crash-loop": "what the kubelet meets after binding",
     "real-image-pull-failed": "what the kubelet meets after binding",
     "real-mount-failed": "what the kubelet meets after binding",
+    "real-mount-driver-missing": "what the kubelet meets after binding",
+    "real-mount-local-path-missing": "what the kubelet meets after binding",
+    "real-mount-missing-configmap": "what the kubelet meets after binding",
+    "real-mount-missing-hostpath": "what the kubelet meets after binding",
+    "real-mount-missing-projected": "what the kubelet meets after binding",
+    "real-mount-multi-attach": "the attach/detach controller, after binding",
+    "real-init-failed": "what the kubelet meets after binding",
 }
 
 

@@ -96,7 +96,7 @@ def test_events_k8s_io_events_are_read_like_core_events() -> None:
             }
             data["items"][data["items"].index(event)] = new
     d = diagnose(facts(data), Snapshot.from_list(data), NOW)
-    assert d.reason is R.VOLUME_MOUNT_FAILED
+    assert d.reason is R.VOLUME_SOURCE_NOT_FOUND
     assert d.raw_message is not None
     assert "MountVolume.SetUp failed" in d.raw_message
 

@@ -139,6 +139,13 @@ class _Event(BaseModel):
 class PhaseEvent(_Event):
     type: Literal["phase"]
     phase: Literal["PREFLIGHT", "TRAINING"]
+    # Absent from runtimes before it, and from the PREFLIGHT that opens the checks.
+    check: str | None = Field(
+        default=None,
+        pattern=r"^[a-z][a-z0-9-]{0,62}$",
+        description="PREFLIGHT only: the preflight check the Pod runs now (gpu-visible, "
+        "rendezvous-reachable, ...)",
+    )
 
 
 class StepEvent(_Event):
@@ -274,6 +281,8 @@ def verdict(job_id: str, pod: PodIdentity, found: ReportingPod | None) -> Verdic
 
 def _event(event: PhaseEvent | StepEvent | CheckpointEvent | ResumedEvent) -> ReportEvent:
     data: dict[str, Any] = event.model_dump(mode="json", by_alias=True, exclude={"seq", "time"})
+    if isinstance(event, PhaseEvent) and event.check is None:
+        del data["check"]
     at: datetime = event.time
     return ReportEvent(seq=event.seq, at=at, kind=event.type, data=data)
 

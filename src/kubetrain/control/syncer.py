@@ -38,6 +38,7 @@ from kubetrain.store import (
     PodObservation,
     Progress,
     cancel_stalled_job,
+    phase_reports,
     progress_by_job,
 )
 from kubetrain.store.sync import (
@@ -219,6 +220,7 @@ class Syncer:
         with self.db.read_only() as session:
             records = sync_facts(session, job_ids)
             progress = progress_by_job(session, list(records))
+            phases = phase_reports(session, list(records))
         for job_id in job_ids:
             job = records.get(job_id)
             if job is None or job.business_state.terminal:
@@ -241,6 +243,7 @@ class Syncer:
                     cancel_requested=job.cancel_requested,
                     dispatch_error=job.last_dispatch_error,
                     reported_phase=_reported_phase(progress.get(job.id)),
+                    pod_reports=tuple(phases.get(job.id, ())),
                     last_step=_last_step(progress.get(job.id)),
                     non_finite_loss=_non_finite_loss(progress.get(job.id)),
                     stall_after=job.stall_after

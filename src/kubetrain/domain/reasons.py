@@ -161,9 +161,9 @@ CATALOG: dict[ReasonCode, Reason] = {
             L.SCHEDULER,
             "The Pod's affinity, anti-affinity or topology spread rules exclude the nodes "
             "that have room.",
-            "Relax the placement rules, or wait for the pods they depend on to move.",
+            "Relax the placement rules; waiting helps only if the Pods they depend on come or go.",
             U,
-            waitable=None,
+            waitable=False,
         ),
         _r(
             R.GPU_ALLOCATION_FAILED,
@@ -242,12 +242,58 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.VOLUME_MOUNT_FAILED,
             L.VOLUME,
-            "The node could not attach or mount one of the job's volumes.",
-            "The platform must check the storage driver; a Multi-Attach error means another "
-            "Pod still holds the volume.",
+            "The node could not attach or mount one of the job's volumes: the storage driver "
+            "(CSI driver, attacher or the node's mount tools) failed.",
+            "The platform must check the storage driver named below; waiting will not help "
+            "until it is repaired.",
             P,
-            waitable=None,
+            waitable=False,
             stage=L.RUNTIME,
+        ),
+        # Mount failures by cause (docs/diagnosis.md, "Volumes the kubelet cannot mount").
+        _r(
+            R.VOLUME_SOURCE_NOT_FOUND,
+            L.VOLUME,
+            "A ConfigMap or Secret that one of the job's volumes (or a projected volume's "
+            "source) names does not exist in the job's namespace: the kubelet cannot mount it.",
+            "Create the ConfigMap or Secret named below in that namespace, or fix the volume's "
+            "reference; waiting will not help unless someone creates it.",
+            U,
+            waitable=False,
+            stage=L.RUNTIME,
+        ),
+        _r(
+            R.VOLUME_PATH_NOT_FOUND,
+            L.VOLUME,
+            "A path one of the job's volumes names on the node (a hostPath, or a local "
+            "PersistentVolume's path) does not exist there, or is not of the type asked for.",
+            "The platform must create the path on the node or fix the PersistentVolume's path; "
+            "for a hostPath the job names itself, fix the path or its type. Waiting will not help.",
+            P,
+            waitable=False,
+            stage=L.RUNTIME,
+        ),
+        _r(
+            R.VOLUME_MULTI_ATTACH,
+            L.VOLUME,
+            "One of the job's volumes can be attached to one node at a time (ReadWriteOnce) and "
+            "another Pod, on another node, still holds it.",
+            "Wait for the Pod named below to end (often an earlier attempt still terminating); "
+            "if it never does, stop it, or use a ReadWriteMany volume.",
+            U,
+            waitable=True,
+            stage=L.RUNTIME,
+        ),
+        _r(
+            R.SIDECAR_RESTARTING,
+            L.RUNTIME,
+            "A native sidecar of the job (an init container with restartPolicy Always: a log "
+            "shipper, a proxy, a metrics agent) keeps failing and the kubelet restarts it with a "
+            "back-off; the trainer runs meanwhile, without what the sidecar provides.",
+            "Read the sidecar's logs (kubectl logs POD -c NAME --previous) and fix it; the "
+            "training goes on meanwhile.",
+            U,
+            stage=L.TRAINING,
         ),
         _r(
             R.SCHEDULING_GATED,
@@ -364,7 +410,8 @@ CATALOG: dict[ReasonCode, Reason] = {
         _r(
             R.EXIT_NONZERO,
             L.TRAINING,
-            "The training process exited with a non-zero code.",
+            "A container of the job exited with a non-zero code: the training process, "
+            "unless another container (an init container) is named below.",
             "Read the termination message and logs of the attempt.",
             U,
         ),
@@ -447,6 +494,9 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.NODE_NOT_READY,
     # after scheduling
     R.GPU_ALLOCATION_FAILED,
+    R.VOLUME_SOURCE_NOT_FOUND,
+    R.VOLUME_PATH_NOT_FOUND,
+    R.VOLUME_MULTI_ATTACH,
     R.VOLUME_MOUNT_FAILED,
     R.IMAGE_PULL_FAILED,
     R.CONTAINER_CONFIG_ERROR,
@@ -468,6 +518,7 @@ PRECEDENCE: tuple[ReasonCode, ...] = (
     R.RENDEZVOUS,
     R.LOSS_NOT_FINITE,
     R.NO_PROGRESS,
+    R.SIDECAR_RESTARTING,
     R.TRAINING,
     R.COMPLETED,
 )

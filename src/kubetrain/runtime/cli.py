@@ -8,6 +8,7 @@ installed without its dependencies (`python -m kubetrain.runtime` too).
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import os
 import sys
@@ -91,9 +92,11 @@ def run_command(args: argparse.Namespace) -> int:
     environ = dict(os.environ)
     redact = Redactor(environ)
     reporter = progress.default_reporter()
+    on_check = None
     if reporter is not None:
         reporter.phase(PHASE_PREFLIGHT)
-    report = run_preflight(Context(environ), redact)
+        on_check = functools.partial(reporter.phase, PHASE_PREFLIGHT)
+    report = run_preflight(Context(environ), redact, on_check)
     for result in report.results:
         print(
             f"kubetrain preflight: {result.name} {result.status} ({result.seconds:.3f} s): "

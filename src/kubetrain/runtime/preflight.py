@@ -141,9 +141,16 @@ def fit_termination_line(text: str) -> str:
     return encoded[: TERMINATION_MESSAGE_LIMIT - 3].decode(errors="ignore") + "..."
 
 
-def run_preflight(context: Context, redact: Callable[[str], str]) -> PreflightReport:
+def run_preflight(
+    context: Context,
+    redact: Callable[[str], str],
+    on_check: Callable[[str], None] | None = None,
+) -> PreflightReport:
+    """Every check in order; `on_check(name)` is told before each one starts."""
     results = []
     for name in CHECK_NAMES:
+        if on_check is not None:
+            on_check(name)
         started = time.perf_counter()
         status: Status
         try:

@@ -88,8 +88,13 @@ class Reporter:
 
     # what training calls ---------------------------------------------------
 
-    def phase(self, name: str) -> None:
-        self._put({"type": "phase", "phase": str(name)}, urgent=True)
+    def phase(self, name: str, check: str | None = None) -> None:
+        """`check`: in PREFLIGHT, the check about to run (the job's diagnosis names the
+        check a gang's rank is still in)."""
+        event = {"type": "phase", "phase": str(name)}
+        if check is not None:
+            event["check"] = str(check)
+        self._put(event, urgent=True)
 
     def step(self, step: int, **metrics: float) -> None:
         try:

@@ -57,7 +57,7 @@ NAMING_CONVENTION = {
 # DNS subdomains.
 PROJECT_LENGTH = 63
 NAME_LENGTH = 253
-ENUM_LENGTH = 32  # the longest reason code is 22 characters
+ENUM_LENGTH = 32  # the longest reason code is 23 characters
 ALL_PROJECTS = "*"  # a token scoped to every project
 
 

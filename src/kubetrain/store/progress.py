@@ -22,6 +22,7 @@ from typing import Any
 from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
+from kubetrain.domain.diagnosis import PodReport
 from kubetrain.domain.lineage import Compared, compare_resume
 from kubetrain.domain.states import BusinessState
 from kubetrain.store.models import Attempt, Job, Progress, Report
@@ -175,8 +176,10 @@ def _fold(progress: Progress, pod: str, event: ReportEvent) -> None:
         progress.phase = None
         progress.phase_since = None
     if event.kind == "phase":
+        # A PREFLIGHT per check (its name in the event) keeps the preflight's start.
+        if progress.phase != str(event.data["phase"]) or progress.phase_since is None:
+            progress.phase_since = event.at
         progress.phase = str(event.data["phase"])
-        progress.phase_since = event.at
     elif event.kind == "step":
         progress.step = int(event.data["step"])
         progress.step_at = event.at
@@ -197,10 +200,46 @@ def _prune(session: Session, job_id: str, kind: str) -> None:
         .offset(MAX_REPORTS[kind])
         .limit(1)
     )
-    if cutoff is not None:
-        session.execute(
-            delete(Report).where(Report.job_id == job_id, Report.kind == kind, Report.id <= cutoff)
+    if cutoff is None:
+        return
+    doomed = delete(Report).where(Report.job_id == job_id, Report.kind == kind, Report.id <= cutoff)
+    if kind == "phase":
+        # Each Pod's last phase stays: a gang is as far as its least advanced rank, and
+        # a rank that reported TRAINING early must not read as silent later.
+        last = (
+            select(func.max(Report.id))
+            .where(Report.job_id == job_id, Report.kind == "phase")
+            .group_by(Report.pod)
         )
+        doomed = doomed.where(Report.id.not_in(last))
+    session.execute(doomed)
+
+
+def phase_reports(session: Session, job_ids: Sequence[str]) -> dict[str, list[PodReport]]:
+    """Each Pod's last phase report (with the preflight check it named), per job: what
+    the diagnosis reads to hold a gang at its least advanced rank."""
+    out: dict[str, list[PodReport]] = {}
+    for start in range(0, len(job_ids), 500):
+        chunk = job_ids[start : start + 500]
+        # One row per Pod (the resync reads every unfinished job): its newest phase.
+        last = (
+            select(func.max(Report.id))
+            .where(Report.job_id.in_(chunk), Report.kind == "phase")
+            .group_by(Report.job_id, Report.pod)
+        )
+        rows = session.execute(
+            select(Report.job_id, Report.pod, Report.data, Report.reported_at)
+            .where(Report.id.in_(last))
+            .order_by(Report.id)
+        )
+        for job_id, pod, data, at in rows:
+            check = data.get("check")
+            out.setdefault(job_id, []).append(
+                PodReport(
+                    pod, str(data.get("phase")), at, check if isinstance(check, str) else None
+                )
+            )
+    return out
 
 
 def get_progress(session: Session, job_id: str) -> Progress | None:

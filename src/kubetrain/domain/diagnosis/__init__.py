@@ -44,8 +44,11 @@ on the chain it holds the job are the reason catalog's, domain/reasons.py):
 |                    | a finding before it becomes a Blocker; small shared readers      |
 | `unschedulable.py` | why the scheduler refuses a Pod: its verdict, the fit table, the |
 |                    | closest nodes (the primary), agreement with the scheduler counts |
+| `mounts.py`        | why a volume cannot be mounted, by cause, from the kubelet's and |
+|                    | the attach/detach controller's words                             |
 | `pending.py`       | what holds a Pod that has not started: scheduling gates, no      |
-|                    | verdict yet, the scheduler (above), a waiting container          |
+|                    | verdict yet, the scheduler (above), a waiting container, a       |
+|                    | mount (above); a native sidecar that keeps restarting            |
 | `quota.py`         | the API server's refusals of the Pod (quota, LimitRange) and a   |
 |                    | Job suspended by Kueue                                           |
 | `attempts.py`      | the attempts rebuilt from Pods and events; why one ended; the    |
@@ -65,7 +68,7 @@ from datetime import datetime
 
 from kubetrain.domain.diagnosis.attempts import _attempts
 from kubetrain.domain.diagnosis.evidence import evidenced
-from kubetrain.domain.diagnosis.outcome import _chain, _outcome
+from kubetrain.domain.diagnosis.outcome import _HEALTHY, _chain, _outcome
 from kubetrain.domain.diagnosis.quota import _preempted_for
 from kubetrain.domain.diagnosis.reading import _Reader
 from kubetrain.domain.diagnosis.result import (
@@ -76,6 +79,7 @@ from kubetrain.domain.diagnosis.result import (
     Diagnosis,
     GangRestart,
     JobFacts,
+    PodReport,
 )
 from kubetrain.domain.diagnosis.stall import (
     _diverged,
@@ -98,6 +102,7 @@ __all__ = [
     "GangRestart",
     "JobFacts",
     "NodeFit",
+    "PodReport",
     "cancel_for_no_progress",
     "cancel_for_non_finite_loss",
     "diagnose",
@@ -146,7 +151,12 @@ def diagnose(job: JobFacts, snapshot: Snapshot, now: datetime) -> Diagnosis:
         since=primary.since,
         raw_reason=primary.raw_reason,
         raw_message=primary.raw_message,
-        blockers=blockers if outcome.state not in (S.RUNNING, S.SUCCEEDED) else (),
+        # A running job lists what troubles it (a restarting sidecar, no progress).
+        blockers=tuple(b for b in blockers if b.reason not in _HEALTHY)
+        if outcome.state is S.RUNNING
+        else blockers
+        if outcome.state is not S.SUCCEEDED
+        else (),
         chain=evidenced(_chain(outcome), reader),
         nodes=fit.nodes if show_nodes and fit is not None else (),
         attempts=reader.attempts,

@@ -12,7 +12,7 @@ from collections.abc import Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
-from kubetrain.domain.diagnosis.pending import _MOUNT_EVENTS
+from kubetrain.domain.diagnosis.mounts import MOUNT_EVENTS, mount_code
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
     _event_first_time,
@@ -263,12 +263,19 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
             raw_reason=pod_reason,
             raw_message=pod_message,
         )
-    statuses = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
-    statuses.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    mains = [s for s in as_list(pod, "status", "containerStatuses") if isinstance(s, Mapping)]
+    mains.sort(key=lambda s: text(s, "name") != CONTAINER_NAME)
+    statuses = [("container", s) for s in mains]
+    sidecars = {
+        text(c, "name") for c in as_list(pod, "spec", "initContainers") if text(c, "restartPolicy")
+    }
+    # An init container that failed is named as one ("init container fetch-dataset …").
     statuses += [
-        s for s in as_list(pod, "status", "initContainerStatuses") if isinstance(s, Mapping)
+        ("sidecar" if text(s, "name") in sidecars else "init container", s)
+        for s in as_list(pod, "status", "initContainerStatuses")
+        if isinstance(s, Mapping)
     ]
-    for status in statuses:
+    for role, status in statuses:
         state, detail = _state(status)
         if state != "terminated":
             continue
@@ -276,11 +283,11 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
         ended = text(detail, "reason")
         message = text(detail, "message")
         since = timestamp(detail, "finishedAt")
-        name = text(status, "name") or "?"
+        name = f"{role} {text(status, 'name') or '?'}"
         if ended == "OOMKilled":
             return _Finding(
                 R.OOM_KILLED,
-                f"container {name} was OOM-killed (exit code {code_number})",
+                f"{name} was OOM-killed (exit code {code_number})",
                 raw_reason=ended,
                 raw_message=message,
                 since=since,
@@ -302,7 +309,7 @@ def _attempt_cause(pod: Mapping[str, Any]) -> _Finding | None:
             said = f": {last_words}" if last_words else ""
             return _Finding(
                 R.EXIT_NONZERO,
-                f"container {name} exited with code {code_number}{said}",
+                f"{name} exited with code {code_number}{said}",
                 raw_reason=ended,
                 raw_message=message,
                 since=since,
@@ -375,8 +382,8 @@ def _left_by_gone_pods(reader: _Reader) -> list[_Finding]:
         verdict = parse_scheduling_message(message)
         codes = [reason_of(p) for p in verdict.parts]
         code = min((c for c in codes if c is not None), key=rank, default=None)
-    elif reason in _MOUNT_EVENTS:
-        code = R.VOLUME_MOUNT_FAILED
+    elif reason in MOUNT_EVENTS:
+        code = mount_code(message)
     elif reason == "Failed" and "pull" in message.lower():
         code = R.IMAGE_PULL_FAILED
     else:

@@ -15,7 +15,7 @@ from decimal import Decimal
 from typing import Any
 
 from kubetrain.domain.diagnosis.attempts import _attempt_cause, _lost_node
-from kubetrain.domain.diagnosis.pending import _pending
+from kubetrain.domain.diagnosis.pending import _pending, restarting_sidecars
 from kubetrain.domain.diagnosis.quota import _quota
 from kubetrain.domain.diagnosis.reading import (
     GangAttempt,
@@ -26,7 +26,7 @@ from kubetrain.domain.diagnosis.reading import (
     _running,
     _state,
 )
-from kubetrain.domain.diagnosis.result import GangRestart
+from kubetrain.domain.diagnosis.result import GangRestart, PodReport
 from kubetrain.domain.failures import GangAction, gang_action, gang_failures
 from kubetrain.domain.manifest import CONTAINER_NAME
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
@@ -135,7 +135,13 @@ def gang_active(reader: _Reader) -> GangState:
         elif text(pod, "status", "phase") == "Succeeded":
             done[rank] = pod
     if runs and len(runs) + len(done) == workers:
-        return _all_run(reader, runs, done)
+        gang = _all_run(reader, runs, done)
+        # A rank's native sidecar that keeps failing comes first, as for one Pod.
+        for rank, pod in sorted(runs.items(), reverse=True):
+            for finding in reversed(restarting_sidecars(reader, pod)):
+                finding.detail = f"rank {rank}: {finding.detail}"
+                gang.findings.insert(0, finding)
+        return gang
     if not runs and len(done) == workers:
         return GangState(
             S.RUNNING,
@@ -187,24 +193,13 @@ def _all_run(
     where = f"rank{'s' * (len(ranks) > 1)} {_listing(ranks)} on {nodes}"
     if done:
         where += f"; rank{'s' * (len(done) > 1)} {_listing(sorted(done))} exited 0"
-    reported = reader.job.reported_phase
-    # Rank 0 reports the job's phase; once it has exited 0 after training, the others
-    # finishing (torchrun's exit barrier, their last steps) are still training, not a
-    # gang that has yet to meet.
-    names = {meta_name(p) for p in (*runs.values(), *done.values())}
-    if reported and reported[0] in names and reported[1] == "TRAINING":
-        return GangState(
-            S.RUNNING,
-            [_Finding(R.TRAINING, f"{reader.workers} workers: {where}", since=reported[2])],
-            Link.TRAINING,
-        )
-    if reported and reported[0] in names and reported[1] == "PREFLIGHT":
-        return GangState(
-            S.RUNNING,
-            [_Finding(R.PREFLIGHT, f"preflight checks: {where}", since=reported[2])],
-            Link.PREFLIGHT,
-        )
-    # The gang formed when its last rank started; no rank has said it trains since.
+    return _by_least_advanced(reader, runs, where)
+
+
+def _rendezvous(
+    reader: _Reader, runs: dict[int, Mapping[str, Any]], where: str, said: str
+) -> GangState:
+    # The gang formed when its last rank started; not every rank has said it trains since.
     started = [
         timestamp(_state(_main_status(p))[1], "startedAt") or timestamp(p, "status", "startTime")
         for p in runs.values()
@@ -214,13 +209,56 @@ def _all_run(
         S.RUNNING,
         [
             _Finding(
-                R.RENDEZVOUS,
-                f"all {reader.workers} workers run ({where}); no rank has reported TRAINING yet",
-                since=since,
+                R.RENDEZVOUS, f"all {reader.workers} workers run ({where}); {said}", since=since
             )
         ],
         Link.TRAINING,
     )
+
+
+def _in_preflight(rank: int, report: PodReport) -> str:
+    check = f" check {report.check}" if report.check else ""
+    return f"rank {rank} in its preflight{check}"
+
+
+def _by_least_advanced(
+    reader: _Reader, runs: dict[int, Mapping[str, Any]], where: str
+) -> GangState:
+    """Every rank reports its own phase: the gang is as far as its least advanced rank.
+    TRAINING once every running rank said so (a rank that exited 0 has trained);
+    PREFLIGHT while every rank that said anything is in its preflight; otherwise the
+    ranks are still meeting (RENDEZVOUS), and the ones behind are named, with the
+    preflight check each runs (rendezvous-reachable waits for rank 0's port). Without
+    the ranks' own reports, rank 0's (`reported_phase`) is the only one known, and
+    the others count as not reported: a dump, which holds no report, says the same."""
+    phases = {rank: reader.reports.get(meta_name(pod) or "") for rank, pod in runs.items()}
+    training = [r for r, rep in sorted(phases.items()) if rep and rep.phase == "TRAINING"]
+    preflight = [(r, rep) for r, rep in sorted(phases.items()) if rep and rep.phase == "PREFLIGHT"]
+    silent = [r for r, rep in sorted(phases.items()) if rep is None]
+    if len(training) == len(runs):
+        since = max((rep.since for rep in phases.values() if rep and rep.since), default=None)
+        return GangState(
+            S.RUNNING,
+            [_Finding(R.TRAINING, f"{reader.workers} workers: {where}", since=since)],
+            Link.TRAINING,
+        )
+    behind = [_in_preflight(r, rep) for r, rep in preflight]
+    if silent:
+        behind.append(
+            f"rank{'s' * (len(silent) > 1)} {_listing(silent)} "
+            f"{'have' if len(silent) > 1 else 'has'} not reported yet"
+        )
+    if preflight and not training:
+        since = min((rep.since for _, rep in preflight if rep.since), default=None)
+        return GangState(
+            S.RUNNING,
+            [_Finding(R.PREFLIGHT, f"preflight checks: {where}; {'; '.join(behind)}", since=since)],
+            Link.PREFLIGHT,
+        )
+    if training:
+        ahead = f"rank{'s' * (len(training) > 1)} {_listing(training)} reported TRAINING"
+        return _rendezvous(reader, runs, where, f"{'; '.join(behind)}; {ahead}")
+    return _rendezvous(reader, runs, where, "no rank has reported TRAINING yet")
 
 
 def first_failed_rank(
@@ -252,8 +290,8 @@ def _rank_waits(
         cause = _attempt_cause(pod)
         if cause is not None:
             cause.current = False
-            if cause.reason not in (R.NODE_LOST, R.PREEMPTED):
-                cause.waitable = None
+            # The Job controller replaces the Pod, or the gang restarts: it comes by itself.
+            cause.waitable = True
             return [cause], Link.SCHEDULER
     quota = _quota(reader)
     if quota:

@@ -19,7 +19,7 @@ from kubetrain.domain.diagnosis.attempts import (
     _reached,
 )
 from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active, gang_restart
-from kubetrain.domain.diagnosis.pending import _pending
+from kubetrain.domain.diagnosis.pending import _pending, restarting_sidecars
 from kubetrain.domain.diagnosis.quota import _pods_ready_wait, _quota, _suspended
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
@@ -70,10 +70,15 @@ def _active(reader: _Reader) -> _Outcome:
             # DeletionByPodGC) and the Job makes a new one. Until then the job waits.
             return _Outcome(S.QUEUED, [_lost_node(reader, pod, node or "")], _reached(reader))
         reported = reader.job.reported_phase
+        # A native sidecar that keeps failing while the trainer runs comes first.
+        sidecars = restarting_sidecars(reader, pod)
         if reported and reported[0] == text(pod, "metadata", "name") and reported[1] == "PREFLIGHT":
             return _Outcome(
                 S.RUNNING,
-                [_Finding(R.PREFLIGHT, f"preflight checks on node {node}", since=reported[2])],
+                [
+                    *sidecars,
+                    _Finding(R.PREFLIGHT, _preflight_words(reader, pod, node), since=reported[2]),
+                ],
                 Link.PREFLIGHT,
             )
         where = f"on node {node}"
@@ -84,7 +89,9 @@ def _active(reader: _Reader) -> _Outcome:
         if state == "terminated":
             code = detail.get("exitCode")
             where = f"the training process exited {code}; the kubelet is finishing the Pod {where}"
-        return _Outcome(S.RUNNING, [_Finding(R.TRAINING, where, since=since)], Link.TRAINING)
+        return _Outcome(
+            S.RUNNING, [*sidecars, _Finding(R.TRAINING, where, since=since)], Link.TRAINING
+        )
     live = [p for p in pods if not _gone(p)]
     if not live and pods and text(pods[-1], "status", "phase") == "Succeeded":
         # The last Pod succeeded and the Job controller has not written Complete
@@ -134,7 +141,9 @@ def _active(reader: _Reader) -> _Outcome:
         findings, stage = _pending(reader, live[-1])
         return _Outcome(S.QUEUED, _ordered(findings, earlier), stage)
     if earlier:
-        # The last attempt ended and the Job controller has not made the next Pod yet.
+        # The last attempt ended and the Job controller has not made the next Pod yet:
+        # the retry comes by itself (a finished Job was decided above).
+        earlier[0].waitable = True
         return _Outcome(S.QUEUED, earlier, CATALOG[earlier[0].reason].stage)
     quota = _quota(reader)
     if quota:
@@ -150,6 +159,12 @@ def _active(reader: _Reader) -> _Outcome:
         ],
         Link.QUOTA,
     )
+
+
+def _preflight_words(reader: _Reader, pod: Mapping[str, Any], node: str | None) -> str:
+    own = reader.reports.get(meta_name(pod) or "")
+    check = f" (now: {own.check})" if own is not None and own.check else ""
+    return f"preflight checks on node {node}{check}"
 
 
 def _ordered(current: list[_Finding], earlier: list[_Finding]) -> list[_Finding]:
@@ -302,8 +317,17 @@ _HEALTHY = frozenset(
 
 
 def _chain(outcome: _Outcome) -> tuple[ChainMark, ...]:
-    """A mark per link: passed before the job's stage, its stage active or blocking
-    (failed), the links of its current blockers blocking too, the rest not reached."""
+    """A mark per link: passed before where the job is held, that link active or
+    blocking, the rest not reached.
+
+    One link blocks per primary reason: the earlier of the reason's own link and the
+    stage where the job stands. A Kueue-preempted job blocks at the quota (its stage),
+    the scheduler not reached; a lost node at the GPU node, which the next attempt
+    must get past again; a failed mount at the runtime, where the Pod stands. Other
+    blockers are listed, not marked. A running job whose primary troubles it beside
+    the training (a restarting sidecar) marks that reason's link blocking and its
+    stage active. A failed job marks its stage, the links of its causes and the job
+    failed."""
     state = outcome.state
     if state is S.SUCCEEDED:
         return tuple(ChainMark(link, ChainState.PASSED) for link in CHAIN)
@@ -311,13 +335,15 @@ def _chain(outcome: _Outcome) -> tuple[ChainMark, ...]:
     primary = outcome.findings[0].reason
     healthy = primary in _HEALTHY or state is S.CANCELLED
     bad = ChainState.FAILED if state is S.FAILED else ChainState.BLOCKING
-    problems = {
-        CATALOG[f.reason].link
-        for f in outcome.findings
-        if f.current and f.reason not in _HEALTHY and state is not S.CANCELLED
-    }
+    problems: set[Link] = set()
     if state is S.FAILED:
+        problems = {CATALOG[f.reason].link for f in outcome.findings if f.current}
         problems.add(Link.JOB)
+    elif state is S.RUNNING and not healthy:
+        problems = {CATALOG[primary].link}
+        healthy = CATALOG[primary].link is not outcome.stage
+    elif not healthy:
+        stage = min(stage, CHAIN.index(CATALOG[primary].link))
     marks = []
     for number, link in enumerate(CHAIN):
         if link in problems:

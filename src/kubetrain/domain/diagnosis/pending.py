@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
+from kubetrain.domain.diagnosis.mounts import MOUNT_EVENTS, mount_findings
 from kubetrain.domain.diagnosis.reading import (
     _conditions,
     _event_first_time,
@@ -50,7 +51,6 @@ _CONFIG = frozenset(
         "PreStartHookError",
     }
 )
-_MOUNT_EVENTS = frozenset({"FailedMount", "FailedAttachVolume", "FailedMapVolume"})
 
 
 def _since(*moments: datetime | None) -> datetime | None:
@@ -201,20 +201,11 @@ def _waiting(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
             ),
         )
         return findings
-    mounts = reader.pod_events(pod, *_MOUNT_EVENTS)
+    mounts = mount_findings(
+        reader.pod_events(pod, *MOUNT_EVENTS), text(pod, "metadata", "namespace")
+    )
     if mounts:
-        last = mounts[-1]
-        findings.insert(
-            0,
-            _Finding(
-                R.VOLUME_MOUNT_FAILED,
-                text(last, "message") or "",
-                raw_reason=text(last, "reason"),
-                raw_message=text(last, "message"),
-                since=_event_first_time(mounts[0]),
-            ),
-        )
-        return findings
+        return [*mounts, *findings]
     where = f"on node {node_name}" if node_name else ""
     raw_reason: str | None = reason or "ContainerCreating"
     raw_message = message
@@ -289,3 +280,51 @@ def _pending(reader: _Reader, pod: Mapping[str, Any]) -> tuple[list[_Finding], L
             since=created,
         )
     ], Link.SCHEDULER
+
+
+def restarting_sidecars(reader: _Reader, pod: Mapping[str, Any]) -> list[_Finding]:
+    """The native sidecars (init containers with restartPolicy Always) of a Pod whose
+    trainer runs that keep failing: restarted at least once and not running now, or
+    restarted more than once after a failure, even while it runs again a moment.
+
+    Kubelet 1.33 shows a sidecar in its back-off as `terminated` (exit code, reason
+    Error) with a growing restartCount and `BackOff` events, never as waiting
+    CrashLoopBackOff (recorded: real-sidecar-restarting.json); a waiting one is read
+    the same way."""
+    statuses = {
+        text(s, "name"): s
+        for s in as_list(pod, "status", "initContainerStatuses")
+        if isinstance(s, Mapping)
+    }
+    found: list[_Finding] = []
+    for spec in as_list(pod, "spec", "initContainers"):
+        if text(spec, "restartPolicy") != "Always":
+            continue
+        name = text(spec, "name") or "?"
+        status = statuses.get(name)
+        restarts = integer(status, "restartCount") or 0
+        state, detail = _state(status)
+        last = detail if state == "terminated" else as_map(status, "lastState", "terminated")
+        # Between two failures a sidecar runs a moment: one that failed more than once
+        # stays named then, so the job does not flip back to TRAINING at each restart.
+        looping = restarts >= 2 and integer(last, "exitCode") not in (0, None)
+        if restarts < 1 or state is None or (state == "running" and not looping):
+            continue
+        code = integer(last, "exitCode")
+        ended = text(last, "reason")
+        words = _without_preflight_lines(text(last, "message"))
+        backoff = [e for e in reader.pod_events(pod, "BackOff") if _about(e, name)]
+        said = f"sidecar {name} restarted {restarts} time{'s' * (restarts != 1)}"
+        said += f"; last exit code {code}" + (f" ({ended})" if ended else "")
+        said += f": {words}" if words else ""
+        said += "; the trainer runs meanwhile"
+        found.append(
+            _Finding(
+                R.SIDECAR_RESTARTING,
+                said,
+                raw_reason=text(backoff[-1], "reason") if backoff else ended,
+                raw_message=text(backoff[-1], "message") if backoff else text(last, "message"),
+                since=_event_first_time(backoff[0]) if backoff else timestamp(last, "finishedAt"),
+            )
+        )
+    return found

@@ -13,7 +13,7 @@ from datetime import UTC, datetime
 from functools import cached_property
 from typing import Any, Literal
 
-from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts
+from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts, PodReport
 from kubetrain.domain.fit import FitAnalysis
 from kubetrain.domain.manifest import (
     ANNOTATION_RETRIES,
@@ -148,6 +148,16 @@ class _Reader:
             name = meta_name(pod) or ""
             if name.startswith(self.job.k8s_name + "-"):
                 found = _index(name[len(self.job.k8s_name) + 1 :].partition("-")[0])
+        return found
+
+    @cached_property
+    def reports(self) -> dict[str, PodReport]:
+        """What each Pod last reported of its phase, by Pod name (`reported_phase`, the
+        job's, counts for its Pod where the Pod's own is not given)."""
+        found = {r.pod: r for r in self.job.pod_reports}
+        reported = self.job.reported_phase
+        if reported is not None and reported[0] not in found:
+            found[reported[0]] = PodReport(reported[0], reported[1], reported[2])
         return found
 
     @cached_property

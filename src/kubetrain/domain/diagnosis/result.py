@@ -13,6 +13,17 @@ from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
 
 @dataclass(frozen=True)
+class PodReport:
+    """What the runtime in one Pod last reported of its phase: PREFLIGHT (with the check
+    it runs, when it said which) or TRAINING, and since when (the Pod's clock)."""
+
+    pod: str
+    phase: str
+    since: datetime | None = None
+    check: str | None = None
+
+
+@dataclass(frozen=True)
 class JobFacts:
     """What kubetrain's own record knows about the job."""
 
@@ -34,6 +45,9 @@ class JobFacts:
     # The last step's loss when it is not a finite number: (step, metric, "NaN" |
     # "Infinity" | "-Infinity", when it came); None when finite or not reported.
     non_finite_loss: tuple[int, str, str, datetime | None] | None = None
+    # What each Pod last reported (every rank of a gang reports its own): a gang trains
+    # only once every rank said so. Empty: rank 0's `reported_phase` stands for the gang.
+    pod_reports: tuple[PodReport, ...] = ()
 
 
 @dataclass(frozen=True)

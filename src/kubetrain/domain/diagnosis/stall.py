@@ -29,7 +29,7 @@ def _stalled(reader: _Reader, outcome: _Outcome, now: datetime) -> _Outcome:
     if (
         job.stall_after is None
         or outcome.state is not BusinessState.RUNNING
-        or outcome.findings[0].reason is not ReasonCode.TRAINING
+        or not any(f.reason is ReasonCode.TRAINING for f in outcome.findings)
         or reported is None
         or reported[1] != "TRAINING"
         or not any(meta_name(p) == reported[0] and not _gone(p) for p in reader.pods)
@@ -48,7 +48,9 @@ def _stalled(reader: _Reader, outcome: _Outcome, now: datetime) -> _Outcome:
     else:
         detail = f"no step for over {threshold} since Pod {reported[0]} began training at {at}"
     finding = _Finding(ReasonCode.NO_PROGRESS, detail, since=last)
-    return _Outcome(outcome.state, [finding, *outcome.findings[1:]], outcome.stage)
+    # In place of TRAINING, first: a restarting sidecar beside it stays a blocker.
+    others = [f for f in outcome.findings if f.reason is not ReasonCode.TRAINING]
+    return _Outcome(outcome.state, [finding, *others], outcome.stage)
 
 
 def cancel_for_no_progress(
@@ -120,4 +122,5 @@ def cancel_for_non_finite_loss(diagnosis: Diagnosis, *, cancel: bool) -> str | N
         return None
     detail = diagnosis.blockers[0].detail if diagnosis.blockers else ""
     said = detail or diagnosis.explanation.rpartition(". ")[2].rstrip(".")
+    said = said[:1].upper() + said[1:]  # a sentence, as the explanation says it
     return f"cancelled for a non-finite loss: {said} (spec.cancelOnNonFiniteLoss)"

@@ -415,7 +415,8 @@ def _unschedulable(
             R.SCHEDULING,
             "the scheduler refused the Pod for a reason kubetrain does not know; see the raw "
             "message",
-            waitable=None,
+            # A QUEUED verdict says whether waiting helps; unknown, it does not promise so.
+            waitable=False,
         )
     if primary.reason is R.NODE_SELECTOR_MISMATCH:
         _flavor_mismatch(reader, pod, primary)
