@@ -161,6 +161,14 @@ _SERVICE_ACCOUNT_NAMESPACE = Path("/var/run/secrets/kubernetes.io/serviceaccount
 
 
 @functools.cache
+@functools.lru_cache(maxsize=1024)
+def _namespace_refusal(
+    namespace: str, allowed: tuple[str, ...], reserved: tuple[str, ...]
+) -> str | None:
+    return namespace_refusal(namespace, allowed=allowed, reserved=reserved)
+
+
+@functools.cache  # a Pod's namespace never changes: read once, not per request
 def _own_namespace() -> tuple[str, ...]:
     """In a cluster, the namespace kubetrain itself runs in: always reserved."""
     try:
@@ -287,5 +295,7 @@ class ServerSettings(_Settings):
         return self.namespace_refusal(namespace) is None
 
     def namespace_refusal(self, namespace: str) -> str | None:
-        reserved = [*self.reserved_namespaces, *_own_namespace()]
-        return namespace_refusal(namespace, allowed=self.allowed_namespaces, reserved=reserved)
+        # Asked twice per submission (namespace_for, project_open): the globs are
+        # matched once per namespace and settings.
+        reserved = (*self.reserved_namespaces, *_own_namespace())
+        return _namespace_refusal(namespace, tuple(self.allowed_namespaces), reserved)

@@ -217,3 +217,16 @@ def test_one_job_among_1000_nodes_and_10000_pods() -> None:
     diagnosis = diagnose(job, narrow, datetime.now(UTC))
     assert diagnosis.reason is R.INSUFFICIENT_GPU
     assert len(diagnosis.nodes) == 1000
+
+
+def test_the_node_table_is_every_node_once_closest_first_then_by_name() -> None:
+    # Nodes alike are grouped once per node list and their rows made on demand: the
+    # table must still hold each node once, in the documented order, every time.
+    snapshot, job = _scaled(50, 200)
+    narrow = snapshot.for_job(job.k8s_name, job.namespace)
+    every = sorted(n.name for n in snapshot.index.nodes)
+    for _ in range(2):
+        table = diagnose(job, narrow, NOW).nodes
+        assert sorted(n.name for n in table) == every
+        order = [(n.closeness, n.name) for n in table]
+        assert order == sorted(order)

@@ -29,6 +29,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
+from functools import cached_property
 from typing import Any, NamedTuple
 
 from kubetrain.domain.nodes import (
@@ -134,7 +135,9 @@ class Closest:
 
 @dataclass(frozen=True)
 class FitAnalysis:
-    nodes: tuple[NodeFit, ...]  # closest first, then by name
+    # (closeness, nodes sorted by name, the row's other fields) per group of alike
+    # nodes; `nodes` spells them out on demand (most diagnoses never show them).
+    row_groups: tuple[tuple[int, tuple[str, ...], NodeFit], ...]
     constraints: tuple[ConstraintCount, ...]
     resources: Mapping[str, ResourceNumbers]
     # (token, resource or taint key) -> nodes whose first failing filter it is
@@ -145,6 +148,20 @@ class FitAnalysis:
     not_evaluated: tuple[str, ...] = ()
     untolerated: Mapping[Taint, int] = field(default_factory=dict)
     fitting: int = 0
+
+    @cached_property
+    def nodes(self) -> tuple[NodeFit, ...]:
+        """One row per node: closest first, then by name."""
+        by_closeness: dict[int, list[tuple[str, NodeFit]]] = {}
+        for closeness, names, row in self.row_groups:
+            by_closeness.setdefault(closeness, []).extend((name, row) for name in names)
+        out: list[NodeFit] = []
+        make = tuple.__new__  # NamedTuple's own constructor, without its keyword parsing
+        for closeness in sorted(by_closeness):
+            rows = by_closeness[closeness]
+            rows.sort()  # runs already in name order (each group keeps the nodes' order)
+            out += [make(NodeFit, (name, *row[1:])) for name, row in rows]
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -388,6 +405,42 @@ def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
     )
 
 
+# The last few node lists grouped by `_alike` (a snapshot's index or a live cache's
+# node state, shared by every diagnosis of it); held here, so their ids stay theirs.
+_ALIKE: list[tuple[Sequence[NodeInfo], Mapping[str, Any], list[list[NodeInfo]]]] = []
+
+
+def _alike(
+    nodes: Sequence[NodeInfo], usage: Mapping[str, Mapping[str, Decimal]]
+) -> list[list[NodeInfo]]:
+    """`nodes` grouped by what every Pod's checks read besides labels and names:
+    the same allocatable, usage and taints objects (the index shares equal ones, so
+    identity is cheap to hash), readiness and cordon. Each group keeps the nodes'
+    order."""
+    for seen_nodes, seen_usage, groups in _ALIKE:
+        if seen_nodes is nodes and seen_usage is usage:
+            return groups
+    empty: Mapping[str, Decimal] = {}
+    by_identity: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    for node in nodes:
+        ident = (
+            id(node.allocatable),
+            id(usage.get(node.name, empty)),
+            id(node.taints),
+            node.ready,
+            node.unschedulable,
+        )
+        same = by_identity.get(ident)
+        if same is None:
+            by_identity[ident] = [node]
+        else:
+            same.append(node)
+    found = list(by_identity.values())
+    _ALIKE.insert(0, (nodes, usage, found))
+    del _ALIKE[4:]
+    return found
+
+
 def analyze_fit(
     pod_spec: object,
     requests: Mapping[str, Decimal],
@@ -407,29 +460,24 @@ def analyze_fit(
     zero = Decimal(0)
     empty: Mapping[str, Decimal] = {}
     # Group the nodes by what the Pod looks at; each group is evaluated once. The
-    # snapshot index shares equal allocatable, usage and taint objects between
-    # nodes, so a first pass groups by identity (cheap to hash) and only one node
-    # per identity group has its values compared.
-    by_identity: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    # nodes alike whatever the Pod (`_alike`, kept per node list) are split further
+    # only by the labels or names this Pod looks at.
+    by_identity: list[list[NodeInfo]] = []
     labels_looked_at = pod.label_keys
-    for node in nodes:
-        used = usage.get(node.name, empty)
-        ident = (
-            id(node.allocatable),
-            id(used),
-            id(node.taints),
-            node.ready,
-            node.unschedulable,
-            tuple([node.labels.get(k) for k in labels_looked_at]) if labels_looked_at else (),
-            node.name if pod.by_name else None,
-        )
-        same = by_identity.get(ident)
-        if same is None:
-            by_identity[ident] = [node]
-        else:
-            same.append(node)
+    for alike in _alike(nodes, usage):
+        if not labels_looked_at and not pod.by_name:
+            by_identity.append(alike)
+            continue
+        split: dict[tuple[Any, ...], list[NodeInfo]] = {}
+        for node in alike:
+            ident = (
+                tuple([node.labels.get(k) for k in labels_looked_at]),
+                node.name if pod.by_name else None,
+            )
+            split.setdefault(ident, []).append(node)
+        by_identity += split.values()
     groups: dict[tuple[Any, ...], list[NodeInfo]] = {}
-    for members in by_identity.values():
+    for members in by_identity:
         sample = members[0]
         used = usage.get(sample.name, empty)
         amounts = tuple([(sample.allocatable.get(r, zero), used.get(r, zero)) for r in checked])
@@ -443,7 +491,7 @@ def analyze_fit(
     advertised = {
         r: any(amounts[positions[r]][0] > 0 for _, amounts in groups) for r in resources_only
     }
-    rows: list[tuple[int, str, NodeFit]] = []
+    rows: list[tuple[int, tuple[str, ...], NodeFit]] = []
     ruled_out: dict[ReasonCode, int] = {}
     first: dict[tuple[Filter, str | None], int] = {}
     untolerated: dict[Taint, int] = {}
@@ -481,7 +529,7 @@ def analyze_fit(
                     most_free[resource] = free
         if not verdict.checks:
             fitting += count
-            rows += [(0, n.name, NodeFit(n.name, True, ())) for n in members]
+            rows.append((0, tuple(n.name for n in members), NodeFit("", True, ())))
             continue
         for check in verdict.checks:
             if check.token is Filter.INSUFFICIENT or check.token is Filter.TOO_MANY_PODS:
@@ -505,11 +553,8 @@ def analyze_fit(
         why = tuple(c.why for c in verdict.checks)
         reasons = tuple(c.reason for c in verdict.checks)
         closeness, waitable = verdict.closeness, verdict.closeness == 1
-        rows += [
-            (closeness, n.name, NodeFit(n.name, False, why, reasons, waitable, closeness))
-            for n in members
-        ]
-    rows.sort(key=lambda row: (row[0], row[1]))
+        names = tuple(n.name for n in members)
+        rows.append((closeness, names, NodeFit("", False, why, reasons, waitable, closeness)))
     numbers = {
         r: ResourceNumbers(
             resource=r,
@@ -525,6 +570,7 @@ def analyze_fit(
         len(nodes),
         pod,
         nodes,
+        by_identity,
         untolerated,
         selector_out,
         checked,
@@ -533,7 +579,7 @@ def analyze_fit(
         advertised,
     )
     return FitAnalysis(
-        nodes=tuple(row[2] for row in rows),
+        row_groups=tuple(rows),
         constraints=constraints,
         resources=numbers,
         first_failures=first,
@@ -551,6 +597,7 @@ def _constraints(
     total: int,
     pod: _PodPlacement,
     nodes: Sequence[NodeInfo],
+    alike: Sequence[Sequence[NodeInfo]],
     untolerated: Mapping[Taint, int],
     selector_out: Mapping[str, int],
     requests: Mapping[str, Decimal],
@@ -559,10 +606,11 @@ def _constraints(
     advertised: Mapping[str, bool],
 ) -> tuple[ConstraintCount, ...]:
     out: list[ConstraintCount] = []
-    not_ready = sum(1 for n in nodes if n.ready != "True")
+    # Readiness and cordons are alike within each group of `alike`.
+    not_ready = sum(len(group) for group in alike if group[0].ready != "True")
     out.append(ConstraintCount("node is Ready", R.NODE_NOT_READY, total - not_ready, not_ready))
     if not pod.tolerates_cordon:
-        cordoned = sum(1 for n in nodes if n.unschedulable)
+        cordoned = sum(len(group) for group in alike if group[0].unschedulable)
         out.append(
             ConstraintCount("node is not cordoned", R.NODE_NOT_READY, total - cordoned, cordoned)
         )
