@@ -245,6 +245,7 @@ class Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
         `kueue`, until Kueue serves its webhooks and visibility API)."""
         began = time.monotonic()
+        processes.raise_inotify_limits()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
         testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port, kueue)
         state = testbed.state()

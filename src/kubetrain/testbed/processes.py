@@ -21,6 +21,28 @@ class PortInUseError(KubetrainError, RuntimeError):
     pass
 
 
+# Each control plane's components and each kubelet hold a few inotify instances
+# (certificate reloads, cAdvisor); several testbeds at once (the parallel test
+# workers, the real pool) exhaust the kernel's default of 128 per user, and the
+# component that finds none exits with "too many open files". kind's documented
+# remedy: 512 instances, 524288 watches.
+INOTIFY_LIMITS = {
+    Path("/proc/sys/fs/inotify/max_user_instances"): 512,
+    Path("/proc/sys/fs/inotify/max_user_watches"): 524_288,
+}
+
+
+def raise_inotify_limits() -> None:
+    """Raise the per-user inotify limits to INOTIFY_LIMITS where lower (as root; a
+    user who is not keeps the machine's limits)."""
+    if os.geteuid() != 0:
+        return
+    for path, wanted in INOTIFY_LIMITS.items():
+        with contextlib.suppress(OSError, ValueError):
+            if int(path.read_text()) < wanted:
+                path.write_text(f"{wanted}\n")
+
+
 def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
     """Distinct ports the kernel reports free; held open together so none repeats."""
     sockets = []
