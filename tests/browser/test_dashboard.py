@@ -112,7 +112,10 @@ def test_a_waiting_job_its_blocking_link_and_cancel(
     _shot(page, artifacts, "job-waiting")
 
     # After a live refresh has replaced the form, the confirmation still guards it.
-    expect(page.locator("[data-live]")).to_have_attribute("data-refreshed", re.compile(r"\d+"))
+    # The page refreshes every 5 s: a busy machine answers the first one later than that.
+    expect(page.locator("[data-live]")).to_have_attribute(
+        "data-refreshed", re.compile(r"\d+"), timeout=30_000
+    )
     asked: list[str] = []
 
     def confirm(dialog: Dialog) -> None:

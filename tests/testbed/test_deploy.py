@@ -191,7 +191,9 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
             )
             assert get(kube, Lease, "kubetrain-controller", namespace) is not None
             # No Secret for a job: the RBAC has no rule on Secrets. Its Pod's reports
-            # are checked by a TokenReview, which the RBAC grants.
+            # are checked by a TokenReview, which the RBAC grants: the finished job's
+            # Pod is found to be its (a refused review would be a 503, an unknown Pod a
+            # 401) and told that the job's record is final.
             assert (
                 list(kube.list(Secret, namespace=project, labels={LABEL_JOB_ID: waiting_id})) == []
             )
@@ -202,7 +204,8 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
                 json={"pod": pod.metadata.name, "events": []},
                 headers={"Authorization": f"Bearer {pod_token}"},
             )
-            assert report.status_code == 202, report.text
+            assert report.status_code == 410, report.text
+            assert report.json()["type"] == "urn:kubetrain:problem:job-finished"
             metrics = {
                 (s.name, tuple(sorted(s.labels.items()))): s.value
                 for family in text_string_to_metric_families(http.get("/metrics").text)

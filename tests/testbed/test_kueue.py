@@ -28,7 +28,7 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import kueue_snapshot, local_queue
+from tests.fixtures.record import ClusterQueue, kueue_snapshot, local_queue
 from tests.kube import eventually, get
 
 pytestmark = pytest.mark.testbed
@@ -47,8 +47,20 @@ def kk(kueue_bed: Testbed) -> Client:
     return Client(config=KubeConfig.from_file(kueue_bed.kubeconfig), field_manager="tests")
 
 
+def _idle(kube: Client) -> bool:
+    """ClusterQueue `gpus` holds and queues nothing: the Kueue testbed is the session's,
+    and an earlier test's Workloads go with their namespace, a little after it."""
+    status: Any = kube.get(ClusterQueue, "gpus").status
+    return not (
+        status.get("admittedWorkloads")
+        or status.get("reservingWorkloads")
+        or status.get("pendingWorkloads")
+    )
+
+
 @pytest.fixture
 def queue_ns(kk: Client) -> Iterator[str]:
+    eventually(lambda: _idle(kk), 120, what="ClusterQueue gpus to be idle")
     name = f"kueue-{datetime.now(UTC).strftime('%H%M%S%f')}"
     kk.create(Namespace(metadata=ObjectMeta(name=name)))
     eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
