@@ -24,10 +24,11 @@ from tests.kube import eventually, get
 # PostgreSQL disturb only their own worker. A module's tests stay together on one
 # worker (its module fixtures, such as a `kubetrain serve`, are made once), and every
 # test that needs one of the costly testbeds joins that testbed's group, so that each
-# is started once in the whole run: the real-node pool (two kubelets, containerds),
-# Kueue, and the `no-gpu` pool. Groups run longest first.
+# is started once in the whole run: the real-node pool (two kubelets, containerds;
+# twice: once for tests/realnode, once for the recorded real scenarios), Kueue, and
+# the `no-gpu` pool. Groups run longest first.
 _REAL = frozenset({"real_testbed", "real_kube"})
-_GROUP_ORDER = ("real-pool", "kueue", "no-gpu")
+_GROUP_ORDER = ("real-pool", "real-scenarios", "kueue", "no-gpu")
 
 
 def _group(item: pytest.Item) -> str:
@@ -37,11 +38,14 @@ def _group(item: pytest.Item) -> str:
     scenario = callspec.params.get("scenario") if callspec is not None else None
     if not hasattr(scenario, "pool"):  # a parameter of that name that is no Scenario
         scenario = None
-    if names & _REAL or (
-        scenario is not None
-        and (scenario.stop_device_plugin or (scenario.pool == "real" and scenario.queue is None))
-    ):
+    if names & _REAL:
         return "real-pool"
+    if scenario is not None and (
+        scenario.stop_device_plugin or (scenario.pool == "real" and scenario.queue is None)
+    ):
+        # A real pool of its own on another worker: the real-node modules and the real
+        # scenarios (each made twice) together were the run's longest line.
+        return "real-scenarios"
     if "kueue_testbed" in names or (scenario is not None and scenario.queue is not None):
         return "kueue"
     if "no_gpu_testbed" in names or (scenario is not None and scenario.pool == "no-gpu"):
