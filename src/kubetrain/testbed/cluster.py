@@ -392,7 +392,7 @@ class Testbed:
 
     def start_real_node(self, node_name: str, timeout: float = 60.0) -> None:
         """Start a node `stop_real_node` stopped: its cgroups, containerd (a new mount
-        namespace; the images are still in its root), kubelet and device plugin; returns
+        namespace), its images imported again, kubelet and device plugin; returns
         once its Node (registered again if it was deleted) is Ready with its GPUs."""
         from lightkube import Client
         from lightkube.config.kubeconfig import KubeConfig
@@ -408,6 +408,10 @@ class Testbed:
         node.socket.unlink(missing_ok=True)
         self._launch(node.component("containerd"), real.containerd_argv(node), state)
         self._wait_containerd(state, node, deadline)
+        # Imported again (idempotent, the archives are cached): a node that came back
+        # without its sandbox image was seen to fail every Pod after it ("failed to get
+        # sandbox image localhost/kubetrain-pause:testbed").
+        real.import_images(node, build_images(Binaries(Path(state.bin_dir))))
         self._start_kubelet(state, node)
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
         while time.monotonic() < deadline:
