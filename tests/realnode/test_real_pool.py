@@ -8,6 +8,7 @@ node that are not there.
 from __future__ import annotations
 
 import contextlib
+import json
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -98,6 +99,25 @@ def test_real_nodes_are_ready_with_containerd_and_advertised_gpus(real_kube: Cli
         internal = [a.address for a in node.status.addresses if a.type == "InternalIP"]
         assert internal
         assert not internal[0].startswith("127.")
+
+
+def test_the_kubelets_ignore_the_shared_disks_free_share(real_testbed: Testbed, real_kube: Client):
+    # Every node's disk is this machine's: with the default thresholds a machine under 15 %
+    # free put both nodes under DiskPressure and evicted every Pod (seen in CI). The kubelet
+    # says what it runs with; a misspelt field would leave its default here.
+    for node in real_kube.list(Node):
+        if (node.metadata.labels or {}).get("type") != "real":
+            continue
+        raw = kubectl(
+            real_testbed, "get", "--raw", f"/api/v1/nodes/{node.metadata.name}/proxy/configz"
+        )
+        config = json.loads(raw)["kubeletconfig"]
+        assert config["evictionHard"]["imagefs.available"] == "1%"
+        assert config["evictionHard"]["nodefs.available"] == "1%"
+        assert config["imageGCHighThresholdPercent"] == 100
+        assert not any(
+            c.type == "DiskPressure" and c.status == "True" for c in node.status.conditions
+        )
 
 
 def _pod(name: str, node: str, args: list[str]) -> dict[str, Any]:

@@ -318,6 +318,19 @@ def _kubelet_config(node: RealNode, network: Network, pki: Any) -> dict[str, Any
         "serializeImagePulls": False,
         "shutdownGracePeriod": "0s",
         "nodeStatusReportFrequency": "10s",
+        # The nodes share this machine's disk, whose free share is the machine's, not the
+        # node's: the default thresholds (imagefs.available<15%) put a busy shared disk under
+        # DiskPressure and evict every Pod, and image GC at 85% used deletes the imported
+        # images, which no registry can give back. Every signal is named: one left out is 0.
+        "evictionHard": {
+            "memory.available": "100Mi",
+            "nodefs.available": "1%",
+            "nodefs.inodesFree": "1%",
+            "imagefs.available": "1%",
+            "imagefs.inodesFree": "1%",
+        },
+        "imageGCHighThresholdPercent": 100,
+        "imageGCLowThresholdPercent": 99,
     }
 
 
