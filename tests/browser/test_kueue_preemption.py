@@ -65,6 +65,12 @@ def project(kueue_kube: Client) -> Iterator[str]:
     kueue_kube.create(queue, namespace=name)
     yield name
     kueue_kube.delete(Namespace, name)
+    # The ClusterQueue is shared with the recorded Kueue scenarios: its quota is free for
+    # them only once this namespace's Workloads are gone with it (seen in CI: the next
+    # scenario waited out its 90 s behind this test's job).
+    eventually(
+        lambda: get(kueue_kube, Namespace, name) is None, 120, what=f"namespace {name} to go"
+    )
 
 
 def _submit(server: LocalServer, project: str, name: str, priority: str, run: str) -> str:
