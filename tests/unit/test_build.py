@@ -86,3 +86,26 @@ def test_cache_key_covers_every_module_and_our_own_programs():
     assert {"go-local-path/go.mod", "go-local-path/go.sum"} <= sources
     assert build.go_module_dir("local-path-provisioner").name == "go-local-path"
     assert build.go_module_dir("kubelet").name == "go"
+
+
+def test_a_build_holds_a_machine_wide_lock_that_a_second_build_waits_for(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+):
+    from kubetrain.testbed.build import build_lock
+
+    monkeypatch.setenv("KUBETRAIN_CACHE_DIR", str(tmp_path / "cache"))
+    # Another process trying the same lock without waiting is refused while it is held,
+    # and gets it once it is let go.
+    probe = (
+        "import fcntl, sys\n"
+        f"f = open({str(tmp_path / 'cache' / 'testbed' / '.binaries.lock')!r}, 'a')\n"
+        "try:\n    fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)\n"
+        "except BlockingIOError:\n    sys.exit(3)\n"
+    )
+
+    def other() -> int:
+        return subprocess.run([sys.executable, "-c", probe], timeout=30, check=False).returncode
+
+    with build_lock("binaries"):
+        assert other() == 3
+    assert other() == 0

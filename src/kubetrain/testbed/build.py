@@ -6,12 +6,15 @@ pinned version builds into a new directory and an unchanged one is reused.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import os
 import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
@@ -75,6 +78,16 @@ def go_module_dir(binary: str | None = None) -> Path:
     return Path(str(resources.files("kubetrain.testbed") / folder))
 
 
+@contextlib.contextmanager
+def build_lock(name: str) -> Iterator[None]:
+    """Hold this machine's lock on building `name` (released if the process dies)."""
+    path = cache_root() / "testbed" / f".{name}.lock"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
+
+
 def cache_root() -> Path:
     if override := os.environ.get("KUBETRAIN_CACHE_DIR"):
         return Path(override)
@@ -124,6 +137,13 @@ def go_version(go: str) -> tuple[int, int]:
 
 def build(*, force: bool = False, log: bool = True) -> Binaries:
     """Build every binary unless the cache already holds them all."""
+    # Two builds at once (two test workers, two shells) would share one staging
+    # directory: the second waits, then finds the first one's cache.
+    with build_lock("binaries"):
+        return _build(force=force, log=log)
+
+
+def _build(*, force: bool, log: bool) -> Binaries:
     target = installed()
     if target.complete() and not force:
         if log:

@@ -20,6 +20,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import os
 import sys
 import tarfile
 from collections.abc import Sequence
@@ -160,7 +161,8 @@ def _cached(name: str, layer: bytes, config: dict[str, object]) -> Image:
     path = cache_root() / "testbed" / "images" / f"{slug}-{digest}.tar"
     if not path.exists():
         path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_suffix(".partial")
+        # A name of this process's own: two test workers may write the same archive.
+        tmp = path.with_name(f"{path.name}.{os.getpid()}.partial")
         tmp.write_bytes(archive)
         tmp.replace(path)
     return Image(name, path)

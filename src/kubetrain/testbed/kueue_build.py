@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
 
-from kubetrain.testbed.build import BuildError, cache_root, go_version
+from kubetrain.testbed.build import BuildError, build_lock, cache_root, go_version
 
 KUEUE_VERSION = "v0.17.0"
 KUEUE_MODULE = "sigs.k8s.io/kueue"
@@ -137,6 +137,13 @@ def patched_modfile(source: Path, staging: Path) -> Path:
 
 def build(*, force: bool = False, log: bool = True) -> KueueBuild:
     """Build Kueue and copy its manifests unless the cache already holds them."""
+    # Two builds at once (two test workers, two shells) would share one staging
+    # directory: the second waits, then finds the first one's cache.
+    with build_lock("kueue"):
+        return _build(force=force, log=log)
+
+
+def _build(*, force: bool, log: bool) -> KueueBuild:
     target = installed()
     if target.complete() and not force:
         if log:
