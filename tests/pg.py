@@ -269,17 +269,31 @@ def backend(request: pytest.FixtureRequest) -> str:
     return str(request.param)
 
 
+def _sqlite_template(request: pytest.FixtureRequest) -> Path:
+    factory: pytest.TempPathFactory = request.getfixturevalue("tmp_path_factory")
+    path = factory.getbasetemp() / "sqlite-template" / "kubetrain.db"
+    if not path.exists():
+        path.parent.mkdir(exist_ok=True)
+        partial = path.with_name("partial.db")
+        partial.unlink(missing_ok=True)
+        database = Database(f"sqlite:///{partial}")
+        database.upgrade()
+        database.dispose()  # the last connection closed: no WAL file beside it
+        partial.rename(path)
+    return path
+
+
 @contextmanager
 def _fresh_database(
     backend: str, request: pytest.FixtureRequest, tmp_path: Path, *, migrated: bool
 ) -> Iterator[str]:
     if backend == "sqlite":
-        url = f"sqlite:///{tmp_path / 'kubetrain.db'}"
+        path = tmp_path / "kubetrain.db"
         if migrated:
-            database = Database(url)
-            database.upgrade()
-            database.dispose()
-        yield url
+            # A copy of a database migrated once per worker, as PostgreSQL's template:
+            # running every migration per test cost most of an API test's time.
+            shutil.copyfile(_sqlite_template(request), path)
+        yield f"sqlite:///{path}"
         return
     # The server starts only when a PostgreSQL case runs (`-k sqlite` needs none).
     server: PostgresServer = request.getfixturevalue("postgres_server")
