@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 import pytest
@@ -63,6 +63,11 @@ class StallingClient:
         yield "", Lease()  # never reached
 
 
+async def _until(condition: Callable[[], bool]) -> None:
+    while not condition():
+        await asyncio.sleep(0.01)
+
+
 def test_a_stalled_renewal_stops_the_leader_by_the_renew_deadline() -> None:
     async def scenario() -> tuple[list[float], float]:
         client = StallingClient()
@@ -90,12 +95,11 @@ def test_a_stalled_renewal_stops_the_leader_by_the_renew_deadline() -> None:
 
         runner = asyncio.create_task(elector.run(work))
         await asyncio.wait_for(elector.leading.wait(), 2)
-        await asyncio.sleep(0.5)
+        await asyncio.wait_for(_until(lambda: len(client.renewals) >= 2), 5)  # a renewal held
         client.stall.set()
         stalled = time.monotonic()
         # Every request now hangs: the leader must stop on its own.
-        await asyncio.sleep(1.5)
-        assert not elector.leading.is_set()
+        await asyncio.wait_for(_until(lambda: not elector.leading.is_set()), 5)
         runner.cancel()
         await asyncio.gather(runner, return_exceptions=True)
         return [a for a in acting if a >= stalled], client.renewals[-1]
