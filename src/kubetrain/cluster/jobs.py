@@ -201,6 +201,7 @@ class InPlaceJob:
 
     attempt: str | None
     resumed: bool  # already the next attempt: resumed before (a dispatcher that died then)
+    by_kueue: bool  # suspended by Kueue (evicted): Kueue's to resume, not kubetrain's
     settled: bool
     failed: int
     succeeded: int
@@ -227,7 +228,9 @@ async def stop_attempt(
     status = job.status
     attempt = (meta.labels or {}).get(LABEL_ATTEMPT)
     if attempt == following:
-        return InPlaceJob(attempt, resumed=True, settled=True, failed=0, succeeded=0)
+        return InPlaceJob(
+            attempt, resumed=True, by_kueue=False, settled=True, failed=0, succeeded=0
+        )
     conditions = (status.conditions if status else None) or []
     if any(
         c.type in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
@@ -235,9 +238,11 @@ async def stop_attempt(
         for c in conditions
     ):
         return None
-    if not (job.spec and job.spec.suspend) or (meta.annotations or {}).get(KUEUE_STOPPING) != (
-        "true"
-    ):
+    marked = (meta.annotations or {}).get(KUEUE_STOPPING) == "true"
+    # Suspended without the mark: Kueue stopped it itself (its Workload evicted, by a
+    # preemption or its waitForPodsReady); Kueue resumes it once readmitted.
+    by_kueue = bool(job.spec and job.spec.suspend) and not marked
+    if not (job.spec and job.spec.suspend):
         await client.patch(
             Job,
             name,
@@ -263,6 +268,7 @@ async def stop_attempt(
     return InPlaceJob(
         attempt=attempt,
         resumed=False,
+        by_kueue=by_kueue,
         settled=settled,
         failed=(status.failed if status else None) or 0,
         succeeded=(status.succeeded if status else None) or 0,
@@ -270,24 +276,30 @@ async def stop_attempt(
 
 
 @_wrapped
-async def resume_attempt(client: AsyncClient, manifest: dict[str, Any], backoff_limit: int) -> None:
+async def resume_attempt(
+    client: AsyncClient, manifest: dict[str, Any], backoff_limit: int, *, by_kueue: bool = False
+) -> None:
     """Resume a gang's Job stopped by `stop_attempt` as the attempt `manifest` renders:
     its label and retries on the Job and its Pods' template (mutable while the Job is
     suspended and its startTime cleared), `backoff_limit`, Kueue's stopping mark removed
     and `suspend: false`, in one patch. Kueue sees a Job running on its admitted Workload
-    and leaves it so: the Workload, its admission and its place in the queue persist."""
+    and leaves it so: the Workload, its admission and its place in the queue persist. A
+    Job Kueue suspended itself meanwhile (`by_kueue`) gets the next attempt's labels only:
+    Kueue resumes it once its Workload is admitted again."""
     meta = manifest["metadata"]
     template = manifest["spec"]["template"]["metadata"]
+    resume: dict[str, Any] = {} if by_kueue else {"suspend": False}
+    mark: dict[str, Any] = {} if by_kueue else {KUEUE_STOPPING: None}
     await client.patch(
         Job,
         meta["name"],
         {
             "metadata": {
                 "labels": {LABEL_ATTEMPT: meta["labels"][LABEL_ATTEMPT]},
-                "annotations": {**meta["annotations"], KUEUE_STOPPING: None},
+                "annotations": {**meta["annotations"], **mark},
             },
             "spec": {
-                "suspend": False,
+                **resume,
                 "backoffLimit": backoff_limit,
                 "template": {
                     "metadata": {"labels": {LABEL_ATTEMPT: template["labels"][LABEL_ATTEMPT]}}

@@ -363,7 +363,7 @@ class Dispatcher:
             return _Waiting(job.job_id, left or ["the Job controller's count of its Pods"])
         # Retries left: a limit never reached; the last attempt: the next failure fails it.
         limit = job.manifest["spec"]["backoffLimit"] or stopped.failed
-        await resume_attempt(self.client, job.manifest, limit)
+        await resume_attempt(self.client, job.manifest, limit, by_kueue=stopped.by_kueue)
         waited = WaitedForAttempt(
             attempt=int(following) - 1,
             since=since,
