@@ -50,7 +50,10 @@ def kk(kueue_bed: Testbed) -> Client:
 def _idle(kube: Client) -> bool:
     """ClusterQueue `gpus` holds and queues nothing: the Kueue testbed is the session's,
     and an earlier test's Workloads go with their namespace, a little after it."""
+    # None until Kueue first writes it, on a testbed just up: not known to be idle yet.
     status: Any = kube.get(ClusterQueue, "gpus").status
+    if status is None:
+        return False
     return not (
         status.get("admittedWorkloads")
         or status.get("reservingWorkloads")
