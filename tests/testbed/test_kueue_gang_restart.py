@@ -161,3 +161,4 @@ def test_a_gang_restarted_under_kueue_is_readmitted_before_the_job_queued_behind
     rows = get(server, project, gang_id, "/history")["items"]
     (waited,) = [r for r in rows if r["raw_reason"] == "PreviousAttemptEnded"]
     assert waited["attempt"] == 1
+    assert waited["raw_message"].startswith("attempt 2 resumed in place")

@@ -369,6 +369,7 @@ class Dispatcher:
             since=since,
             seconds=round(self.monotonic() - began, 1),
             pods=first,
+            made="resumed in place",
         )
         return job.ended, waited
 
