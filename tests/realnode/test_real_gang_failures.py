@@ -6,7 +6,11 @@
 * a gang whose rank 1 fails once ends SUCCEEDED on attempt 2, and no Pod of attempt 2
   is ever alive alongside one of attempt 1 (sampled all along): attempt 1's rank 0
   ignores SIGTERM, as a rank stuck in a collective does, and lingers for seconds after
-  its Job failed; attempt 2's Job is made only once it has ended.
+  its Job failed; attempt 2's Job is made only once it has ended;
+* a gang training data-parallel (torch's gloo) whose rank 1's process is SIGKILLed
+  mid-training restarts whole from its last checkpoint: attempt 2's ranks meet only each
+  other, never beside attempt 1, and its final weights are those of the same training
+  never interrupted, bit for bit.
 """
 
 from __future__ import annotations
