@@ -11,28 +11,25 @@ a 2-worker gang of 4 GPUs each fills the queue, every rank exits 1 after a few s
 from __future__ import annotations
 
 import threading
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
+from lightkube.resources.core_v1 import Pod
 
 from kubetrain.domain.manifest import LABEL_ATTEMPT
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import get, submit, wait_for
-from tests.fixtures.record import Workload, local_queue
+from tests.fixtures.record import Workload
 from tests.kube import eventually
 from tests.kube import get as kube_get
 from tests.reliability.conftest import unled_server
-from tests.testbed.test_kueue import _idle
+from tests.testbed.test_kueue import queue_namespace
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
 
@@ -54,14 +51,8 @@ def server(kueue_testbed: Testbed, tmp_path: Path) -> Iterator[Server]:
 def project(kk: Client) -> Iterator[str]:
     """A namespace with LocalQueue `team` of ClusterQueue `gpus`, made before kubetrain's
     first job there (kubetrain leaves a namespace that exists as it is)."""
-    eventually(lambda: _idle(kk), 120, what="ClusterQueue gpus to be idle")
-    name = f"kueue-gang-{uuid.uuid4().hex[:8]}"
-    kk.create(Namespace(metadata=ObjectMeta(name=name)))
-    eventually(lambda: kube_get(kk, ServiceAccount, "default", name), 30, what="default SA")
-    queue: Any = from_dict(local_queue("team", "gpus"))
-    kk.create(queue, namespace=name)
-    yield name
-    kk.delete(Namespace, name)
+    with queue_namespace(kk, "kueue-gang") as name:
+        yield name
 
 
 def _reserved(workload: Any) -> bool:

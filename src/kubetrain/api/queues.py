@@ -248,8 +248,9 @@ class QuotaView(BaseModel):
     borrowed: str = Field(description="of the reserved, what is above the nominal quota")
 
 
-class PendingView(BaseModel):
-    position: int = Field(description="1: the job Kueue considers next")
+class _WaitingView(BaseModel):
+    """A Workload that holds no quota, and kubetrain's job for it."""
+
     namespace: str
     workload: str
     kubernetes_job: str | None = Field(description="the Job that owns the Workload")
@@ -257,20 +258,17 @@ class PendingView(BaseModel):
     job_id: str | None
     job_name: str | None
     local_queue: str | None
+
+
+class PendingView(_WaitingView):
+    position: int = Field(description="1: the job Kueue considers next")
     priority: int
     queued_at: datetime | None = Field(description="what Kueue orders by, after priority")
     requests: dict[str, str]
     message: str | None = Field(description="Kueue's words on why it holds no quota yet")
 
 
-class RequeuingView(BaseModel):
-    namespace: str
-    workload: str
-    kubernetes_job: str | None = Field(description="the Job that owns the Workload")
-    project: str | None = Field(description="the kubetrain project, for a kubetrain job")
-    job_id: str | None
-    job_name: str | None
-    local_queue: str | None
+class RequeuingView(_WaitingView):
     requeue_at: datetime = Field(
         description="Kueue's status.requeueState.requeueAt: back in line then, not before"
     )
