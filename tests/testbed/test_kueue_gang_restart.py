@@ -19,9 +19,9 @@ import pytest
 from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Pod
+from lightkube.resources.core_v1 import Pod, Service
 
-from kubetrain.domain.manifest import LABEL_ATTEMPT
+from kubetrain.domain.manifest import CONTROLLER_UID, LABEL_ATTEMPT
 from kubetrain.testbed.cluster import Testbed
 from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import get, submit, wait_for
@@ -144,6 +144,9 @@ def test_a_gang_restarted_under_kueue_is_readmitted_before_the_job_queued_behind
     assert [w["metadata"]["uid"] for w in _workloads_of(kk, project, job_uid)] == [
         workload["metadata"]["uid"]
     ]
+    # Rank 0's name leads to the current attempt's Pods only: the Service, the Job's, kept.
+    service: Any = kk.get(Service, gang, namespace=project)
+    assert service.spec.selector == {CONTROLLER_UID: job_uid, LABEL_ATTEMPT: "2"}
     # Attempt 2 ran while the job submitted after the gang still waited behind it.
     assert sampler.behind_reserved_at_attempt_2 is False, sampler.samples
     assert sampler.overlaps == []
