@@ -7,6 +7,7 @@ one node) with a LocalQueue in the test's namespace.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import ssl
 import urllib.request
@@ -50,7 +51,10 @@ def kk(kueue_bed: Testbed) -> Client:
 def _idle(kube: Client) -> bool:
     """ClusterQueue `gpus` holds and queues nothing: the Kueue testbed is the session's,
     and an earlier test's Workloads go with their namespace, a little after it."""
+    # None until Kueue first writes it, on a testbed just up: not known to be idle yet.
     status: Any = kube.get(ClusterQueue, "gpus").status
+    if status is None:
+        return False
     return not (
         status.get("admittedWorkloads")
         or status.get("reservingWorkloads")
@@ -58,16 +62,24 @@ def _idle(kube: Client) -> bool:
     )
 
 
-@pytest.fixture
-def queue_ns(kk: Client) -> Iterator[str]:
+@contextlib.contextmanager
+def queue_namespace(kk: Client, prefix: str = "kueue") -> Iterator[str]:
+    """A namespace with LocalQueue `team` of ClusterQueue `gpus`, once `gpus` is idle;
+    deleted after."""
     eventually(lambda: _idle(kk), 120, what="ClusterQueue gpus to be idle")
-    name = f"kueue-{datetime.now(UTC).strftime('%H%M%S%f')}"
+    name = f"{prefix}-{datetime.now(UTC).strftime('%H%M%S%f')}"
     kk.create(Namespace(metadata=ObjectMeta(name=name)))
     eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
     queue: Any = from_dict(local_queue("team", "gpus"))
     kk.create(queue, namespace=name)
     yield name
     kk.delete(Namespace, name)
+
+
+@pytest.fixture
+def queue_ns(kk: Client) -> Iterator[str]:
+    with queue_namespace(kk) as name:
+        yield name
 
 
 def submit(kube: Client, ns: str, job_id: str, gpus: int, priority: str | None = None) -> str:

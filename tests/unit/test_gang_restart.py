@@ -16,7 +16,13 @@ import pytest
 from kubetrain.domain.diagnosis import Diagnosis, GangRestart
 from kubetrain.domain.diagnosis.gang import next_attempt
 from kubetrain.domain.diagnosis.reading import GangAttempt
-from kubetrain.domain.manifest import ANNOTATION_RETRIES, ANNOTATION_RETRIES_USED, LABEL_ATTEMPT
+from kubetrain.domain.manifest import (
+    ANNOTATION_RESTART,
+    ANNOTATION_RETRIES,
+    ANNOTATION_RETRIES_USED,
+    IN_PLACE,
+    LABEL_ATTEMPT,
+)
 from kubetrain.domain.states import BusinessState, ReasonCode
 from tests.unit.diagnosis_helpers import dump, items, run, the_job
 
@@ -156,3 +162,45 @@ def test_a_gang_job_kubetrain_does_not_restart_fails_as_recorded():
 def test_a_cancelled_gang_is_not_restarted():
     d = run(failed_gang(retries=1), cancel_requested=True)
     assert (d.state, d.restart) == (S.FAILED, None)
+
+
+def in_place_gang(attempt: int = 1, retries: int = 1, used: int = 0) -> dict[str, Any]:
+    """The failed gang as a gang restarted in place sees it the moment rank 1 ended: its
+    Job lives on (the trainer's failure counted short of the limit, no Failed condition),
+    and carries the in-place mark; every Pod is of the Job's attempt."""
+    data = failed_gang(attempt, retries, used)
+    job = the_job(data)
+    job["metadata"]["annotations"][ANNOTATION_RESTART] = IN_PLACE
+    job["status"]["conditions"] = [
+        c
+        for c in job["status"].get("conditions", [])
+        if c["type"] not in ("Failed", "FailureTarget")
+    ]
+    for pod in items(data, "Pod"):
+        pod["metadata"].setdefault("labels", {})[LABEL_ATTEMPT] = str(attempt)
+    return data
+
+
+def test_a_gang_restarted_in_place_restarts_on_its_failed_rank_while_its_job_lives():
+    data = in_place_gang(retries=1)
+    d = run(data)
+    assert (d.state, d.reason, d.waitable) == (S.QUEUED, R.EXIT_NONZERO, True)
+    # The same Job (its uid) is the one to restart: suspended and resumed, not replaced.
+    assert d.restart == GangRestart(2, True, 1, the_job(data)["metadata"]["uid"])
+    assert "Retrying: attempt 2 of the whole gang starts (1 of 1 retries used)" in d.explanation
+    assert "rank 1 (Pod " in d.explanation
+
+
+def test_a_gang_restarted_in_place_with_no_retry_left_fails():
+    d = run(in_place_gang(attempt=2, retries=1, used=1))
+    assert (d.state, d.reason, d.restart) == (S.FAILED, R.EXIT_NONZERO, None)
+
+
+def test_a_gang_restarted_in_place_reads_its_current_attempts_pods_only():
+    # Resumed as attempt 2: attempt 1's Pods, failed, are still the Job's, and are history.
+    data = in_place_gang(retries=1)
+    the_job(data)["metadata"]["labels"][LABEL_ATTEMPT] = "2"
+    d = run(data)
+    assert d.restart is None
+    assert d.state is S.QUEUED
+    assert d.reason is not R.EXIT_NONZERO

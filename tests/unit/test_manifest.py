@@ -745,6 +745,41 @@ def test_a_gang_job_carries_its_attempt_and_retries_for_the_restart_decision():
         m.render_job(JOB_ID, parsed, "ai-training", dataset=dataset, retries_used=4)
 
 
+def in_place(retries: int = 1, used: int = 0) -> dict[str, Any]:
+    data = full()
+    data["spec"]["workers"] = 2
+    data["spec"]["retries"] = retries
+    data["spec"]["queue"] = "team"
+    parsed = job(data)
+    dataset = resolve_dataset(parsed.spec.dataset, None) if parsed.spec.dataset else None
+    return m.render_job(
+        JOB_ID, parsed, "ai-training", dataset=dataset, attempt=used + 1, retries_used=used
+    )
+
+
+def test_a_gang_under_kueue_restarts_in_place_and_its_job_lives_through_a_failure():
+    manifest = in_place(retries=1)
+    assert manifest["metadata"]["annotations"][m.ANNOTATION_RESTART] == m.IN_PLACE
+    disrupted, preflight, fail = manifest["spec"]["podFailurePolicy"]["rules"]
+    # A disruption is not the Job's failure, the trainer's is counted, and the preflight's
+    # code still fails the Job at once: the same table, kept by kubetrain, not a new Job.
+    assert (disrupted["action"], preflight["action"], fail["action"]) == (
+        "Ignore",
+        "FailJob",
+        "Count",
+    )
+    assert preflight["onExitCodes"]["values"] == [86]
+    # With a retry left, the count never fails the Job; kubetrain restarts the gang.
+    assert manifest["spec"]["backoffLimit"] == m.UNREACHED_BACKOFF_LIMIT
+    # None left: the next failure fails it (the dispatcher sets a resumed last attempt's
+    # limit to the failures already counted).
+    assert in_place(retries=1, used=1)["spec"]["backoffLimit"] == 0
+    assert in_place(retries=0)["spec"]["backoffLimit"] == 0
+    # Kueue's labels and suspend as for any queued job.
+    assert manifest["spec"]["suspend"] is True
+    assert m.ANNOTATION_RESTART not in gang()["metadata"]["annotations"]
+
+
 def test_a_single_pod_job_carries_no_attempt():
     job = render(full())
     assert m.LABEL_ATTEMPT not in job["metadata"]["labels"]
@@ -773,6 +808,11 @@ def test_the_headless_service_selects_the_jobs_pods_and_goes_with_the_job():
         "publishNotReadyAddresses": True,
         # The Job's own Pods, by its uid: an earlier attempt's Job had the same name.
         "selector": {"batch.kubernetes.io/controller-uid": "uid-1"},
+    }
+    # And the attempt's only: a gang restarted in place keeps its Job (and uid).
+    assert m.render_service(JOB_ID, "ai-training", "uid-1", 2)["spec"]["selector"] == {
+        "batch.kubernetes.io/controller-uid": "uid-1",
+        m.LABEL_ATTEMPT: "2",
     }
 
 

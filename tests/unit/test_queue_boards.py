@@ -4,6 +4,7 @@ admitted Workloads, borrowing above the nominal quota, and the bars drawn from t
 
 from __future__ import annotations
 
+from datetime import UTC, datetime
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any, cast
@@ -97,3 +98,33 @@ def test_gpu_quota_is_drawn_as_bars_and_the_rest_said_in_words() -> None:
     )
     assert borrowing.text() == "8 of 6 nominal admitted, 2 borrowed (may borrow up to 4)"
     assert borrowing.percent == 100.0
+
+
+def test_a_workload_in_kueues_backoff_is_listed_apart_until_requeue_at() -> None:
+    listing = kueue_cluster()
+    (waiting,) = [
+        w
+        for w in items(listing, "Workload")
+        if w["metadata"]["namespace"] == WAITING_NAMESPACE
+        and w["metadata"]["name"].startswith("job-kt-")
+    ]
+    waiting["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-12-05T12:00:00Z"}
+    before = datetime(2026, 12, 5, 11, 59, tzinfo=UTC)
+    (gpus, _stopped) = queue_boards(listing, None, before)
+    # Out of the line, as in Kueue's own queue: the next job is first, and it is said apart.
+    assert [(p.position, p.workload.namespace) for p in gpus.pending] == [(1, NEVER_FITS_NAMESPACE)]
+    assert [(r.workload.namespace, r.workload.requeue_at) for r in gpus.requeuing] == [
+        (WAITING_NAMESPACE, datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
+    ]
+    assert pending_counts(listing, before)["gpus"] == 1
+    for job in items(listing, "Job"):
+        del job["metadata"]["labels"]["kubetrain.io/job-id"]  # no kubetrain job to look up
+    answer = queues_view(cast(ApiContext, SimpleNamespace()), queue_boards(listing, None, before))
+    (view, _) = answer.cluster_queues
+    assert [r.model_dump(mode="json")["requeue_at"] for r in view.requeuing] == [
+        "2026-12-05T12:00:00Z"
+    ]
+    # Once requeueAt has passed, back in line at its place.
+    (gpus, _stopped) = queue_boards(listing, None, datetime(2026, 12, 5, 12, 1, tzinfo=UTC))
+    assert [p.position for p in gpus.pending] == [1, 2]
+    assert gpus.requeuing == ()

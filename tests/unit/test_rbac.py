@@ -56,7 +56,9 @@ def _resource_classes(tree: ast.Module) -> dict[str, tuple[str, str]]:
             module = importlib.import_module(node.module or "")
             for alias in node.names:
                 info = getattr(module, alias.name)._api_info
-                out[alias.asname or alias.name] = (info.resource.group, info.plural)
+                # A subresource's class (JobStatus) is its own rule: jobs/status.
+                plural = f"{info.plural}/{info.action}" if info.action else info.plural
+                out[alias.asname or alias.name] = (info.resource.group, plural)
     return out
 
 

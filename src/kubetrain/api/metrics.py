@@ -15,6 +15,7 @@ ClusterQueue come from the control loops' caches, so only the replica that runs 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from datetime import UTC, datetime
 from typing import Annotated, Any
 
 from fastapi import Depends, FastAPI, Request
@@ -100,6 +101,6 @@ def add_metrics(
         body += generate_latest(usage)
         if listing is not None:
             queues = CollectorRegistry(auto_describe=False)
-            queues.register(QueuePending(pending_counts(listing)))
+            queues.register(QueuePending(pending_counts(listing, datetime.now(UTC))))
             body += generate_latest(queues)
         return Response(body, media_type=CONTENT_TYPE_LATEST)

@@ -6,7 +6,10 @@ The order and each Workload's reading are domain/queues.py's, the ones the diagn
 gives a job's position with, so the page, the CLI and `why` agree. What admitted jobs
 reserve is summed from their Workloads' admissions, as Kueue's own cache counts it (a
 ClusterQueue's status follows a moment later), and borrowed is what is reserved above
-the nominal quota.
+the nominal quota. A Workload that Kueue evicted and holds off until
+`status.requeueState.requeueAt` (its backoff after a `waitForPodsReady` or admission
+check eviction) is out of the line until then, as in Kueue's own queue: listed apart
+(`requeuing`), with the moment, and ahead of no one.
 
 Only the process that runs the control loops (the leader) holds the caches; any other
 answers 503. A project token sees every ClusterQueue's numbers but only its own
@@ -17,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
+from datetime import UTC, datetime
 from decimal import Decimal
 from typing import Annotated, Any
 
@@ -36,12 +39,15 @@ from kubetrain.domain.objects import as_list, as_map, meta_name, meta_namespace,
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.queues import (
     QueuedWorkload,
+    backing_off,
     flavor_quota,
     pending_in_order,
     queued,
     workload_condition,
 )
 from kubetrain.store import ALL_PROJECTS, get_job_any_project
+
+_NEVER = datetime.max.replace(tzinfo=UTC)  # a sort key; never an answer
 
 router = APIRouter(
     prefix="/api/v1/queues", tags=["queues"], responses=problem_responses(401, 403, 500, 503)
@@ -79,6 +85,12 @@ class PendingLine:
 
 
 @dataclass(frozen=True, slots=True)
+class RequeuingLine:
+    workload: QueuedWorkload  # its requeue_at still to come
+    job_id: str | None
+
+
+@dataclass(frozen=True, slots=True)
 class QueueBoard:
     """One ClusterQueue: its quota lines, and the pending jobs the caller may see."""
 
@@ -90,6 +102,7 @@ class QueueBoard:
     admitted: int  # Workloads holding quota in it
     pending_total: int  # every pending Workload, seen or not
     pending: tuple[PendingLine, ...]  # those the caller may see, first in line first
+    requeuing: tuple[RequeuingLine, ...] = ()  # in Kueue's backoff, out of the line
 
 
 def _items(listing: Mapping[str, Any], kind: str) -> Iterator[Mapping[str, Any]]:
@@ -144,9 +157,12 @@ def _waiting_words(workload: Mapping[str, Any]) -> str | None:
     return text(condition, "message") or None
 
 
-def queue_boards(listing: Mapping[str, Any], namespaces: set[str] | None) -> list[QueueBoard]:
+def queue_boards(
+    listing: Mapping[str, Any], namespaces: set[str] | None, now: datetime | None = None
+) -> list[QueueBoard]:
     """Every ClusterQueue of the listing, by name; the pending Workloads listed are those
-    in `namespaces` (None: all), numbered by their place among every pending one."""
+    in `namespaces` (None: all), numbered by their place among every pending one. As of
+    `now`, those in Kueue's backoff (requeueAt to come) are out of the line: `requeuing`."""
     workloads = read_workloads(listing)
     raw = {(meta_namespace(w), meta_name(w) or ""): w for w in _items(listing, "Workload")}
     ours = {
@@ -160,7 +176,15 @@ def queue_boards(listing: Mapping[str, Any], namespaces: set[str] | None) -> lis
         holders = [
             w for w in workloads if w.cluster_queue == name and w.reserved and not w.finished
         ]
-        line = pending_in_order(workloads, name)
+        line = pending_in_order(workloads, name, now)
+        requeuing = tuple(
+            RequeuingLine(w, ours.get((w.namespace, w.job)) if w.job else None)
+            for w in sorted(workloads, key=lambda w: (w.requeue_at or _NEVER, w.name))
+            if w.cluster_queue == name
+            and w.pending
+            and backing_off(w, now)
+            and (namespaces is None or w.namespace in namespaces)
+        )
         pending = tuple(
             PendingLine(
                 position=at + 1,
@@ -194,16 +218,18 @@ def queue_boards(listing: Mapping[str, Any], namespaces: set[str] | None) -> lis
                 admitted=len(holders),
                 pending_total=len(line),
                 pending=pending,
+                requeuing=requeuing,
             )
         )
     return boards
 
 
-def pending_counts(listing: Mapping[str, Any]) -> dict[str, int]:
-    """Pending Workloads per ClusterQueue that exists (the metric's label values)."""
+def pending_counts(listing: Mapping[str, Any], now: datetime | None = None) -> dict[str, int]:
+    """Pending Workloads in line per ClusterQueue that exists (the metric's label values);
+    as of `now`, not those in Kueue's backoff."""
     workloads = read_workloads(listing)
     return {
-        meta_name(q) or "": len(pending_in_order(workloads, meta_name(q) or ""))
+        meta_name(q) or "": len(pending_in_order(workloads, meta_name(q) or "", now))
         for q in _items(listing, "ClusterQueue")
     }
 
@@ -222,8 +248,9 @@ class QuotaView(BaseModel):
     borrowed: str = Field(description="of the reserved, what is above the nominal quota")
 
 
-class PendingView(BaseModel):
-    position: int = Field(description="1: the job Kueue considers next")
+class _WaitingView(BaseModel):
+    """A Workload that holds no quota, and kubetrain's job for it."""
+
     namespace: str
     workload: str
     kubernetes_job: str | None = Field(description="the Job that owns the Workload")
@@ -231,10 +258,20 @@ class PendingView(BaseModel):
     job_id: str | None
     job_name: str | None
     local_queue: str | None
+
+
+class PendingView(_WaitingView):
+    position: int = Field(description="1: the job Kueue considers next")
     priority: int
     queued_at: datetime | None = Field(description="what Kueue orders by, after priority")
     requests: dict[str, str]
     message: str | None = Field(description="Kueue's words on why it holds no quota yet")
+
+
+class RequeuingView(_WaitingView):
+    requeue_at: datetime = Field(
+        description="Kueue's status.requeueState.requeueAt: back in line then, not before"
+    )
 
 
 class ClusterQueueView(BaseModel):
@@ -246,6 +283,11 @@ class ClusterQueueView(BaseModel):
     pending_total: int = Field(description="every pending Workload, yours or not")
     resources: list[QuotaView]
     pending: list[PendingView] = Field(description="the pending jobs you may see, in order")
+    requeuing: list[RequeuingView] = Field(
+        default_factory=list,
+        description="evicted jobs you may see in Kueue's backoff: out of the line until "
+        "requeue_at, soonest first",
+    )
 
 
 class Queues(BaseModel):
@@ -275,7 +317,15 @@ def queues_view(
 ) -> Queues:
     """The boards as the API answers them, kubetrain's jobs named (a DB read: call it in
     a worker thread). A project token's view names only its own projects' jobs."""
-    names = _names(context, (p.job_id for b in boards for p in b.pending if p.job_id))
+    names = _names(
+        context,
+        [
+            job_id
+            for b in boards
+            for job_id in [*(p.job_id for p in b.pending), *(r.job_id for r in b.requeuing)]
+            if job_id
+        ],
+    )
     if caller is not None and caller.project != ALL_PROJECTS:
         names = {k: v for k, v in names.items() if v[0] == caller.project}
     return Queues(
@@ -315,6 +365,19 @@ def queues_view(
                     )
                     for p in b.pending
                 ],
+                requeuing=[
+                    RequeuingView(
+                        namespace=r.workload.namespace,
+                        workload=r.workload.name,
+                        kubernetes_job=r.workload.job,
+                        project=names.get(r.job_id or "", (None, None))[0],
+                        job_id=r.job_id if (r.job_id or "") in names else None,
+                        job_name=names.get(r.job_id or "", (None, None))[1],
+                        local_queue=r.workload.local_queue,
+                        requeue_at=r.workload.requeue_at or _NEVER,
+                    )
+                    for r in b.requeuing
+                ],
             )
             for b in boards
         ]
@@ -338,7 +401,7 @@ def cluster_listing(context: ApiContext) -> dict[str, Any]:
 async def get_queues(caller: Caller, context: Context) -> Queues:
     role_may(caller, Action.READ)
     listing = cluster_listing(context)
-    boards = queue_boards(listing, visible_namespaces(caller, context.settings))
+    boards = queue_boards(listing, visible_namespaces(caller, context.settings), datetime.now(UTC))
     return await run_in_threadpool(queues_view, context, boards, caller)
 
 

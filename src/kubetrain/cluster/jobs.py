@@ -8,17 +8,21 @@ from __future__ import annotations
 
 import functools
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from typing import Any, ParamSpec, TypeVar, cast
 
 from lightkube import ApiError, AsyncClient
 from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.batch_v1 import Job
+from lightkube.resources.batch_v1 import Job, JobStatus
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
 from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors
 from kubetrain.domain.manifest import (
+    ANNOTATION_RESTART,
     CONTROLLER_UID,
+    IN_PLACE,
+    KUEUE_STOPPING,
     LABEL_ATTEMPT,
     LABEL_JOB_ID,
 )
@@ -111,8 +115,12 @@ async def put_service(client: AsyncClient, manifest: dict[str, Any]) -> None:
             "and is not this kubetrain job's"
         )
     owners = (existing.metadata.ownerReferences if existing.metadata else None) or []
-    if [o.uid for o in owners] != [o["uid"] for o in meta["ownerReferences"]]:
-        # Its selector too: it names the Pods of one Job (controller uid) only.
+    selector = (existing.spec.selector if existing.spec else None) or {}
+    if [o.uid for o in owners] != [o["uid"] for o in meta["ownerReferences"]] or (
+        selector != manifest["spec"]["selector"]
+    ):
+        # Its selector too: it names the Pods of one Job (controller uid) and one attempt
+        # only (a gang restarted in place keeps its Job, and its Service).
         await client.patch(
             Service,
             meta["name"],
@@ -182,3 +190,122 @@ async def _found(call: Awaitable[_R]) -> _R | None:
 def _owned_by(obj: Service, uid: str) -> bool:
     owners = (obj.metadata.ownerReferences if obj.metadata else None) or []
     return any(o.uid == uid for o in owners)
+
+
+@dataclass(frozen=True, slots=True)
+class InPlaceJob:
+    """A gang's Job that restarts in place, as `stop_attempt` left it: its attempt, and
+    whether the Job controller has ended and counted every Pod of it (`settled`), with
+    the failures it counted (`failed`: a last attempt's backoffLimit) and whether a rank
+    succeeded (an Indexed Job would not run that index again: no restart in place)."""
+
+    attempt: str | None
+    resumed: bool  # already the next attempt: resumed before (a dispatcher that died then)
+    by_kueue: bool  # suspended by Kueue (evicted): Kueue's to resume, not kubetrain's
+    settled: bool
+    failed: int
+    succeeded: int
+
+
+@_wrapped
+async def stop_attempt(
+    client: AsyncClient, namespace: str, name: str, uid: str, following: str
+) -> InPlaceJob | None:
+    """Suspend a gang's Job restarted in place (the Job controller then deletes its Pods),
+    as Kueue's own `Stop` does: with Kueue's `kueue.x-k8s.io/stopping` mark, so that
+    Kueue, which resumes a suspended Job whose Workload is admitted, leaves it suspended
+    (its Workload keeps its admission and its quota), and with `status.startTime`
+    cleared, so that the template's labels may change before it is resumed
+    (`resume_attempt`). Idempotent; a Job that is attempt `following` already is left as it
+    is (`resumed`). None when the Job of `uid` is gone, or is no Job restarted in place,
+    or has finished: the caller makes a new Job instead."""
+    job = await _found(client.get(Job, name, namespace=namespace))
+    meta = job.metadata if job is not None else None
+    if job is None or meta is None or meta.uid != uid:
+        return None
+    if (meta.annotations or {}).get(ANNOTATION_RESTART) != IN_PLACE:
+        return None
+    status = job.status
+    attempt = (meta.labels or {}).get(LABEL_ATTEMPT)
+    if attempt == following:
+        return InPlaceJob(
+            attempt, resumed=True, by_kueue=False, settled=True, failed=0, succeeded=0
+        )
+    conditions = (status.conditions if status else None) or []
+    if any(
+        c.type in ("Complete", "Failed", "FailureTarget", "SuccessCriteriaMet")
+        and c.status == "True"
+        for c in conditions
+    ):
+        return None
+    marked = (meta.annotations or {}).get(KUEUE_STOPPING) == "true"
+    # Suspended without the mark: Kueue stopped it itself (its Workload evicted, by a
+    # preemption or its waitForPodsReady); Kueue resumes it once readmitted.
+    by_kueue = bool(job.spec and job.spec.suspend) and not marked
+    if not (job.spec and job.spec.suspend):
+        await client.patch(
+            Job,
+            name,
+            {"metadata": {"annotations": {KUEUE_STOPPING: "true"}}, "spec": {"suspend": True}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+    if status is not None and status.startTime is not None:
+        await client.patch(
+            JobStatus,
+            name,
+            {"status": {"startTime": None}},
+            namespace=namespace,
+            patch_type=PatchType.MERGE,
+        )
+    uncounted = status.uncountedTerminatedPods if status else None
+    settled = (
+        status is not None
+        and not status.active
+        and not status.terminating
+        and not (uncounted and (uncounted.failed or uncounted.succeeded))
+    )
+    return InPlaceJob(
+        attempt=attempt,
+        resumed=False,
+        by_kueue=by_kueue,
+        settled=settled,
+        failed=(status.failed if status else None) or 0,
+        succeeded=(status.succeeded if status else None) or 0,
+    )
+
+
+@_wrapped
+async def resume_attempt(
+    client: AsyncClient, manifest: dict[str, Any], backoff_limit: int, *, by_kueue: bool = False
+) -> None:
+    """Resume a gang's Job stopped by `stop_attempt` as the attempt `manifest` renders:
+    its label and retries on the Job and its Pods' template (mutable while the Job is
+    suspended and its startTime cleared), `backoff_limit`, Kueue's stopping mark removed
+    and `suspend: false`, in one patch. Kueue sees a Job running on its admitted Workload
+    and leaves it so: the Workload, its admission and its place in the queue persist. A
+    Job Kueue suspended itself meanwhile (`by_kueue`) gets the next attempt's labels only:
+    Kueue resumes it once its Workload is admitted again."""
+    meta = manifest["metadata"]
+    template = manifest["spec"]["template"]["metadata"]
+    resume: dict[str, Any] = {} if by_kueue else {"suspend": False}
+    mark: dict[str, Any] = {} if by_kueue else {KUEUE_STOPPING: None}
+    await client.patch(
+        Job,
+        meta["name"],
+        {
+            "metadata": {
+                "labels": {LABEL_ATTEMPT: meta["labels"][LABEL_ATTEMPT]},
+                "annotations": {**meta["annotations"], **mark},
+            },
+            "spec": {
+                **resume,
+                "backoffLimit": backoff_limit,
+                "template": {
+                    "metadata": {"labels": {LABEL_ATTEMPT: template["labels"][LABEL_ATTEMPT]}}
+                },
+            },
+        },
+        namespace=meta["namespace"],
+        patch_type=PatchType.MERGE,
+    )

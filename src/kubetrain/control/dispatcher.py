@@ -45,8 +45,12 @@ from kubetrain.cluster.jobs import (
     delete_job,
     ensure_namespace,
     put_service,
+    resume_attempt,
+    stop_attempt,
 )
 from kubetrain.domain.manifest import (
+    ANNOTATION_RESTART,
+    IN_PLACE,
     LABEL_ATTEMPT,
     RenderOptions,
     job_name,
@@ -260,9 +264,22 @@ class Dispatcher:
         job_id, namespace, manifest = job.job_id, job.namespace, job.manifest
         waited = None
         try:
-            if job.ended is not None:
+            resumed: str | None = None  # the Job's uid, resumed as the next attempt
+            fell_back = False
+            if (
+                job.ended is not None
+                and manifest["metadata"]["annotations"].get(ANNOTATION_RESTART) == IN_PLACE
+            ):
+                in_place = await self._restart_in_place(job)
+                if isinstance(in_place, _Waiting):
+                    return in_place
+                if in_place is None:
+                    fell_back = True  # a new Job instead: the ended one is deleted
+                else:
+                    resumed, waited = in_place
+            if job.ended is not None and resumed is None:
                 name = manifest["metadata"]["name"]
-                if job_id not in self._waits:  # deleted already while it waits
+                if fell_back or job_id not in self._waits:  # not deleted already
                     await delete_attempt(self.client, namespace, name, job.ended)
                 # A blocking recreate (JobSet's BlockingRecreate): the next attempt only
                 # once every Pod of the last has ended, so that no rank of the new one
@@ -279,15 +296,19 @@ class Dispatcher:
                     seconds=round(self.monotonic() - began, 1),
                     pods=first,
                 )
-            if self.manage_namespaces and namespace not in self._namespaces:
+            if resumed is not None:
+                pass  # the same Job, resumed as the next attempt
+            elif self.manage_namespaces and namespace not in self._namespaces:
                 await ensure_namespace(
                     self.client, namespace, namespace_labels(self.render_options)
                 )
                 self._namespaces.add(namespace)
-            uid = await create_job(self.client, manifest)
+            uid = resumed if resumed is not None else await create_job(self.client, manifest)
             if uid is not None and manifest["spec"].get("completionMode") == "Indexed":
                 # A gang's Pods find rank 0 through it; owned by the Job, it goes with it.
-                await put_service(self.client, render_service(job_id, namespace, uid))
+                # It selects the attempt's Pods only.
+                attempt = int(manifest["metadata"]["labels"][LABEL_ATTEMPT])
+                await put_service(self.client, render_service(job_id, namespace, uid, attempt))
         except ClusterError as exc:
             self.failures += 1
             # The API server did not answer, or answered that it cannot now: an outage,
@@ -315,6 +336,42 @@ class Dispatcher:
             },
         )
         return _Created(job_id, manifest["metadata"]["name"], waited)
+
+    async def _restart_in_place(
+        self, job: _Prepared
+    ) -> tuple[str, WaitedForAttempt | None] | _Waiting | None:
+        """A gang under Kueue restarts in place: its Job suspended (Kueue kept off, its
+        Workload admitted), and once every Pod of the ended attempt has ended and been
+        counted, resumed as the next attempt. The Job's uid with the wait, or the wait
+        going on; None when the Job cannot restart in place (gone, finished, or a rank
+        succeeded, which an Indexed Job would not run again): then a new Job is made."""
+        assert job.ended is not None
+        meta = job.manifest["metadata"]
+        following = meta["labels"][LABEL_ATTEMPT]
+        stopped = await stop_attempt(self.client, job.namespace, meta["name"], job.ended, following)
+        if stopped is None or stopped.succeeded:
+            return None
+        if stopped.resumed:
+            return job.ended, None
+        # A blocking recreate, as for a new Job: no Pod of the next attempt while one of
+        # the last is alive. The Job controller's count of them settles the last limit.
+        left = await attempt_pods_left(self.client, job.namespace, job.ended)
+        since, began, first = self._waits.setdefault(
+            job.job_id, (self.clock(), self.monotonic(), left)
+        )
+        if left or not stopped.settled:
+            return _Waiting(job.job_id, left or ["the Job controller's count of its Pods"])
+        # Retries left: a limit never reached; the last attempt: the next failure fails it.
+        limit = job.manifest["spec"]["backoffLimit"] or stopped.failed
+        await resume_attempt(self.client, job.manifest, limit, by_kueue=stopped.by_kueue)
+        waited = WaitedForAttempt(
+            attempt=int(following) - 1,
+            since=since,
+            seconds=round(self.monotonic() - began, 1),
+            pods=first,
+            made="resumed in place",
+        )
+        return job.ended, waited
 
     def _prepare(self, session: Session, claimed: Sequence[Job]) -> list[_Prepared]:
         """The claimed jobs still to be created, with their manifests. A job cancelled

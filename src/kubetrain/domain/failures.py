@@ -7,6 +7,14 @@ A single Pod's Job says the same with Kubernetes' own means: a disruption is `Ig
 `FailJob`, any other failure counts against `backoffLimit`. A gang's attempt is one Job
 (`backoffLimit: 0`) that every class fails at once (`FailJob`), so that the Job
 controller terminates the other ranks; what follows is kubetrain's, by this table.
+
+A gang under Kueue restarts in place (domain/manifest.py): one Job for every attempt, so
+that its Workload keeps its admission and its place. Its Job must not fail on a
+restartable class, so the rules differ (`in_place`): a disruption is `Ignore`d, the
+trainer's failure `Count`ed against a `backoffLimit` kubetrain sets per attempt (out of
+reach while retries remain, reached by the next failure on the last attempt), and the
+preflight's code still fails the Job at once. kubetrain sees the failed rank and
+restarts the gang by the same table.
 """
 
 from __future__ import annotations
@@ -37,12 +45,14 @@ class GangAction(StrEnum):
 @dataclass(frozen=True)
 class GangFailure:
     """One failure class: how it shows on the rank's Pod, its podFailurePolicy rule (every
-    rule is `FailJob`), the reason codes the diagnosis reads it as, and the action."""
+    rule is `FailJob`; `in_place` is the action for a gang restarted in place), the
+    reason codes the diagnosis reads it as, and the action."""
 
     name: str
     rule: dict[str, Any]  # the podFailurePolicy rule, less its action
     reasons: frozenset[ReasonCode]
     action: GangAction
+    in_place: str  # the rule's action when the gang restarts in place (under Kueue)
 
 
 def _exits(operator: str, values: list[int], container: str) -> dict[str, Any]:
@@ -58,18 +68,21 @@ def gang_failures(container: str) -> tuple[GangFailure, ...]:
             {"onPodConditions": [{"type": "DisruptionTarget", "status": "True"}]},
             frozenset({R.NODE_LOST, R.PREEMPTED, R.EVICTED}),
             GangAction.RESTART,
+            "Ignore",
         ),
         GangFailure(
             f"preflight failed (exit {PREFLIGHT_EXIT_CODE})",
             _exits("In", [PREFLIGHT_EXIT_CODE], container),
             frozenset({R.PREFLIGHT_FAILED}),
             GangAction.FAIL,
+            "FailJob",
         ),
         GangFailure(
             "the trainer failed (any other non-zero exit, OOM kill)",
             _exits("NotIn", [0, PREFLIGHT_EXIT_CODE], container),
             frozenset({R.EXIT_NONZERO, R.OOM_KILLED}),
             GangAction.RETRY,
+            "Count",
         ),
     )
 

@@ -86,6 +86,15 @@ torch runtime sets up torchrun, so its images run unchanged:
   index alone, which a gang must not do, and replacing a disrupted rank under
   its index leaves the others in a static rendezvous that cannot re-form
   (docs/diagnosis.md, "Gangs").
+* A gang under Kueue restarts in place instead (`kubetrain.io/restart: in-place`):
+  one Job for every attempt, so that its Workload keeps its admission and its
+  place in the queue (a new Job would be a new Workload, behind every job
+  submitted meanwhile). Its podFailurePolicy `Ignore`s a disruption and `Count`s
+  the trainer's failure (domain/failures.py), so that the Job lives on: a
+  `backoffLimit` out of reach while retries remain, 0 on a last attempt that is
+  also the first (the dispatcher sets it to the failures counted so far when it
+  resumes a last attempt). kubetrain suspends the Job, waits for every Pod to end,
+  and resumes it with the next attempt's label (cluster/jobs.py `resume_attempt`).
 """
 
 from __future__ import annotations
@@ -168,6 +177,15 @@ ANNOTATION_SPEC_DIGEST = "kubetrain.io/spec-digest"
 LABEL_ATTEMPT = "kubetrain.io/attempt"
 ANNOTATION_RETRIES = "kubetrain.io/retries"
 ANNOTATION_RETRIES_USED = "kubetrain.io/retries-used"
+# A gang restarted in place (under Kueue): one Job for every attempt.
+ANNOTATION_RESTART = "kubetrain.io/restart"
+IN_PLACE = "in-place"
+# A gang restarted in place counts its trainer's failures against this while retries
+# remain: never reached (the Job must not fail; kubetrain restarts it).
+UNREACHED_BACKOFF_LIMIT = 2**31 - 1
+# Kueue's own mark of a Job it is stopping (its batch/Job integration's `Stop`): while it
+# is "true", Kueue reads the suspended Job as running and does not resume it.
+KUEUE_STOPPING = "kueue.x-k8s.io/stopping"
 
 # "kt-" + 60 characters is a DNS-1123 label (63), and so is the Job controller's
 # `batch.kubernetes.io/job-name` label value on the Pods.
@@ -340,16 +358,18 @@ def _check_dataset(job: TrainingJob, dataset: DatasetVersion | None) -> None:
             )
 
 
-def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
+def pod_failure_policy(*, gang: bool = False, in_place: bool = False) -> dict[str, Any]:
     """A disrupted Pod (DisruptionTarget: node lost, preempted, evicted) is replaced
     without using a retry; the preflight's exit code fails the Job at once. A gang's
     Job is one attempt: every failure class of domain/failures.py fails it at once (the
     other ranks cannot go on without the failed one), each by its own rule so that the
-    Job's failure message names the class; kubetrain decides what follows."""
+    Job's failure message names the class; kubetrain decides what follows. A gang
+    restarted in place (`in_place`) keeps its Job: each class's `in_place` action."""
     if gang:
         return {
             "rules": [
-                {"action": "FailJob", **failure.rule} for failure in gang_failures(CONTAINER_NAME)
+                {"action": failure.in_place if in_place else "FailJob", **failure.rule}
+                for failure in gang_failures(CONTAINER_NAME)
             ]
         }
     return {
@@ -370,15 +390,21 @@ def pod_failure_policy(*, gang: bool = False) -> dict[str, Any]:
     }
 
 
-def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
+def render_service(
+    job_id: str, namespace: str, job_uid: str, attempt: int | None = None
+) -> dict[str, Any]:
     """The headless Service that gives a gang's Pods their DNS names (`subdomain`).
 
     Named like the Job, selecting its Pods, publishing them before they are ready
     (rank 0 must resolve while every rank is still starting), and owned by the Job
     (`job_uid`), so the garbage collector removes it with the Job. It selects by the Job's
     uid, not its name: every attempt of a gang has the name, and rank 0's DNS name must
-    never lead to an earlier attempt's Pod.
+    never lead to an earlier attempt's Pod; and by the attempt's label, since a gang
+    restarted in place has one Job (one uid) for every attempt.
     """
+    selector = {CONTROLLER_UID: job_uid}
+    if attempt is not None:
+        selector[LABEL_ATTEMPT] = str(attempt)
     name = job_name(job_id)
     return {
         "apiVersion": "v1",
@@ -400,7 +426,7 @@ def render_service(job_id: str, namespace: str, job_uid: str) -> dict[str, Any]:
         "spec": {
             "clusterIP": "None",
             "publishNotReadyAddresses": True,
-            "selector": {CONTROLLER_UID: job_uid},
+            "selector": selector,
         },
     }
 
@@ -616,8 +642,13 @@ def render_job(
     if job.metadata.annotations:
         template_meta["annotations"] = dict(sorted(job.metadata.annotations.items()))
 
-    # A gang's attempt is one Job: kubetrain, not the Job controller, retries it.
-    job_spec: dict[str, Any] = {"backoffLimit": 0 if gang else spec.retries}
+    # A gang's attempt is one Job: kubetrain, not the Job controller, retries it. Restarted
+    # in place, its trainer's failures count against a limit reached on the last attempt.
+    in_place = gang and queue is not None
+    backoff = spec.retries
+    if gang:
+        backoff = UNREACHED_BACKOFF_LIMIT if in_place and retries_used < spec.retries else 0
+    job_spec: dict[str, Any] = {"backoffLimit": backoff}
     if gang:
         job_spec["completionMode"] = "Indexed"
         job_spec["completions"] = spec.workers
@@ -627,7 +658,7 @@ def render_job(
     if spec.max_runtime is not None:
         job_spec["activeDeadlineSeconds"] = duration_seconds(spec.max_runtime)
     job_spec["podReplacementPolicy"] = "Failed"
-    job_spec["podFailurePolicy"] = pod_failure_policy(gang=gang)
+    job_spec["podFailurePolicy"] = pod_failure_policy(gang=gang, in_place=in_place)
     job_spec["template"] = {"metadata": template_meta, "spec": pod}
 
     return {
@@ -642,7 +673,8 @@ def render_job(
                 {ANNOTATION_RETRIES: str(spec.retries), ANNOTATION_RETRIES_USED: str(retries_used)}
                 if gang
                 else {}
-            ),
+            )
+            | ({ANNOTATION_RESTART: IN_PLACE} if in_place else {}),
         },
         "spec": job_spec,
     }

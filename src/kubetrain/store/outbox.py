@@ -108,14 +108,16 @@ class WaitedForAttempt:
     since: datetime
     seconds: float
     pods: list[str]
+    made: str = "created"  # "resumed in place": the same Job, under Kueue
 
     def message(self) -> str:
         if not self.pods:
             return (
-                f"attempt {self.attempt + 1} created: every Pod of attempt {self.attempt} had ended"
+                f"attempt {self.attempt + 1} {self.made}: every Pod of attempt {self.attempt} "
+                "had ended"
             )
         return (
-            f"attempt {self.attempt + 1} created once every Pod of attempt {self.attempt} "
+            f"attempt {self.attempt + 1} {self.made} once every Pod of attempt {self.attempt} "
             f"had ended: waited {self.seconds:g} s for {', '.join(self.pods)}"
         )
 

@@ -579,7 +579,9 @@ async def queues_page(request: Request, signed: Signed, context: Context) -> Res
     listing = _listing(context)
     answer = None
     if listing is not None:
-        boards = queue_boards(listing, visible_namespaces(signed.principal, context.settings))
+        boards = queue_boards(
+            listing, visible_namespaces(signed.principal, context.settings), datetime.now(UTC)
+        )
         answer = await run_in_threadpool(queues_view, context, boards, signed.principal)
     queues = answer.cluster_queues if answer is not None else []
     return render(

@@ -408,3 +408,41 @@ def gang_restart(
         since=ended.since if ended is not None else None,
     )
     return finding, restart
+
+
+def ended_in_place(
+    reader: _Reader,
+) -> tuple[BusinessState, list[_Finding], GangRestart | None] | None:
+    """A gang restarted in place whose current attempt lost a rank, while its Job lives on
+    (a disruption is `Ignore`d, the trainer's failure counted short of the limit): the
+    attempt ended, as a failed Job ends one elsewhere. A rank's Pod that ended Failed, or
+    a rank with a second Pod in this attempt (the Job controller replaced one that Pod GC
+    deleted before it was seen), ends it. Then the whole gang restarts by the table
+    (`gang_restart`), or the job fails: QUEUED with the restart, FAILED, or None while
+    no rank has ended."""
+    if not reader.in_place or reader.gang_attempt is None:
+        return None
+    seen: set[int] = set()
+    replaced = False
+    for pod in reader.pods:
+        rank = reader.rank_of(pod)
+        replaced = replaced or rank in seen
+        if rank is not None:
+            seen.add(rank)
+    failed = any(text(p, "status", "phase") == "Failed" for p in reader.pods)
+    if not failed and not replaced:
+        return None
+    first = first_failed_rank(reader, None)
+    cause: _Finding | None = None
+    if first is not None:
+        rank, ended, cause = first
+        cause.detail = f"rank {rank} (Pod {meta_name(ended)}) failed first: {cause.detail}"
+    restarting = gang_restart(reader, cause, None, None)
+    if restarting is not None:
+        finding, restart = restarting
+        return S.QUEUED, [finding], restart
+    if cause is None:
+        cause = _Finding(R.EXIT_NONZERO, "a rank's Pod ended and was replaced")
+    # The Job controller is about to fail the Job (the limit reached, or the preflight's
+    # FailJob): failed already, never back to the queue for that moment.
+    return S.FAILED, [cause], None

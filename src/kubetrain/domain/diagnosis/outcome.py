@@ -18,7 +18,12 @@ from kubetrain.domain.diagnosis.attempts import (
     _next_after_failure,
     _reached,
 )
-from kubetrain.domain.diagnosis.gang import first_failed_rank, gang_active, gang_restart
+from kubetrain.domain.diagnosis.gang import (
+    ended_in_place,
+    first_failed_rank,
+    gang_active,
+    gang_restart,
+)
 from kubetrain.domain.diagnosis.pending import _pending, restarting_sidecars
 from kubetrain.domain.diagnosis.quota import _pods_ready_wait, _quota, _suspended
 from kubetrain.domain.diagnosis.reading import (
@@ -302,6 +307,13 @@ def _outcome(reader: _Reader) -> _Outcome:
     if job.cancel_requested:
         since = timestamp(reader.k8s_job, "metadata", "deletionTimestamp")
         return _Outcome(S.CANCELLED, [_Finding(R.CANCELLED, since=since)], Link.CONTROL_PLANE)
+    ended = ended_in_place(reader)
+    if ended is not None:
+        state, findings, restart = ended
+        stage = CATALOG[findings[0].reason].stage
+        if state is S.FAILED and findings[0].reason in (R.EVICTED, R.NODE_LOST, R.PREEMPTED):
+            stage = _reached(reader)
+        return _Outcome(state, findings, stage, restart)
     if get(reader.k8s_job, "spec", "suspend") is True:
         return _Outcome(S.QUEUED, _suspended(reader), Link.QUOTA)
     outcome = _active(reader)

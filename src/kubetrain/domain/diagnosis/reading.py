@@ -16,10 +16,12 @@ from typing import Any, Literal
 from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts, PodReport
 from kubetrain.domain.fit import FitAnalysis
 from kubetrain.domain.manifest import (
+    ANNOTATION_RESTART,
     ANNOTATION_RETRIES,
     ANNOTATION_RETRIES_USED,
     COMPLETION_INDEX,
     CONTAINER_NAME,
+    IN_PLACE,
     LABEL_ATTEMPT,
 )
 from kubetrain.domain.nodes import NodeInfo
@@ -94,6 +96,12 @@ class _Reader:
             # A Job deleted and created again under the same name owns new Pods only.
             owned = [p for p in pods if _owner_uid(p) in (uid, None)]
             pods = owned
+        attempt = text(self.k8s_job, "metadata", "labels", LABEL_ATTEMPT) if self.k8s_job else None
+        if attempt:
+            # A gang restarted in place owns every attempt's Pods: the current one's only.
+            pods = [
+                p for p in pods if text(p, "metadata", "labels", LABEL_ATTEMPT) in (attempt, None)
+            ]
         self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
         # Rebuilt by attempts.py right after, from the Pods and events this reader reads.
         self.attempts: tuple[AttemptView, ...] = ()
@@ -124,6 +132,11 @@ class _Reader:
         if number is None or number < 1 or retries is None or used is None or not uid:
             return None
         return GangAttempt(number, retries, used, uid)
+
+    @cached_property
+    def in_place(self) -> bool:
+        """A gang restarted in place (under Kueue): one Job for every attempt."""
+        return text(self.k8s_job, "metadata", "annotations", ANNOTATION_RESTART) == IN_PLACE
 
     @cached_property
     def workloads(self) -> list[dict[str, Any]]:
