@@ -74,6 +74,8 @@ def queue_namespace(kk: Client, prefix: str = "kueue") -> Iterator[str]:
     kk.create(queue, namespace=name)
     yield name
     kk.delete(Namespace, name)
+    # The recorded Kueue scenarios share `gpus` and do not wait for it: leave it free.
+    eventually(lambda: get(kk, Namespace, name) is None, 120, what=f"namespace {name} to go")
 
 
 @pytest.fixture
