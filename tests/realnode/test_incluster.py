@@ -1,0 +1,173 @@
+"""kubetrain installed in the cluster as an operator installs it, and broken as one would.
+
+`Testbed.install_kubetrain` (what `kubetrain testbed up --pool real --in-cluster` runs)
+adds to the session's real pool what an in-cluster kubetrain needs: kube-proxy, Debian's
+PostgreSQL on the Pod network's gateway, and `kubectl apply -k` of an overlay of
+deploy/base (the testbed's image and database URL only). Two replicas then run as Pods on
+the real kubelets with the ServiceAccount token the kubelet projects, the RBAC as
+written, the Lease between them and the Service routed by kube-proxy; the training Pods
+report to that Service. The tests drive it with the SDK from this machine, through the
+Service's ClusterIP, as `kubetrain testbed env` says.
+"""
+
+from __future__ import annotations
+
+import subprocess
+import uuid
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from lightkube import Client as Kube
+from lightkube.resources.apps_v1 import Deployment
+from lightkube.resources.batch_v1 import Job as KubeJob
+from lightkube.resources.coordination_v1 import Lease
+from lightkube.resources.core_v1 import Pod
+
+from kubetrain import Client
+from kubetrain.domain.manifest import LABEL_ATTEMPT, LABEL_JOB_ID
+from kubetrain.testbed import incluster
+from kubetrain.testbed.cluster import Testbed
+from kubetrain.testbed.images import TRAINER_IMAGE
+from tests.kube import eventually
+
+pytestmark = pytest.mark.realnode
+
+NS = incluster.NAMESPACE
+# tiny_training: real torch on CPU, a step every 0.5 s, reporting each to the Service.
+STEPS = 40
+TRAINING = ["python", "-m", "kubetrain.testbed.tiny_training", "--steps", str(STEPS)]
+TRAINING += ["--every", "10", "--step-seconds", "0.5"]
+
+
+@pytest.fixture(scope="module")
+def in_cluster(real_testbed: Testbed) -> Iterator[incluster.InCluster]:
+    """kubetrain installed into the session's real pool for this module, then removed
+    (an install the testbed was started with, --in-cluster, is left as it is)."""
+    found = real_testbed.state().in_cluster
+    if found is not None:
+        yield found
+        return
+    installed = real_testbed.install_kubetrain()
+    try:
+        yield installed
+    finally:
+        real_testbed.uninstall_kubetrain()
+
+
+@pytest.fixture
+def client(real_testbed: Testbed, in_cluster: incluster.InCluster) -> Iterator[Client]:
+    env = real_testbed.kubetrain_env()
+    with Client(url=env["KUBETRAIN_URL"], token=env["KUBETRAIN_TOKEN"]) as sdk:
+        yield sdk
+
+
+def training_job(project: str) -> dict[str, Any]:
+    return {
+        "apiVersion": "kubetrain.io/v1",
+        "kind": "TrainingJob",
+        "metadata": {"name": "tiny", "project": project},
+        "spec": {
+            "image": TRAINER_IMAGE,
+            "args": TRAINING,
+            "env": [{"name": "KUBETRAIN_CHECKPOINT_DIR", "value": "/tmp/checkpoints"}],
+            "resources": {"requests": {"cpu": "100m", "memory": "256Mi"}},
+        },
+    }
+
+
+def lease_holder(kube: Kube) -> str:
+    lease = kube.get(Lease, incluster.LEASE, namespace=NS)
+    return str(lease.spec.holderIdentity or "")
+
+
+def kubetrain_pods(kube: Kube) -> list[Pod]:
+    return [
+        p
+        for p in kube.list(Pod, namespace=NS, labels={"app.kubernetes.io/name": "kubetrain"})
+        if p.metadata.deletionTimestamp is None
+    ]
+
+
+def pod_of(holder: str, pods: list[Pod]) -> str | None:
+    """The Pod whose replica holds the Lease: its identity is `<hostname>-<pid>-<random>`,
+    and a Pod's hostname is its name."""
+    for pod in pods:
+        if holder.startswith(f"{pod.metadata.name}-"):
+            return str(pod.metadata.name)
+    return None
+
+
+def ready(pod: Pod) -> bool:
+    conditions = (pod.status and pod.status.conditions) or []
+    return any(c.type == "Ready" and c.status == "True" for c in conditions)
+
+
+def test_two_replicas_run_as_deploy_base_says(real_testbed: Testbed, in_cluster, real_kube):
+    pods = kubetrain_pods(real_kube)
+    assert len(pods) == 2
+    assert all(ready(p) for p in pods)
+    assert {p.spec.nodeName for p in pods} <= {"real-0", "real-1"}
+    for pod in pods:
+        (container,) = pod.spec.containers
+        assert container.image == "localhost/kubetrain:testbed"
+        assert container.readinessProbe.httpGet.path == "/readyz"
+        assert container.startupProbe.httpGet.path == "/healthz"
+        assert pod.spec.serviceAccountName == "kubetrain"
+    # The process runs as the base's user, on a read-only root file system: what the
+    # kernel says of PID 1 in the container, and a write refused.
+    name = pods[0].metadata.name
+    status = exec_in(real_testbed, name, "cat", "/proc/1/status")
+    uids = next(line for line in status.splitlines() if line.startswith("Uid:")).split()[1:]
+    assert set(uids) == {"10001"}
+    refused = exec_in(real_testbed, name, "sh", "-c", "touch /probe 2>&1; echo rc=$?")
+    assert "Read-only file system" in refused
+    assert "rc=1" in refused
+    # The ServiceAccount token the kubelet projected is what it talks to the API with.
+    holder = eventually(lambda: lease_holder(real_kube), 30, what="a Lease holder")
+    assert pod_of(holder, pods) is not None
+
+
+def exec_in(testbed: Testbed, pod: str, *argv: str) -> str:
+    done = subprocess.run(
+        ["kubectl", f"--kubeconfig={testbed.kubeconfig}", "-n", NS, "exec", pod, "--", *argv],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_leader_pod_deleted_mid_training_the_job_succeeds_once(client: Client, real_kube: Kube):
+    project = f"incluster-{uuid.uuid4().hex[:6]}"
+    job = client.submit(training_job(project), project=project)
+    client.wait(job.id, project, until="RUNNING", timeout=120, poll_interval=0.5)
+
+    pods = kubetrain_pods(real_kube)
+    leader = pod_of(lease_holder(real_kube), pods)
+    assert leader is not None, "no replica holds the Lease"
+    real_kube.delete(Pod, leader, namespace=NS)
+
+    done = client.wait(job.id, project, timeout=180, poll_interval=1)
+    assert done.state == "SUCCEEDED", (done.state, done.reason)
+    lines = list(client.logs(job.id, project))
+    assert lines[-1].startswith("final weights sha256 "), lines[-3:]
+    assert any(line.startswith(f"step {STEPS} loss ") for line in lines)
+    assert client.why(job.id, project).reason == "COMPLETED"
+
+    # The Lease went to the replica that was not deleted (or the one that replaced it).
+    new_holder = lease_holder(real_kube)
+    assert not new_holder.startswith(f"{leader}-")
+    assert pod_of(new_holder, kubetrain_pods(real_kube)) is not None
+    # Exactly one Kubernetes Job per attempt: the new leader did not dispatch again.
+    jobs = list(real_kube.list(KubeJob, namespace=project, labels={LABEL_JOB_ID: job.id}))
+    attempts = [j.metadata.labels.get(LABEL_ATTEMPT) for j in jobs]
+    assert attempts == ["1"], attempts
+    # The Deployment brought itself back to two ready replicas.
+    eventually(
+        lambda: incluster.rolled_out(real_kube.get(Deployment, incluster.DEPLOYMENT, namespace=NS)),
+        120,
+        what="the Deployment back at 2 ready replicas",
+    )
