@@ -156,6 +156,9 @@ def test_leader_pod_deleted_mid_training_the_job_succeeds_once(client: Client, r
     assert lines[-1].startswith("final weights sha256 "), lines[-3:]
     assert any(line.startswith(f"step {STEPS} loss ") for line in lines)
     assert client.why(job.id, project).reason == "COMPLETED"
+    # Its Pod reported every step to the in-cluster Service (kube-proxy routed them).
+    assert done.progress is not None
+    assert done.progress["step"] == STEPS
 
     # The Lease went to the replica that was not deleted (or the one that replaced it).
     new_holder = lease_holder(real_kube)
@@ -171,3 +174,94 @@ def test_leader_pod_deleted_mid_training_the_job_succeeds_once(client: Client, r
         120,
         what="the Deployment back at 2 ready replicas",
     )
+
+
+def test_a_rolling_update_with_a_job_running_loses_nothing(
+    real_testbed: Testbed, client: Client, real_kube: Kube
+):
+    project = f"incluster-{uuid.uuid4().hex[:6]}"
+    job = client.submit(training_job(project), project=project)
+    client.wait(job.id, project, until="RUNNING", timeout=120, poll_interval=0.5)
+    before = {p.metadata.name for p in kubetrain_pods(real_kube)}
+    # What `kubectl rollout restart` does: a new template, every Pod replaced one by one
+    # (the base's default strategy: one surge, none unavailable).
+    exec_kubectl(real_testbed, "rollout", "restart", f"deployment/{incluster.DEPLOYMENT}")
+
+    done = client.wait(job.id, project, timeout=240, poll_interval=1)
+    assert done.state == "SUCCEEDED", (done.state, done.reason)
+    assert done.progress is not None
+    assert done.progress["step"] == STEPS
+    jobs = list(real_kube.list(KubeJob, namespace=project, labels={LABEL_JOB_ID: job.id}))
+    assert [j.metadata.labels.get(LABEL_ATTEMPT) for j in jobs] == ["1"]
+    eventually(
+        lambda: incluster.rolled_out(real_kube.get(Deployment, incluster.DEPLOYMENT, namespace=NS)),
+        180,
+        what="the rollout done",
+    )
+    after = {p.metadata.name for p in kubetrain_pods(real_kube)}
+    assert not before & after  # every replica was replaced
+    assert pod_of(lease_holder(real_kube), kubetrain_pods(real_kube)) in after
+
+
+def exec_kubectl(testbed: Testbed, *args: str) -> str:
+    done = subprocess.run(
+        ["kubectl", f"--kubeconfig={testbed.kubeconfig}", "-n", NS, *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def iptables(*args: str) -> None:
+    subprocess.run(["iptables", *args], check=True, capture_output=True, timeout=30)
+
+
+def test_a_replica_cut_off_from_postgresql_leaves_the_service(
+    real_testbed: Testbed, in_cluster: incluster.InCluster, client: Client, real_kube: Kube
+):
+    pods = kubetrain_pods(real_kube)
+    leader = pod_of(lease_holder(real_kube), pods)
+    (standby,) = [p for p in pods if p.metadata.name != leader]
+    postgres = in_cluster.postgres
+    # The network refuses that Pod's packets to PostgreSQL, established ones too.
+    rule = ["INPUT", "-s", standby.status.podIP, "-d", postgres["address"], "-p", "tcp"]
+    rule += ["--dport", str(postgres["port"]), "-j", "REJECT", "--reject-with", "tcp-reset"]
+    iptables("-I", *rule)
+    try:
+
+        def unready() -> bool:
+            pod = real_kube.get(Pod, standby.metadata.name, namespace=NS)
+            return not ready(pod)
+
+        # The readiness probe's 3 failures, 10 s apart.
+        eventually(unready, 90, interval=1, what="the cut-off replica not Ready")
+        # kube-proxy sends nothing more to it: every request is answered by the other
+        # replica, whose /readyz says ready (the cut-off one would answer 503).
+        url = real_testbed.kubetrain_env()["KUBETRAIN_URL"]
+
+        def only_the_ready_one_answers() -> bool:
+            return all(http_status(f"{url}/readyz") == 200 for _ in range(20))
+
+        eventually(only_the_ready_one_answers, 30, interval=1, what="no request to it")
+    finally:
+        iptables("-D", *rule)
+    eventually(
+        lambda: ready(real_kube.get(Pod, standby.metadata.name, namespace=NS)),
+        90,
+        interval=1,
+        what="the replica Ready again once it reaches PostgreSQL",
+    )
+
+
+def http_status(url: str) -> int:
+    import urllib.error
+    import urllib.request
+
+    try:
+        with urllib.request.urlopen(url, timeout=10) as resp:  # noqa: S310
+            return int(resp.status)
+    except urllib.error.HTTPError as exc:
+        return int(exc.code)
