@@ -151,17 +151,41 @@ def kube_proxy_argv(
     ]
 
 
+# What `kube-proxy --cleanup` leaves (seen with 1.33 here): its canaries, an empty
+# KUBE-FIREWALL still jumped to from INPUT and OUTPUT, and KUBE-MARK-MASQ.
+_LEFTOVERS = [
+    ("filter", ["-D", "INPUT", "-j", "KUBE-FIREWALL"]),
+    ("filter", ["-D", "OUTPUT", "-j", "KUBE-FIREWALL"]),
+    *[
+        (table, [verb, chain])
+        for table, chain in (
+            ("filter", "KUBE-FIREWALL"),
+            ("filter", "KUBE-PROXY-CANARY"),
+            ("nat", "KUBE-MARK-MASQ"),
+            ("nat", "KUBE-PROXY-CANARY"),
+            ("mangle", "KUBE-PROXY-CANARY"),
+        )
+        for verb in ("-F", "-X")
+    ],
+]
+
+
 def kube_proxy_cleanup(bin_dir: Path) -> str:
-    """Remove kube-proxy's rules (every mode's; the nftables part fails quietly where
-    there is no `nft`). Its output, for the log."""
-    done = subprocess.run(
-        [str(bin_dir / "kube-proxy"), "--cleanup", "--proxy-mode=iptables"],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    return done.stdout + done.stderr
+    """Remove kube-proxy's rules: `kube-proxy --cleanup` (every mode's; the nftables part
+    fails where there is no `nft`, and says so), then the chains it leaves, IPv4 and
+    IPv6. What was said, for the log."""
+    said = []
+    commands = [[str(bin_dir / "kube-proxy"), "--cleanup", "--proxy-mode=iptables"]]
+    for tool in ("iptables", "ip6tables"):
+        commands += [[tool, "-w", "-t", table, *args] for table, args in _LEFTOVERS]
+    for argv in commands:
+        try:
+            done = subprocess.run(argv, capture_output=True, text=True, timeout=60, check=False)
+        except (OSError, subprocess.SubprocessError) as exc:
+            said.append(f"{argv[0]}: {exc}\n")
+            continue
+        said.append(done.stdout + done.stderr)
+    return "".join(said)
 
 
 def enable_forwarding(bridge: str) -> None:
