@@ -59,6 +59,6 @@ def test_the_server_image_runs_kubetrain_as_the_dockerfiles_user():
     assert entrypoint[-1].endswith("/bin/kubetrain")
     archive = oci_archive(SERVER_IMAGE, b"layer", config)
     with tarfile.open(fileobj=io.BytesIO(archive)) as tar:
-        index = json.load(tar.extractfile("index.json"))  # type: ignore[arg-type]
+        index = json.load(tar.extractfile("index.json"))
     (manifest,) = index["manifests"]
     assert manifest["annotations"]["io.containerd.image.name"] == "localhost/kubetrain:testbed"

@@ -335,6 +335,7 @@ class Testbed:
                 for c in state.components()
             },
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
+            **({"kubetrain_url": state.in_cluster.url} if state.in_cluster else {}),
             **(
                 {
                     "kueue": {
