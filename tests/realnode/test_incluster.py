@@ -12,6 +12,7 @@ Service's ClusterIP, as `kubetrain testbed env` says.
 
 from __future__ import annotations
 
+import shlex
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -26,6 +27,7 @@ from lightkube.resources.core_v1 import Pod
 
 from kubetrain import Client
 from kubetrain.domain.manifest import LABEL_JOB_ID
+from kubetrain.local_server import CLI
 from kubetrain.testbed import incluster
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
@@ -130,6 +132,24 @@ def test_two_replicas_run_as_deploy_base_says(real_testbed: Testbed, in_cluster,
     # The ServiceAccount token the kubelet projected is what it talks to the API with.
     holder = eventually(lambda: lease_holder(real_kube), 30, what="a Lease holder")
     assert pod_of(holder, pods) is not None
+
+
+def test_testbed_env_gives_the_services_url_and_an_admin_token(real_testbed: Testbed, in_cluster):
+    done = subprocess.run(
+        [*CLI, "testbed", "env", "--state-dir", str(real_testbed.state_dir)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    )
+    exports = dict(
+        shlex.split(line.removeprefix("export "))[0].split("=", 1)
+        for line in done.stdout.splitlines()
+    )
+    assert exports["KUBETRAIN_URL"] == in_cluster.url
+    # An admin's token: every project's jobs may be listed with it.
+    with Client(url=exports["KUBETRAIN_URL"], token=exports["KUBETRAIN_TOKEN"]) as sdk:
+        assert sdk.jobs(project=f"incluster-{uuid.uuid4().hex[:6]}") == []
 
 
 def exec_in(testbed: Testbed, pod: str, *argv: str) -> str:
