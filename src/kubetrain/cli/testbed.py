@@ -44,7 +44,8 @@ def _up(args: argparse.Namespace) -> int:
     print(f"export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
     if url := testbed.kubetrain_env().get("KUBETRAIN_URL"):
         # The token is printed by `testbed env` only, when asked for.
-        print(f'kubetrain runs in the cluster at {url}: eval "$(kubetrain testbed env)"')
+        which = f"--state-dir {args.state_dir}" if args.state_dir else f"--name {args.name}"
+        print(f'kubetrain runs in the cluster at {url}: eval "$(kubetrain testbed env {which})"')
     return 0
 
 
