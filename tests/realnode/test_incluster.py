@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import shlex
 import subprocess
+import threading
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -26,6 +27,7 @@ from lightkube.resources.coordination_v1 import Lease
 from lightkube.resources.core_v1 import Pod
 
 from kubetrain import Client
+from kubetrain.client import ClientError
 from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.local_server import CLI
 from kubetrain.testbed import incluster
@@ -208,9 +210,38 @@ def test_a_rolling_update_with_a_job_running_loses_nothing(
     job = client.submit(training_job(project), project=project)
     client.wait(job.id, project, until="RUNNING", timeout=120, poll_interval=0.5)
     before = {p.metadata.name for p in kubetrain_pods(real_kube)}
+    # The API asked all along, as users do while the platform team rolls out.
+    asked, failed = [0], list[str]()
+    stop = threading.Event()
+
+    def ask() -> None:
+        while not stop.is_set():
+            try:
+                client.get(job.id, project)
+                asked[0] += 1
+            except ClientError as exc:
+                failed.append(str(exc))
+            stop.wait(0.1)
+
+    asking = threading.Thread(target=ask, daemon=True)
+    asking.start()
     # What `kubectl rollout restart` does: a new template, every Pod replaced one by one
     # (the base's default strategy: one surge, none unavailable).
     exec_kubectl(real_testbed, "rollout", "restart", f"deployment/{incluster.DEPLOYMENT}")
+    try:
+        eventually(
+            lambda: (
+                incluster.rolled_out(real_kube.get(Deployment, incluster.DEPLOYMENT, namespace=NS))
+                and not before & {p.metadata.name for p in kubetrain_pods(real_kube)}
+            ),
+            180,
+            what="the rollout done",
+        )
+    finally:
+        stop.set()
+        asking.join()
+    assert failed == []
+    assert asked[0] > 0
 
     done = client.wait(job.id, project, timeout=240, poll_interval=1)
     assert done.state == "SUCCEEDED", (done.state, done.reason)
@@ -219,11 +250,6 @@ def test_a_rolling_update_with_a_job_running_loses_nothing(
     jobs = list(real_kube.list(KubeJob, namespace=project, labels={LABEL_JOB_ID: job.id}))
     assert done.attempt == 1
     assert len(jobs) == 1
-    eventually(
-        lambda: incluster.rolled_out(real_kube.get(Deployment, incluster.DEPLOYMENT, namespace=NS)),
-        180,
-        what="the rollout done",
-    )
     after = {p.metadata.name for p in kubetrain_pods(real_kube)}
     assert not before & after  # every replica was replaced
     assert pod_of(lease_holder(real_kube), kubetrain_pods(real_kube)) in after
