@@ -131,7 +131,17 @@ def test_two_replicas_run_as_deploy_base_says(real_testbed: Testbed, in_cluster,
     refused = exec_in(real_testbed, name, "sh", "-c", "touch /probe 2>&1; echo rc=$?")
     assert "Read-only file system" in refused
     assert "rc=1" in refused
-    # The ServiceAccount token the kubelet projected is what it talks to the API with.
+    # The ServiceAccount token the kubelet projects (admission's kube-api-access volume)
+    # is what it talks to the API with: a replica holds the Lease, which only RBAC's
+    # Role for the ServiceAccount `kubetrain` allows.
+    sources = [
+        src
+        for v in pods[0].spec.volumes
+        if v.projected is not None
+        for src in v.projected.sources
+        if src.serviceAccountToken is not None
+    ]
+    assert sources
     holder = eventually(lambda: lease_holder(real_kube), 30, what="a Lease holder")
     assert pod_of(holder, pods) is not None
 
