@@ -467,6 +467,10 @@ class Testbed:
             raise TestbedError(f"kubetrain is already installed in {self.state_dir}")
         bin_dir = Path(state.bin_dir)
         base = incluster.deploy_base()
+        try:
+            incluster.check_no_other_kube_proxy()
+        except incluster.InClusterError as exc:
+            raise TestbedError(str(exc)) from None
         healthz, metrics, pg_port = processes.pick_free_ports(3)
         network = state.network
         incluster.enable_forwarding(network.bridge)

@@ -188,6 +188,24 @@ def kube_proxy_cleanup(bin_dir: Path) -> str:
     return "".join(said)
 
 
+def check_no_other_kube_proxy() -> None:
+    """kube-proxy owns its chains in the machine's one network namespace: a second one
+    would rewrite the first's rules at every sync."""
+    found = subprocess.run(
+        ["iptables", "-w", "-t", "nat", "-S", "KUBE-SERVICES"],
+        capture_output=True,
+        text=True,
+        timeout=30,
+        check=False,
+    )
+    if found.returncode == 0:
+        raise InClusterError(
+            "kube-proxy's rules are already on this machine (iptables -t nat -S "
+            "KUBE-SERVICES): another in-cluster testbed runs here; `kubetrain testbed down` "
+            "it first (one per machine: its rules are the machine's)"
+        )
+
+
 def enable_forwarding(bridge: str) -> None:
     """Routing on the bridge only (packets that came in on it): a Pod's packet to a
     ClusterIP arrives at the gateway and leaves, translated, by the same bridge."""
