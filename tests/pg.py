@@ -19,7 +19,6 @@ Use from a conftest.py: `from tests.pg import backend, database_url, db, postgre
 
 from __future__ import annotations
 
-import glob
 import os
 import pwd
 import shutil
@@ -37,6 +36,9 @@ from psycopg import sql
 from sqlalchemy import URL, make_url
 
 from kubetrain.store import Database
+from kubetrain.testbed.postgres import find_pg_bindir
+from kubetrain.testbed.postgres import run_as as _run
+from kubetrain.testbed.postgres import server_user as _server_user
 
 POSTGRES_URL_ENV = "KUBETRAIN_TEST_POSTGRES_URL"
 SUPERUSER = "kubetrain"
@@ -50,56 +52,10 @@ SERVER_SETTINGS = {
 START_TRIES = 3  # another process can take the free port between our probe and the bind
 
 
-def find_pg_bindir() -> Path:
-    """The directory holding initdb and pg_ctl, newest major version first."""
-    candidates: list[str] = []
-    if pg_config := shutil.which("pg_config"):
-        result = subprocess.run([pg_config, "--bindir"], capture_output=True, text=True)
-        if result.returncode == 0:
-            candidates.append(result.stdout.strip())
-    candidates += sorted(
-        glob.glob("/usr/lib/postgresql/*/bin"),
-        key=lambda path: int(Path(path).parent.name) if Path(path).parent.name.isdigit() else 0,
-        reverse=True,
-    )
-    if initdb := shutil.which("initdb"):
-        candidates.append(str(Path(initdb).parent))
-    for candidate in candidates:
-        if (Path(candidate) / "initdb").is_file() and (Path(candidate) / "pg_ctl").is_file():
-            return Path(candidate)
-    raise FileNotFoundError(
-        "PostgreSQL server binaries (initdb, pg_ctl) not found: `apt-get install -y postgresql`, "
-        f"or set {POSTGRES_URL_ENV} to a server the tests may create databases on"
-    )
-
-
 def _free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         return int(probe.getsockname()[1])
-
-
-def _server_user() -> str | None:
-    """The user to run the server as, or None to run it as ourselves (when not root)."""
-    if os.geteuid() != 0:
-        return None
-    for name in ("postgres", "nobody"):
-        try:
-            pwd.getpwnam(name)
-        except KeyError:
-            continue
-        return name
-    raise RuntimeError("running as root, and neither a `postgres` nor a `nobody` user exists")
-
-
-def _run(user: str | None, cwd: Path, *argv: str) -> None:
-    command = ["runuser", "-u", user, "--", *argv] if user is not None else list(argv)
-    # cwd: the server user may not be allowed into ours.
-    result = subprocess.run(command, cwd=cwd, capture_output=True, text=True)
-    if result.returncode != 0:
-        raise subprocess.CalledProcessError(
-            result.returncode, command, result.stdout, result.stderr
-        )
 
 
 class PostgresServer:

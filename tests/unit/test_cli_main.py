@@ -95,3 +95,16 @@ def test_the_client_commands_load_no_pydantic_httpx_or_yaml(tmp_path: Path) -> N
     loaded = {name.split(".")[0] for name in json.loads(done.stdout)}
     heavy = {"pydantic", "pydantic_core", "pydantic_settings", "httpx2", "httpcore2", "yaml"}
     assert loaded & (heavy | {"fastapi", "sqlalchemy", "lightkube"}) == set()
+
+
+def test_serve_refuses_a_service_links_port_in_one_line_naming_the_field(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # What the kubelet gives a Pod for a Service named `kubetrain` when service links
+    # are on (deploy/base turns them off): it said "internal error: ValidationError".
+    monkeypatch.setenv("KUBETRAIN_PORT", "tcp://10.96.0.9:80")
+    code = main(["serve", "--database-url", "sqlite://"])
+    _, err = capsys.readouterr()
+    assert code == 1
+    assert err.count("\n") == 1
+    assert "server settings are not valid: port:" in err

@@ -134,3 +134,11 @@ def test_the_install_is_the_base_alone_and_no_chart_copies_it():
     kustomization = yaml.safe_load((BASE / "kustomization.yaml").read_text())
     listed = set(kustomization["resources"])
     assert listed == {p.name for p in BASE.glob("*.yaml")} - {"kustomization.yaml"}
+
+
+def test_no_service_link_variable_can_pose_as_a_setting():
+    # Service links name variables after the namespace's Services: the Service
+    # `kubetrain` would give KUBETRAIN_PORT=tcp://..., read as the server's port.
+    service = one("Service")["metadata"]["name"]
+    assert service.upper().startswith("KUBETRAIN")
+    assert one("Deployment")["spec"]["template"]["spec"]["enableServiceLinks"] is False

@@ -94,14 +94,22 @@ def _testbed(subparsers: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         action="store_true",
         help="also run Kueue (its CRDs, webhooks and visibility API; jobs queue through it)",
     )
+    u.add_argument(
+        "--in-cluster",
+        action="store_true",
+        help="with --pool real: install kubetrain itself from deploy/base (2 replicas on the "
+        "real kubelets, PostgreSQL, kube-proxy); `testbed env` then gives its URL and a token",
+    )
     u.set_defaults(func=_lazy("testbed", "_up"))
     d = add("down", "stop the testbed's processes and remove its state")
     d.add_argument("--keep", action="store_true", help="keep the state directory")
     d.set_defaults(func=_lazy("testbed", "_down"))
     add("status", "say what runs").set_defaults(func=_lazy("testbed", "_status"))
-    add("env", "print `export KUBECONFIG=...` for the testbed").set_defaults(
-        func=_lazy("testbed", "_env")
-    )
+    add(
+        "env",
+        "print `export KUBECONFIG=...` for the testbed (and, with --in-cluster, "
+        "KUBETRAIN_URL and an admin KUBETRAIN_TOKEN)",
+    ).set_defaults(func=_lazy("testbed", "_env"))
     add("nodes", "list the testbed's nodes with their GPUs").set_defaults(
         func=_lazy("testbed", "_nodes")
     )

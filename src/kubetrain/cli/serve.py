@@ -13,8 +13,10 @@ import logging
 import sys
 from typing import Any
 
+from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
+from kubetrain.cli._errors import settings_error
 from kubetrain.cluster.client import load_config
 from kubetrain.cluster.errors import ClusterConfigError
 from kubetrain.cluster.logs import PodLogs
@@ -39,7 +41,12 @@ def _serve(args: argparse.Namespace) -> int:
         )
         if value is not None
     }
-    settings = ServerSettings.load(**overrides)
+    try:
+        settings = ServerSettings.load(**overrides)
+    except ValidationError as exc:
+        # One line naming the field (a KUBETRAIN_PORT=tcp://... from a Service link said
+        # "internal error: ValidationError" here).
+        raise settings_error(exc, "server") from None
     setup_logging(settings.log_level, settings.log_format)
     db = open_database(settings.database_url)
     try:

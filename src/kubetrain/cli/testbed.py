@@ -34,6 +34,7 @@ def _up(args: argparse.Namespace) -> int:
         apiserver_port=args.apiserver_port,
         timeout=args.timeout,
         kueue=args.kueue,
+        in_cluster=args.in_cluster,
     )
     status = testbed.status()
     print(
@@ -41,6 +42,10 @@ def _up(args: argparse.Namespace) -> int:
         f"(pool {status['pool']}, {status['server']})"
     )
     print(f"export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
+    if url := testbed.kubetrain_env().get("KUBETRAIN_URL"):
+        # The token is printed by `testbed env` only, when asked for.
+        which = f"--state-dir {args.state_dir}" if args.state_dir else f"--name {args.name}"
+        print(f'kubetrain runs in the cluster at {url}: eval "$(kubetrain testbed env {which})"')
     return 0
 
 
@@ -82,6 +87,8 @@ def _env(args: argparse.Namespace) -> int:
     if not testbed.state_file.exists():
         raise TestbedError(f"no testbed in {testbed.state_dir} (run `kubetrain testbed up`)")
     print(f"export KUBECONFIG={shlex.quote(str(testbed.kubeconfig))}")
+    for name, value in testbed.kubetrain_env().items():
+        print(f"export {name}={shlex.quote(value)}")
     return 0
 
 

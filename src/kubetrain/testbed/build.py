@@ -34,6 +34,8 @@ BINARIES = {
     # The real-node pool: a kubelet per node, our device plugin beside it, and the
     # sandbox ("pause") image's only file.
     "kubelet": "k8s.io/kubernetes/cmd/kubelet",
+    # `up --in-cluster`: the Services of kubetrain's own install routed by the real thing.
+    "kube-proxy": "k8s.io/kubernetes/cmd/kube-proxy",
     "testbed-device-plugin": "kubetrain.io/testbed/cmd/testbed-device-plugin",
     "testbed-pause": "kubetrain.io/testbed/cmd/testbed-pause",
     # The real-node pool's cluster DNS, from a module of its own (go-coredns/).

@@ -7,12 +7,14 @@ stops exactly those processes and two testbeds can run side by side.
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
 import shutil
 import socket
 import ssl
+import subprocess
 import time
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -22,19 +24,20 @@ from pathlib import Path
 from typing import Any
 
 from kubetrain.errors import KubetrainError
+from kubetrain.testbed import incluster, processes
 from kubetrain.testbed import kueue as kueue_mod
 from kubetrain.testbed import pki as pki_mod
-from kubetrain.testbed import processes
 from kubetrain.testbed import realnode as real
 from kubetrain.testbed.build import BINARIES, Binaries, installed
 from kubetrain.testbed.images import build_images
 from kubetrain.testbed.kueue_build import KueueBuild
 from kubetrain.testbed.kueue_build import installed as kueue_installed
 from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
+from kubetrain.testbed.postgres import Postgres
 
 # Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
-SERVICE_CIDR = "10.96.0.0/12"
+SERVICE_CIDR = real.SERVICE_CIDR
 # The API server's client identity towards aggregated APIs (Kueue's visibility API).
 _FRONT_PROXY = "front-proxy-client"
 POD_CIDR = "10.0.0.1/16"
@@ -103,6 +106,8 @@ class State:
     # listens on (None: no address the API server's aggregator may dial).
     kueue_dir: str | None = None
     kueue_visibility_address: str | None = None
+    # With --in-cluster: kubetrain's own install (kube-proxy, PostgreSQL, the overlay).
+    in_cluster: incluster.InCluster | None = None
 
     @classmethod
     def load(cls, path: Path) -> State:
@@ -110,6 +115,8 @@ class State:
         data["ports"] = Ports(**data["ports"])
         if data.get("network"):
             data["network"] = real.Network(**data["network"])
+        if data.get("in_cluster"):
+            data["in_cluster"] = incluster.InCluster(**data["in_cluster"])
         data["real_nodes"] = [real.RealNode(**n) for n in data.get("real_nodes", [])]
         return cls(**data)
 
@@ -124,6 +131,8 @@ class State:
         if self.network is not None:
             named["coredns"] = bin_dir / "coredns"
             named["local-path-provisioner"] = bin_dir / "local-path-provisioner"
+        if self.in_cluster is not None:
+            named["kube-proxy"] = bin_dir / "kube-proxy"
         for node in self.real_nodes:
             named[node.component("containerd")] = containerd
             named[node.component("kubelet")] = bin_dir / "kubelet"
@@ -241,12 +250,16 @@ class Testbed:
         apiserver_port: int | None = None,
         timeout: float = 120.0,
         kueue: bool | KueueBuild = False,
+        in_cluster: bool = False,
     ) -> Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
-        `kueue`, until Kueue serves its webhooks and visibility API)."""
+        `kueue`, until Kueue serves its webhooks and visibility API; with `in_cluster`,
+        until kubetrain's own two replicas are ready in it, see `install_kubetrain`)."""
         began = time.monotonic()
         processes.raise_inotify_limits()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
+        if in_cluster and not pool_spec.real_groups():
+            raise TestbedError("--in-cluster runs kubetrain on real kubelets: use --pool real")
         testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port, kueue)
         state = testbed.state()
         phases: dict[str, float] = {"prepare": time.monotonic() - began}
@@ -271,9 +284,13 @@ class Testbed:
                 phases["kueue_ready"] = time.monotonic() - began
             testbed.wait_nodes_ready(pool_spec, time.monotonic() + timeout)
             phases["nodes_ready"] = time.monotonic() - began
+            if in_cluster:
+                testbed.install_kubetrain(timeout=max(timeout, 240.0))
+                phases["kubetrain_ready"] = time.monotonic() - began
         except BaseException:
             testbed.down(keep_state=True)
             raise
+        state = testbed.state()  # install_kubetrain saved its part
         state.ready_seconds = round(phases["nodes_ready"], 2)
         state.phases = {name: round(at, 3) for name, at in phases.items()}
         state.save(testbed.state_file)
@@ -284,6 +301,9 @@ class Testbed:
         stopped = []
         if self.state_file.exists():
             state = self.state()
+            if state.in_cluster is not None:
+                # The cluster goes with the testbed: only what runs outside it.
+                stopped += self._stop_in_cluster(state)
             stopped += self._stop_real_nodes(state)
             for component, binary in reversed(state.components().items()):
                 pid = state.pids.get(component)
@@ -315,6 +335,7 @@ class Testbed:
                 for c in state.components()
             },
             "apiserver_ready": alive["kube-apiserver"] and self._apiserver_ready(state),
+            **({"kubetrain_url": state.in_cluster.url} if state.in_cluster else {}),
             **(
                 {
                     "kueue": {
@@ -430,6 +451,131 @@ class Testbed:
             f"see {self.log_path(node.component('kubelet'))}"
         )
 
+    # -- kubetrain in the cluster (--in-cluster) ------------------------------------------
+
+    def install_kubetrain(self, timeout: float = 240.0) -> incluster.InCluster:
+        """Install kubetrain into this real-pool testbed as an operator would
+        (incluster.py says how): kube-proxy, PostgreSQL on the gateway, `kubectl apply
+        -k` of an overlay of deploy/base; returns once both replicas are ready and the
+        Service answers /readyz from this machine, with an admin token made in a Pod
+        (`kubectl exec deploy/kubetrain -- kubetrain token create`)."""
+        deadline = time.monotonic() + timeout
+        state = self.state()
+        if state.network is None or not state.real_nodes:
+            raise TestbedError("--in-cluster runs kubetrain on real kubelets: use --pool real")
+        if state.in_cluster is not None:
+            raise TestbedError(f"kubetrain is already installed in {self.state_dir}")
+        bin_dir = Path(state.bin_dir)
+        base = incluster.deploy_base()
+        try:
+            incluster.check_no_other_kube_proxy()
+        except incluster.InClusterError as exc:
+            raise TestbedError(str(exc)) from None
+        healthz, metrics, pg_port = processes.pick_free_ports(3)
+        network = state.network
+        incluster.enable_forwarding(network.bridge)
+        password = incluster.new_password()
+        postgres = Postgres.start(network.gateway, pg_port, network.cidr, password)
+        overlay = self.state_dir / incluster.OVERLAY_DIR
+        state.in_cluster = incluster.InCluster(str(overlay), asdict(postgres), healthz, metrics)
+        state.save(self.state_file)
+        try:
+            argv = incluster.kube_proxy_argv(
+                bin_dir, self.kubeconfig, state.real_nodes[0].name, network.cidr, healthz, metrics
+            )
+            self._launch("kube-proxy", argv, state)
+            self._wait_ready(state, deadline, only="kube-proxy")
+            incluster.write_overlay(overlay, base, postgres.url(password))
+            incluster.kubectl(self.kubeconfig, "apply", "-k", str(overlay))
+            state.in_cluster.url = self._wait_kubetrain(state, deadline)
+            token = incluster.kubectl(
+                self.kubeconfig,
+                f"--namespace={incluster.NAMESPACE}",
+                "exec",
+                f"deploy/{incluster.DEPLOYMENT}",
+                "--",
+                "kubetrain",
+                "token",
+                "create",
+                "--role=admin",
+                "--project=*",
+                "--name=testbed-admin",
+            ).strip()
+            state.in_cluster.token_file.touch(mode=0o600)
+            state.in_cluster.token_file.write_text(token + "\n")
+            state.save(self.state_file)
+        except BaseException:
+            self.uninstall_kubetrain()
+            raise
+        return state.in_cluster
+
+    def uninstall_kubetrain(self) -> None:
+        """Take the install back: `kubectl delete -k` of the overlay (not waited for),
+        kube-proxy and its rules, PostgreSQL and its data."""
+        state = self.state()
+        if state.in_cluster is None:
+            return
+        if Path(state.in_cluster.overlay, "kustomization.yaml").exists():
+            with contextlib.suppress(incluster.InClusterError, subprocess.SubprocessError):
+                incluster.kubectl(
+                    self.kubeconfig,
+                    "delete",
+                    "-k",
+                    state.in_cluster.overlay,
+                    "--ignore-not-found",
+                    "--wait=false",
+                )
+        self._stop_in_cluster(state)
+        state.in_cluster = None
+        state.save(self.state_file)
+
+    def kubetrain_env(self) -> dict[str, str]:
+        """KUBETRAIN_URL and KUBETRAIN_TOKEN of the in-cluster install (empty without)."""
+        info = self.state().in_cluster
+        if info is None or not info.url:
+            return {}
+        return {"KUBETRAIN_URL": info.url, "KUBETRAIN_TOKEN": info.token_file.read_text().strip()}
+
+    def _wait_kubetrain(self, state: State, deadline: float) -> str:
+        """Until the Deployment's replicas are all ready and up to date and the Service
+        answers /readyz from here (through kube-proxy); returns the Service's URL."""
+        from lightkube import Client
+        from lightkube.config.kubeconfig import KubeConfig
+        from lightkube.resources.apps_v1 import Deployment
+        from lightkube.resources.core_v1 import Service
+
+        client = Client(config=KubeConfig.from_file(self.kubeconfig))
+        url, ready = "", False
+        while time.monotonic() < deadline:
+            deployment = client.get(Deployment, incluster.DEPLOYMENT, namespace=incluster.NAMESPACE)
+            ready = incluster.rolled_out(deployment)
+            service = client.get(Service, incluster.SERVICE, namespace=incluster.NAMESPACE)
+            ip = service.spec.clusterIP if service.spec else None
+            url = f"http://{ip}"
+            if ready and ip and processes.http_ok(f"{url}/readyz"):
+                return url
+            self._check_alive(state, ["kube-proxy"])
+            time.sleep(0.5)
+        raise TestbedError(
+            f"kubetrain was not ready in the testbed before the timeout (replicas ready: "
+            f"{ready}, {url}/readyz); see `kubectl -n {incluster.NAMESPACE} describe pods` "
+            f"and {self.log_path('kube-proxy')}"
+        )
+
+    def _stop_in_cluster(self, state: State) -> list[str]:
+        stopped = []
+        info = state.in_cluster
+        assert info is not None
+        pid = state.pids.pop("kube-proxy", None)
+        if pid and processes.stop(pid, Path(state.bin_dir) / "kube-proxy"):
+            stopped.append("kube-proxy")
+        if os.access(Path(state.bin_dir) / "kube-proxy", os.X_OK):
+            with self.log_path("kube-proxy").open("a") as log:
+                log.write(incluster.kube_proxy_cleanup(Path(state.bin_dir)))
+        Postgres(**info.postgres).stop()
+        stopped.append("postgres")
+        return stopped
+
     # -- nodes -----------------------------------------------------------------------------
 
     def create_nodes(self, pool: Pool) -> None:
@@ -493,12 +639,19 @@ class Testbed:
                 "--log-level=warn",
             ]
         if component == "kube-apiserver":
+            # With real nodes, their Pods reach the API server as Pods do anywhere: at the
+            # `kubernetes` Service, whose endpoint is the advertised address (the bridge's
+            # gateway; kube-proxy translates the ClusterIP when it runs). It listens on
+            # every address then, for the gateway does not exist before the bridge.
+            bind, advertise = "127.0.0.1", "127.0.0.1"
+            if state.network is not None:
+                bind, advertise = "0.0.0.0", state.network.gateway  # noqa: S104
             return [
                 binary,
                 f"--etcd-servers=http://127.0.0.1:{p.etcd_client}",
                 f"--secure-port={p.apiserver}",
-                "--bind-address=127.0.0.1",
-                "--advertise-address=127.0.0.1",
+                f"--bind-address={bind}",
+                f"--advertise-address={advertise}",
                 f"--tls-cert-file={k.server_cert}",
                 f"--tls-private-key-file={k.server_key}",
                 f"--client-ca-file={k.ca_cert}",
@@ -782,6 +935,12 @@ class Testbed:
             ),
             "kube-scheduler": lambda: processes.http_ok(
                 f"https://127.0.0.1:{p.scheduler}/healthz", insecure
+            ),
+            "kube-proxy": lambda: (
+                state.in_cluster is not None
+                and processes.http_ok(
+                    f"http://127.0.0.1:{state.in_cluster.kube_proxy_healthz}/healthz"
+                )
             ),
             "kwok": lambda: processes.http_ok(f"http://127.0.0.1:{p.kwok}/healthz"),
             "kueue": lambda: processes.http_ok(f"http://127.0.0.1:{p.kueue_health}/readyz"),

@@ -5,7 +5,10 @@
   `testbed-pause` program, the image's only file;
 * the trainer image `localhost/kubetrain-trainer:testbed`: an empty root file
   system (symlinks into /usr, empty /etc and /tmp) whose entrypoint is
-  `kubetrain run --` from this machine's Python environment. That environment
+  `kubetrain run --` from this machine's Python environment;
+* the server image `localhost/kubetrain:testbed` (`up --in-cluster` runs
+  `deploy/base` on it): the same root file system, entrypoint `kubetrain`, user
+  10001:10001 as the Dockerfile's server stage. That environment
   (the virtualenv, its base Python, kubetrain's source and /usr for the C
   library) is not copied in: the node's runtime bind-mounts it read-only into
   every container (see `host_mounts`), because torch alone is gigabytes.
@@ -32,6 +35,8 @@ from kubetrain.testbed.build import Binaries, cache_root
 
 PAUSE_IMAGE = "localhost/kubetrain-pause:testbed"
 TRAINER_IMAGE = "localhost/kubetrain-trainer:testbed"
+SERVER_IMAGE = "localhost/kubetrain:testbed"
+SERVER_USER = "10001:10001"  # the Dockerfile's, and deploy/base's runAsUser
 _PATH = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
 
 
@@ -60,6 +65,7 @@ def build_images(binaries: Binaries) -> list[Image]:
     return [
         _cached(PAUSE_IMAGE, _pause_layer(binaries), {"Entrypoint": ["/pause"]}),
         _cached(TRAINER_IMAGE, _trainer_layer(), _trainer_config()),
+        _cached(SERVER_IMAGE, _trainer_layer(), _server_config()),
     ]
 
 
@@ -67,6 +73,25 @@ def _trainer_config() -> dict[str, object]:
     venv_bin = Path(sys.prefix) / "bin"
     env = [f"PATH={venv_bin}:{_PATH}", f"PYTHONPATH={_source_root()}", "PYTHONUNBUFFERED=1"]
     return {"Entrypoint": [str(venv_bin / "kubetrain"), "run", "--"], "Env": env}
+
+
+def _server_config() -> dict[str, object]:
+    """The Dockerfile's server stage: `kubetrain serve` as user 10001. Nothing is
+    written beside the code (the root file system is read-only in deploy/base)."""
+    venv_bin = Path(sys.prefix) / "bin"
+    env = [
+        f"PATH={venv_bin}:{_PATH}",
+        f"PYTHONPATH={_source_root()}",
+        "PYTHONUNBUFFERED=1",
+        "PYTHONDONTWRITEBYTECODE=1",
+    ]
+    return {
+        "Entrypoint": [str(venv_bin / "kubetrain")],
+        "Cmd": ["serve", "--host", "0.0.0.0"],  # noqa: S104 (inside the Pod)
+        "Env": env,
+        "User": SERVER_USER,
+        "ExposedPorts": {"8080/tcp": {}},
+    }
 
 
 def _pause_layer(binaries: Binaries) -> bytes:

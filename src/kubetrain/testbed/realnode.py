@@ -16,7 +16,9 @@ The arrangement (docs/testbed.md, "Real nodes", says why):
   network (x.y.0.1/16) and one address per node (x.y.0.10+i/32: kubelets refuse
   loopback node IPs). Each node's host-local IPAM hands out its own /24 of the
   /16, so Pods of different nodes talk over the one bridge. The Pods get no
-  default route and the bridge forwards nowhere: traffic stays on this machine.
+  default route, only one to the Service network via the gateway (routed there by
+  kube-proxy with `up --in-cluster`, see incluster.py), and the bridge forwards
+  nowhere else: traffic stays on this machine.
 * cgroups (v1 here, cgroupfs driver): each kubelet gets a cgroupRoot of its own,
   so neither takes the other's Pods for orphans.
 """
@@ -51,6 +53,8 @@ NODE_BINDS = {
     Path("/run/netns"): "run/netns",
     Path("/run/containerd"): "run/containerd",
 }
+# The API server's --service-cluster-ip-range: the Pods route it to the gateway.
+SERVICE_CIDR = "10.96.0.0/12"
 # Pod networks tried in turn: the first not on an interface of this machine.
 _POD_NETWORKS = [f"10.{second}.0.0/16" for second in range(244, 252)]
 SYSTEM_PACKAGES = {
@@ -207,6 +211,9 @@ def write_configs(node: RealNode, network: Network, pki: Any, kubeconfig: Path) 
                 "ipam": {
                     "type": "host-local",
                     "dataDir": str(d / "cni" / "ipam"),
+                    # ClusterIPs via the gateway, where kube-proxy's rules (when it
+                    # runs) translate them; without it they go nowhere, as before.
+                    "routes": [{"dst": SERVICE_CIDR, "gw": network.gateway}],
                     "ranges": [
                         [
                             {
