@@ -321,6 +321,8 @@ class Snapshot:
                 as_map(pod, "spec") if pod is not job else as_map(job, "spec", "template", "spec")
             )
             for volume in as_list(spec, "volumes"):
+                if type(volume) is dict and "persistentVolumeClaim" not in volume:
+                    continue  # most volumes: no claim to read
                 claim = text(volume, "persistentVolumeClaim", "claimName")
                 if claim:
                     claims.add(claim)

@@ -49,7 +49,8 @@ _GONE_EVENTS = {
 
 def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
-    views = [_attempt_fields(reader.glance(pod)) for pod in reader.pods]
+    seen = [reader.glance(pod) for pod in reader.pods]
+    views = [_attempt_fields(pod) for pod in seen]
     known = {v["pod_name"] for v in views}
     # Pods already gone (deadline, garbage collection) that the Job controller's
     # events still name are attempts too; their state is what their events said.
@@ -66,7 +67,7 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
         gone = [name for name in gone if name not in earlier]
     for name in dict.fromkeys(gone):
         views.append(_gone_fields(reader, name))
-    pods_created = {reader.glance(p).name: as_time(reader.glance(p).created) for p in reader.pods}
+    pods_created = {pod.name: as_time(pod.created) for pod in seen}
     # Read only for a Pod without its own creation time (one that is gone).
     created: dict[str, datetime | None] | None = None
     epoch = datetime.min.replace(tzinfo=UTC)
@@ -82,7 +83,7 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
         return when or epoch, name
 
     views.sort(key=order)
-    pods = {reader.glance(p).name: p for p in reader.pods}
+    pods = {glance.name: pod for glance, pod in zip(seen, reader.pods, strict=True)}
     # A gang's attempt is its Job: every rank's Pod is on the Job's attempt.
     gang = reader.gang_attempt.number if reader.gang_attempt else 1
     single = reader.workers == 1

@@ -143,8 +143,10 @@ class _Reader:
 
     def glance(self, pod: Mapping[str, Any]) -> PodGlance:
         """What the steps read of `pod` again and again, read once per reader."""
-        found = self._glances.get(id(pod))
-        return found if found is not None else PodGlance(pod)
+        try:
+            return self._glances[id(pod)]
+        except KeyError:  # not one of the job's Pods
+            return PodGlance(pod)
 
     def rank_of(self, pod: object) -> int | None:
         """A gang Pod's index (the Job controller's annotation, else its name
@@ -238,7 +240,14 @@ class PodGlance:
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
-        meta, spec, status = _part(pod, "metadata"), _part(pod, "spec"), _part(pod, "status")
+        meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+        # As `as_map` reads them (inline: this runs per rank of a gang).
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            meta = {}
+        if type(spec) is not dict and not isinstance(spec, Mapping):
+            spec = {}
+        if type(status) is not dict and not isinstance(status, Mapping):
+            status = {}
         # Each field as `text` reads it: a string, else None (inline: per rank of a gang).
         get = meta.get
         self.name: str | None = name if isinstance(name := get("name"), str) else None
@@ -251,9 +260,8 @@ class PodGlance:
         )
         self.deleting = isinstance(gone := get("deletionTimestamp"), str) and bool(gone)
         annotations = get("annotations")
-        self.index = (
-            _str(annotations.get(COMPLETION_INDEX)) if isinstance(annotations, Mapping) else None
-        )
+        index = annotations.get(COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
+        self.index: str | None = index if isinstance(index, str) else None
         self.rank: int | bool | None = False  # False: not read yet (the reader's rank_of)
         get = spec.get
         self.node: str | None = node if isinstance(node := get("nodeName"), str) else None
@@ -262,7 +270,17 @@ class PodGlance:
         self.phase: str | None = phase if isinstance(phase := get("phase"), str) else None
         self.reason: str | None = why if isinstance(why := get("reason"), str) else None
         self.message: str | None = said if isinstance(said := get("message"), str) else None
-        self.state, self.detail = _state(_main_status_in(get("containerStatuses")))
+        main = _main_status_in(get("containerStatuses"))
+        self.state: str | None = None
+        self.detail: Mapping[str, Any] = {}
+        if main is not None:  # as `_state` reads it
+            state = main.get("state")
+            if type(state) is dict or isinstance(state, Mapping):
+                for key in ("terminated", "running", "waiting"):
+                    found = state.get(key)
+                    if type(found) is dict or isinstance(found, Mapping):
+                        self.state, self.detail = key, found
+                        break
         self.conditions = _conditions_in(get("conditions"))
         self.spec, self.status = spec, status
 
@@ -283,12 +301,6 @@ class PodGlance:
 
 def _str(value: object) -> str | None:
     return value if type(value) is str or isinstance(value, str) else None
-
-
-def _part(obj: Mapping[str, Any], key: str) -> Mapping[str, Any]:
-    """`as_map(obj, key)` for an object known to be a Mapping."""
-    value = obj.get(key)
-    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def _index(value: str | None) -> int | None:
