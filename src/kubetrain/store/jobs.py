@@ -47,7 +47,7 @@ from kubetrain.store.errors import (
 )
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
-from kubetrain.store.webhooks import enqueue_deliveries, note_business_rows
+from kubetrain.store.webhooks import enqueue_new_job, note_business_rows
 
 DEFAULT_PAGE_SIZE = 50
 MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
@@ -147,7 +147,7 @@ def submit_job(
         )
         first_row_id = _insert_new_job(connection, values, first_row)
         if first_row_id is not None:
-            enqueue_deliveries(session, [(first_row_id, values["id"])])
+            enqueue_new_job(connection, first_row_id, project)
             job = _as_loaded(values)
             session.add(job)
             return Submission(job, replayed=False)
