@@ -18,6 +18,7 @@ import asyncio
 import json
 import logging
 import random
+import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
@@ -25,6 +26,7 @@ from typing import Any
 
 import httpx2 as httpx
 
+from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.metrics import WATCH_CONNECTED, WATCH_EVENTS, WATCH_RELISTS, WATCH_RESTARTS
 
 log = logging.getLogger(__name__)
@@ -61,7 +63,7 @@ class Reflector:
     # Injected for tests: how to wait, and a jitter factor in [0, 1).
     sleep: Callable[[float], Awaitable[None]] = asyncio.sleep
     jitter: Callable[[], float] = random.random
-    # Keep only what a relist compares (uid, names, resourceVersion), for a kind
+    # Keep only what a relist compares (uid, resourceVersion), for a kind
     # whose handler keeps what it needs itself (Events: the cache keeps ours only).
     slim: bool = False
     items: dict[str, Obj] = field(default_factory=dict)  # uid -> object
@@ -208,7 +210,12 @@ class Reflector:
             self.items[uid] = _stub(obj)
 
     def _kept(self, obj: Obj) -> Obj:
-        return _stub(obj) if self.slim else obj
+        if not self.slim:
+            return obj
+        # A slim kind's handler routes a DELETED by its uid alone (bound Pods), or not
+        # at all (Events): what a relist compares is all it keeps of each.
+        meta = obj["metadata"]
+        return {"metadata": {k: meta[k] for k in ("uid", "resourceVersion") if k in meta}}
 
     async def _emit(self, kind: str, obj: Obj) -> None:
         if self.on_event is None:
@@ -234,13 +241,22 @@ async def served_version(http: httpx.AsyncClient, group: str) -> str | None:
     return next((v for v in versions if isinstance(v, str) and v), None)
 
 
-# Enough for a relist to compare and for a handler to route a DELETED.
-_STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion", "labels")
+# Enough for a relist to compare and for a handler to route a DELETED: of the labels,
+# only the job id the cache routes by (a Pod carries half a dozen of the Job
+# controller's, kept for every finished job otherwise).
+_STUB_FIELDS = ("uid", "name", "namespace", "resourceVersion")
+_STUB_LABELS = (LABEL_JOB_ID,)
 
 
 def _stub(obj: Obj) -> Obj:
     meta = obj["metadata"]
-    return {"metadata": {k: meta[k] for k in _STUB_FIELDS if k in meta}}
+    kept = {k: meta[k] for k in _STUB_FIELDS if k in meta}
+    if isinstance(kept.get("namespace"), str):
+        kept["namespace"] = sys.intern(kept["namespace"])  # one string per namespace
+    labels = meta.get("labels")
+    if isinstance(labels, dict) and (routed := {k: labels[k] for k in _STUB_LABELS if k in labels}):
+        kept["labels"] = routed
+    return {"metadata": kept}
 
 
 def _trimmed(obj: Obj) -> Obj:
