@@ -398,6 +398,7 @@ def list_project_jobs(
                 name=name,
                 limit=limit,
                 cursor=cursor,
+                diagnosis=False,
             )
         except InvalidCursor:
             raise ProblemError(

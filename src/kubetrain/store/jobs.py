@@ -35,7 +35,13 @@ from sqlalchemy import (
     select,
 )
 from sqlalchemy.dialects import postgresql, sqlite
-from sqlalchemy.orm import ClassManager, Session, configure_mappers, make_transient_to_detached
+from sqlalchemy.orm import (
+    ClassManager,
+    Session,
+    configure_mappers,
+    defer,
+    make_transient_to_detached,
+)
 
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import transitions
@@ -335,16 +341,20 @@ def list_jobs(
     name: str | None = None,
     limit: int = DEFAULT_PAGE_SIZE,
     cursor: str | None = None,
+    diagnosis: bool = True,
 ) -> JobPage:
     """A page of a project's jobs, newest first, optionally filtered.
 
     Keyset pagination on (created_at, id): a cursor names the last job of the
     previous page, so jobs submitted while a client pages through appear before
     its first page and never shift, repeat or hide the rest. `limit` is clamped
-    to 1..MAX_PAGE_SIZE.
+    to 1..MAX_PAGE_SIZE. `diagnosis=False` leaves each job's stored diagnosis
+    unread (the API's list shows none; it is most of a finished job's row).
     """
     limit = max(1, min(limit, MAX_PAGE_SIZE))
     query = select(Job).where(Job.project == project)
+    if not diagnosis:
+        query = query.options(defer(Job.diagnosis, raiseload=True))
     if states:
         query = query.where(Job.business_state.in_(list(states)))
     if reasons:
