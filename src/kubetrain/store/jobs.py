@@ -26,13 +26,12 @@ from typing import Any
 from sqlalchemy import (
     Connection,
     Insert,
-    and_,
     bindparam,
     func,
     insert,
     inspect,
-    or_,
     select,
+    tuple_,
 )
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.orm import (
@@ -363,9 +362,11 @@ def list_jobs(
         query = query.where(Job.name == name)
     if cursor is not None:
         created_at, last_id = _decode_cursor(cursor)
-        query = query.where(
-            or_(Job.created_at < created_at, and_(Job.created_at == created_at, Job.id < last_id))
-        )
+        # As a row value, which both databases walk the (project, created_at, id)
+        # index from: written as `a < x OR (a = x AND b < y)` it is the same rows, but
+        # SQLite then scanned the project's index from its newest job to the cursor
+        # (a page 100,000 jobs deep cost ~10x the first).
+        query = query.where(tuple_(Job.created_at, Job.id) < tuple_(created_at, last_id))
     rows = list(
         session.scalars(query.order_by(Job.created_at.desc(), Job.id.desc()).limit(limit + 1))
     )
