@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
+from sys import intern
 from typing import Any
 
 import httpx2 as httpx
@@ -139,7 +140,7 @@ class Reflector:
             resp.raise_for_status()
             body = resp.json()
             for item in body.get("items") or []:
-                fresh[item["metadata"]["uid"]] = _trimmed(item)
+                fresh[item["metadata"]["uid"]] = self._whole(_trimmed(item))
             version = body["metadata"].get("resourceVersion")
             token = body["metadata"].get("continue")
             if not token:
@@ -193,7 +194,7 @@ class Reflector:
                     self.resource_version = version
                 if kind == "BOOKMARK":
                     continue
-                obj = _trimmed(obj)
+                obj = self._whole(_trimmed(obj))
                 uid = obj["metadata"]["uid"]
                 if kind == "DELETED":
                     self.items.pop(uid, None)
@@ -208,6 +209,11 @@ class Reflector:
         obj = self.items.get(uid)
         if obj is not None:
             self.items[uid] = _stub(obj)
+
+    def _whole(self, obj: Obj) -> Obj:
+        """An object this reflector keeps whole, with its strings shared (`interned`); a
+        slim kind's are handed on as decoded (their handler keeps what it needs)."""
+        return obj if self.slim else interned(obj)
 
     def _kept(self, obj: Obj) -> Obj:
         if not self.slim:
@@ -257,6 +263,25 @@ def _stub(obj: Obj) -> Obj:
     if isinstance(labels, dict) and (routed := {k: labels[k] for k in _STUB_LABELS if k in labels}):
         kept["labels"] = routed
     return {"metadata": kept}
+
+
+# Strings up to this long are shared between the objects kept (a status, a reason,
+# an image, a namespace, a label value); longer ones are mostly unique (messages).
+_SHARED_LENGTH = 64
+
+
+def interned(value: Any) -> Any:
+    """`value` (decoded JSON) with its keys and short strings interned: each watch event
+    is decoded on its own, so every kept object had its own copy of every key
+    ("metadata", "status", "lastTransitionTime", …) and of every common value. The
+    same content; about 45 % less memory per Pod, Job and Event kept (bench/cache_memory.py)."""
+    if type(value) is dict:
+        return {(intern(k) if type(k) is str else k): interned(v) for k, v in value.items()}
+    if type(value) is list:
+        return [interned(v) for v in value]
+    if type(value) is str and len(value) <= _SHARED_LENGTH:
+        return intern(value)
+    return value
 
 
 def _trimmed(obj: Obj) -> Obj:
