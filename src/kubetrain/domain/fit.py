@@ -163,7 +163,10 @@ class FitAnalysis:
         if table is None:
             table = _TABLES[self.row_groups] = self._table()
             while len(_TABLES) > 8:
-                del _TABLES[next(iter(_TABLES))]  # the oldest
+                try:
+                    del _TABLES[next(iter(_TABLES))]  # the oldest
+                except (KeyError, RuntimeError, StopIteration):
+                    break  # another thread's diagnosis let it go first
         return table
 
     def _table(self) -> tuple[NodeFit, ...]:
