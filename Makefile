@@ -81,6 +81,8 @@ bench: testbed
 	$(BIN)/python bench/diagnosis.py
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/progress.py
+	$(BIN)/python bench/cache_memory.py
+	$(BIN)/python bench/history.py
 
 lint: setup
 	$(BIN)/ruff check src tests bench

@@ -26,7 +26,7 @@ each Pod once (the least any per-job scan of the Pods would cost).
 Prints a table and writes bench/results/diagnosis.json.
 
     .venv/bin/python bench/diagnosis.py [--nodes 1000] [--pods 2 1000 10000 50000] [--reps 200]
-        [--gangs 64 256] [--pending 4]
+        [--gangs 64 256] [--pending 4] [--bytecodes]
 """
 
 from __future__ import annotations
@@ -35,6 +35,7 @@ import argparse
 import copy
 import json
 import statistics
+import sys
 import time
 import uuid
 from collections.abc import Callable
@@ -216,10 +217,39 @@ def summary(samples: list[float]) -> dict[str, float]:
     }
 
 
+def bytecodes(call: Callable[[], object]) -> int:
+    """Python bytecodes one call executes (after a warm-up): the same whatever the load,
+    though it leaves out what C code does inside one bytecode (dict lookups, sorts)."""
+    call()
+    count = 0
+
+    def trace(frame: Any, event: str, arg: object) -> Any:
+        nonlocal count
+        frame.f_trace_opcodes = True
+        count += event == "opcode"
+        return trace
+
+    sys.settrace(trace)
+    try:
+        call()
+    finally:
+        sys.settrace(None)
+    return count
+
+
+COUNT_BYTECODES = False  # --bytecodes
+
+
 def per_job(snap: Snapshot, job: JobFacts, reps: int) -> dict[str, Any]:
+    def one() -> object:
+        return diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW)
+
     result = diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW)
-    samples = timed(lambda: diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW), reps)
-    return {**summary(samples), "reason": str(result.to_json(job.name).get("reason"))}
+    samples = timed(one, reps)
+    measured = {**summary(samples), "reason": str(result.to_json(job.name).get("reason"))}
+    if COUNT_BYTECODES:
+        measured["bytecodes"] = bytecodes(one)
+    return measured
 
 
 def main() -> None:
@@ -231,7 +261,14 @@ def main() -> None:
         "--gangs", type=int, nargs="*", default=[64, 256], help="gang sizes (none: no gangs)"
     )
     parser.add_argument("--pending", type=int, default=4, help="pending ranks per partial gang")
+    parser.add_argument(
+        "--bytecodes",
+        action="store_true",
+        help="also count the Python bytecodes of one diagnosis each (load-independent)",
+    )
     args = parser.parse_args()
+    global COUNT_BYTECODES
+    COUNT_BYTECODES = args.bytecodes
     if args.gangs and (min(args.gangs) < 2 or not 0 < args.pending < min(args.gangs)):
         parser.error("--gangs: sizes of at least 2; --pending: at least 1, fewer than a gang")
     pending_dump, running_dump = load("insufficient-gpu"), load("running")
@@ -346,6 +383,14 @@ def main() -> None:
             for p, r in report["sizes"].items()
         )
     )
+    dump_p50 = rec["pending"]["median_ms"]
+    print(
+        "pending job / the 4-node dump's, medians: "
+        + "; ".join(
+            f"{int(p):,} Pods {r['pending']['median_ms'] / dump_p50:.2f}x"
+            for p, r in report["sizes"].items()
+        )
+    )
     target = report["sizes"].get(str(TARGET_PODS))
     if target is not None and args.nodes == TARGET_NODES:
         worst = max(target["pending"]["median_ms"], target["running"]["median_ms"])
@@ -400,6 +445,21 @@ def main() -> None:
                 f"{TARGET_PODS} Pods: worst gang ratio {worst_ratio:.1f}x, "
                 f"target <= {GANG_TARGET:.0f}x: {verdict}"
             )
+    if args.bytecodes:
+        print("bytecodes per diagnosis (ratio to the baseline of the same kind):")
+        base = report["recorded"]
+        for pods, r in report["sizes"].items():
+            pend, run = r["pending"]["bytecodes"], r["running"]["bytecodes"]
+            dump = base["pending"]["bytecodes"]
+            line = f"  {int(pods):,} Pods: pending {pend:,} ({pend / dump:.2f}x the 4-node dump)"
+            line += f", running {run:,}"
+            for size, g in r.get("gangs", {}).items():
+                line += (
+                    f"; {size} workers: partial {g['partial']['bytecodes']:,}"
+                    f" ({g['partial']['bytecodes'] / pend:.1f}x pending), running"
+                    f" {g['running']['bytecodes']:,} ({g['running']['bytecodes'] / run:.1f}x)"
+                )
+            print(line)
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "diagnosis.json"
     path.write_text(json.dumps(report, indent=2))

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import re
 import threading
 from collections.abc import Iterator
 
@@ -10,11 +12,14 @@ import pytest
 from fastapi import FastAPI
 from fastapi.testclient import TestClient
 from sqlalchemy import func, select
+from starlette.routing import Match
 
 from kubetrain.api import create_app
+from kubetrain.api.jobs import PlainSubmitRoute
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database, Job, Transition, job_history
-from tests.api.builders import JOBS, PROJECT, Tokens, submit, training_job
+from kubetrain.store.models import Role
+from tests.api.builders import JOBS, OTHER, PROJECT, Tokens, submit, training_job
 
 pytestmark = pytest.mark.db
 
@@ -283,3 +288,89 @@ def test_a_viewer_is_refused_before_its_body_is_read(client: TestClient, tokens:
         headers={**tokens("viewer"), "Content-Type": "application/json"},
     )
     assert response.status_code == 403
+
+
+def _plain_scope(query: bytes = b"", keys: tuple[bytes, ...] = ()) -> dict[str, object]:
+    headers = [(b"content-type", b"application/json"), *((b"idempotency-key", k) for k in keys)]
+    return {
+        "type": "http",
+        "method": "POST",
+        "path": JOBS,
+        "query_string": query,
+        "headers": headers,
+    }
+
+
+def test_only_plain_submissions_take_the_plain_route() -> None:
+    route = PlainSubmitRoute()
+    for plain in (
+        _plain_scope(),
+        _plain_scope(keys=(b"a-key_1",)),
+        _plain_scope(keys=(b"x" * 255,)),
+    ):
+        assert route.matches(plain)[0] is Match.FULL
+    for other in (
+        _plain_scope(b"dryRun=All"),
+        _plain_scope(b"anything=1"),
+        _plain_scope(keys=(b"has space",)),
+        _plain_scope(keys=(b"x" * 256,)),
+        _plain_scope(keys=(b"",)),
+        _plain_scope(keys=(b"one", b"two")),
+        _plain_scope(keys=("clé".encode(),)),
+    ):
+        assert route.matches(other)[0] is Match.NONE  # on to FastAPI's route, which words it
+
+
+def test_the_plain_route_answers_as_fastapis_route_does(
+    settings: ServerSettings, db: Database, tokens: Tokens
+) -> None:
+    plain = create_app(settings, db)
+    whole = create_app(settings, db)
+    whole.router.routes = [r for r in whole.router.routes if not isinstance(r, PlainSubmitRoute)]
+    job, other = training_job(), training_job("another-name")
+    json_type = {"Content-Type": "application/json"}
+    cases: list[tuple[str, bytes | None, dict[str, str]]] = [
+        ("new", None, {"Idempotency-Key": "k1"}),
+        ("replayed", None, {"Idempotency-Key": "k1"}),
+        ("reused key", json.dumps(other).encode(), {"Idempotency-Key": "k1"}),
+        ("no key", None, {}),
+        ("no token", None, {"Authorization": ""}),
+        ("unknown token", None, {"Authorization": "Bearer kt_unknown"}),
+        ("not a bearer", None, {"Authorization": "Basic abc"}),
+        ("another project's token", None, tokens(Role.ADMIN, OTHER)),
+        ("a viewer", None, tokens(Role.VIEWER)),
+        ("not JSON's type", None, {"Content-Type": "text/plain"}),
+        ("empty", b"", {}),
+        ("not JSON", b"{", {}),
+        ("a key twice", b'{"a": 1, "a": 2}', {}),
+        ("refused", b'{"kind": "TrainingJob"}', {}),
+        ("a key with a space", None, {"Idempotency-Key": "has space"}),
+    ]
+    for name, body, extra in cases:
+        answers = []
+        for app, side in ((plain, "p"), (whole, "w")):
+            headers = {**tokens(Role.SUBMITTER), **json_type, **extra}
+            if "Idempotency-Key" in extra:
+                headers["Idempotency-Key"] = f"{side}-{extra['Idempotency-Key']}"
+            with TestClient(app) as client:
+                response = client.post(
+                    JOBS, content=body or json.dumps(job).encode(), headers=headers
+                )
+            answers.append(
+                (
+                    response.status_code,
+                    _comparable(response.text),
+                    sorted(
+                        (k, _comparable(v))
+                        for k, v in response.headers.items()
+                        if k != "content-length"
+                    ),
+                )
+            )
+        assert answers[0] == answers[1], name
+
+
+def _comparable(text: str) -> str:
+    """Without what differs between two jobs: ids and times."""
+    text = re.sub(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}", "<id>", text)
+    return re.sub(r"\d{4}-\d\d-\d\dT[\d:.]+(Z|[+-]\d\d:\d\d)?", "<time>", text)

@@ -187,6 +187,8 @@ def test_forget_keeps_only_stubs_of_a_finished_jobs_job_and_pods():
         assert set(kept) == {"metadata"}  # what a relist compares, and the job-id label
         assert kept["metadata"]["resourceVersion"] == obj["metadata"]["resourceVersion"]
         assert job_id_of(kept) == "job-f"
+        # Of the labels, only the one the cache routes by (the Job controller's are many).
+        assert set(kept["metadata"]["labels"]) == {"kubetrain.io/job-id"}
     # Should the Job change again, it is followed anew.
     cache.reflectors["jobs"].on_event("MODIFIED", job)  # type: ignore[misc]
     assert cache.job(ns, name) is job

@@ -101,6 +101,8 @@ def create_app(
         cluster_snapshot=cluster_snapshot,
         pod_tokens=pod_tokens,
     )
+    # Ahead of the routers: plain submissions skip FastAPI's per-request solving.
+    app.router.routes.append(jobs.PlainSubmitRoute())
     app.include_router(jobs.router)
     app.include_router(logs.router)
     app.include_router(datasets.router)

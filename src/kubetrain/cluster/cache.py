@@ -24,7 +24,7 @@ from typing import Any
 
 import httpx2 as httpx
 
-from kubetrain.cluster.reflector import Obj, Reflector, served_version
+from kubetrain.cluster.reflector import Obj, Reflector, interned, served_version
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 from kubetrain.domain.nodes import NodeInfo, parse_node
 from kubetrain.domain.snapshot import NodeState, Snapshot, bound_requests
@@ -214,7 +214,8 @@ class ClusterCache:
                     # Events expire after an hour; what they said still explains the
                     # job, so the cache keeps them until the job's objects go.
                     return
-                self._events[key][meta.get("uid", "")] = obj
+                # Decoded alone, as each watch event is: its strings shared when kept.
+                self._events[key][meta.get("uid", "")] = interned(obj)
                 self._event_keys[job_id].add(key)
             if self.listener is not None:
                 self.listener(resource, kind, obj, job_id)

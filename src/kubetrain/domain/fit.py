@@ -30,6 +30,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from decimal import Decimal
 from functools import cached_property
+from itertools import repeat
+from operator import add, itemgetter
 from typing import Any, NamedTuple
 
 from kubetrain.domain.nodes import (
@@ -133,6 +135,10 @@ class Closest:
     resource: str | None = None
 
 
+# The last few node tables by the row groups they spell out (FitAnalysis.nodes).
+_TABLES: dict[tuple[tuple[int, tuple[str, ...], NodeFit], ...], tuple[NodeFit, ...]] = {}
+
+
 @dataclass(frozen=True)
 class FitAnalysis:
     # (closeness, nodes sorted by name, the row's other fields) per group of alike
@@ -151,16 +157,30 @@ class FitAnalysis:
 
     @cached_property
     def nodes(self) -> tuple[NodeFit, ...]:
-        """One row per node: closest first, then by name."""
-        by_closeness: dict[int, list[tuple[str, NodeFit]]] = {}
+        """One row per node: closest first, then by name. Kept by the rows it is made of:
+        a job waiting on an unchanged cluster gets the same table at every diagnosis."""
+        table = _TABLES.get(self.row_groups)
+        if table is None:
+            table = _TABLES[self.row_groups] = self._table()
+            while len(_TABLES) > 8:
+                try:
+                    del _TABLES[next(iter(_TABLES))]  # the oldest
+                except (KeyError, RuntimeError, StopIteration):
+                    break  # another thread's diagnosis let it go first
+        return table
+
+    def _table(self) -> tuple[NodeFit, ...]:
+        by_closeness: dict[int, list[tuple[str, tuple[Any, ...]]]] = {}
         for closeness, names, row in self.row_groups:
-            by_closeness.setdefault(closeness, []).extend((name, row) for name in names)
+            by_closeness.setdefault(closeness, []).extend(zip(names, repeat(row[1:])))
         out: list[NodeFit] = []
         make = tuple.__new__  # NamedTuple's own constructor, without its keyword parsing
         for closeness in sorted(by_closeness):
             rows = by_closeness[closeness]
             rows.sort()  # runs already in name order (each group keeps the nodes' order)
-            out += [make(NodeFit, (name, *row[1:])) for name, row in rows]
+            # Each row is (name,) + the group's other fields, made in C: a thousand nodes.
+            ones = zip(map(itemgetter(0), rows))
+            out += map(make, repeat(NodeFit), map(add, ones, map(itemgetter(1), rows)))
         return tuple(out)
 
 
@@ -407,19 +427,26 @@ def _verdict(rules: list[_Check], resources: list[_Check]) -> _Verdict:
 
 # The last few node lists grouped by `_alike` (a snapshot's index or a live cache's
 # node state, shared by every diagnosis of it); held here, so their ids stay theirs.
-_ALIKE: list[tuple[Sequence[NodeInfo], Mapping[str, Any], list[list[NodeInfo]]]] = []
+_ALIKE: list[
+    tuple[
+        Sequence[NodeInfo],
+        Mapping[str, Any],
+        list[list[NodeInfo]],
+        dict[int, tuple[str, ...]],
+    ]
+] = []
 
 
 def _alike(
     nodes: Sequence[NodeInfo], usage: Mapping[str, Mapping[str, Decimal]]
-) -> list[list[NodeInfo]]:
+) -> tuple[list[list[NodeInfo]], dict[int, tuple[str, ...]]]:
     """`nodes` grouped by what every Pod's checks read besides labels and names:
     the same allocatable, usage and taints objects (the index shares equal ones, so
     identity is cheap to hash), readiness and cordon. Each group keeps the nodes'
-    order."""
-    for seen_nodes, seen_usage, groups in _ALIKE:
+    order. With each group's node names, by the group's id (the fit table's rows)."""
+    for seen_nodes, seen_usage, groups, names in _ALIKE:
         if seen_nodes is nodes and seen_usage is usage:
-            return groups
+            return groups, names
     empty: Mapping[str, Decimal] = {}
     by_identity: dict[tuple[Any, ...], list[NodeInfo]] = {}
     for node in nodes:
@@ -436,9 +463,10 @@ def _alike(
         else:
             same.append(node)
     found = list(by_identity.values())
-    _ALIKE.insert(0, (nodes, usage, found))
+    names = {id(group): tuple(n.name for n in group) for group in found}
+    _ALIKE.insert(0, (nodes, usage, found, names))
     del _ALIKE[4:]
-    return found
+    return found, names
 
 
 def analyze_fit(
@@ -464,7 +492,8 @@ def analyze_fit(
     # only by the labels or names this Pod looks at.
     by_identity: list[list[NodeInfo]] = []
     labels_looked_at = pod.label_keys
-    for alike in _alike(nodes, usage):
+    alike_groups, alike_names = _alike(nodes, usage)
+    for alike in alike_groups:
         if not labels_looked_at and not pod.by_name:
             by_identity.append(alike)
             continue
@@ -477,16 +506,23 @@ def analyze_fit(
             split.setdefault(ident, []).append(node)
         by_identity += split.values()
     groups: dict[tuple[Any, ...], list[NodeInfo]] = {}
+    # Each group's node names: an unsplit group's are kept with the node list.
+    group_names: dict[tuple[Any, ...], list[tuple[str, ...]]] = {}
     for members in by_identity:
         sample = members[0]
         used = usage.get(sample.name, empty)
         amounts = tuple([(sample.allocatable.get(r, zero), used.get(r, zero)) for r in checked])
         key = (pod.rule_key(sample), amounts)
+        named = alike_names.get(id(members))
+        if named is None:
+            named = tuple(n.name for n in members)
         group = groups.get(key)
         if group is None:
             groups[key] = list(members)
+            group_names[key] = [named]
         else:
             group.extend(members)
+            group_names[key].append(named)
     positions = {r: i for i, r in enumerate(checked)}
     advertised = {
         r: any(amounts[positions[r]][0] > 0 for _, amounts in groups) for r in resources_only
@@ -553,7 +589,7 @@ def analyze_fit(
         why = tuple(c.why for c in verdict.checks)
         reasons = tuple(c.reason for c in verdict.checks)
         closeness, waitable = verdict.closeness, verdict.closeness == 1
-        names = tuple(n.name for n in members)
+        names = sum(group_names[(rule_key, amounts)], ())
         rows.append((closeness, names, NodeFit("", False, why, reasons, waitable, closeness)))
     numbers = {
         r: ResourceNumbers(

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from datetime import UTC, date, datetime
+from functools import lru_cache
 from typing import Any
 
 __all__ = [
     "as_list",
     "as_map",
+    "as_time",
     "boolean",
     "get",
     "integer",
@@ -45,23 +47,36 @@ def get(obj: object, *path: str | int) -> object:
     return current
 
 
+def _walk(obj: object, path: tuple[str | int, ...]) -> object:
+    """`get` for the common case, a path of keys through plain dicts, in one call;
+    anything else (a list index, a Mapping that is not a dict) goes through `get`."""
+    current = obj
+    for at, step in enumerate(path):
+        if type(current) is not dict or type(step) is not str:
+            return get(current, *path[at:])
+        current = current.get(step)
+        if current is None:
+            return None
+    return current
+
+
 def as_map(obj: object, *path: str | int) -> Mapping[str, Any]:
-    value = get(obj, *path)
-    return value if isinstance(value, Mapping) else {}
+    value = _walk(obj, path)
+    return value if type(value) is dict or isinstance(value, Mapping) else {}
 
 
 def as_list(obj: object, *path: str | int) -> list[Any]:
-    value = get(obj, *path)
+    value = _walk(obj, path)
     return value if isinstance(value, list) else []
 
 
 def text(obj: object, *path: str | int) -> str | None:
-    value = get(obj, *path)
+    value = _walk(obj, path)
     return value if isinstance(value, str) else None
 
 
 def integer(obj: object, *path: str | int) -> int | None:
-    value = get(obj, *path)
+    value = _walk(obj, path)
     if isinstance(value, bool):
         return None
     if isinstance(value, int):
@@ -74,7 +89,7 @@ def integer(obj: object, *path: str | int) -> int | None:
 
 
 def boolean(obj: object, *path: str | int) -> bool | None:
-    value = get(obj, *path)
+    value = _walk(obj, path)
     if isinstance(value, bool):
         return value
     if isinstance(value, str) and value in ("True", "true", "False", "false"):
@@ -84,13 +99,27 @@ def boolean(obj: object, *path: str | int) -> bool | None:
 
 def timestamp(obj: object, *path: str | int) -> datetime | None:
     """An RFC 3339 time (or a YAML-loaded datetime) as an aware UTC datetime."""
-    value = get(obj, *path)
+    return as_time(_walk(obj, path))
+
+
+def as_time(value: object) -> datetime | None:
+    """A value read already (`timestamp` without the path) as an aware UTC datetime."""
+    if value is None:
+        return None
+    if type(value) is str and 10 <= len(value) <= 40:
+        return _parsed_time(value)
     if isinstance(value, datetime):
         return value if value.tzinfo else value.replace(tzinfo=UTC)
     if isinstance(value, date):
         return datetime(value.year, value.month, value.day, tzinfo=UTC)
     if not isinstance(value, str) or not 10 <= len(value) <= 40:
         return None
+    return _parsed_time(value)
+
+
+@lru_cache(maxsize=4096)
+def _parsed_time(value: str) -> datetime | None:
+    # Kept per string: a gang's ranks and their events repeat the same seconds.
     raw = value.strip()
     if raw.endswith(("Z", "z")):
         raw = raw[:-1] + "+00:00"
@@ -112,6 +141,11 @@ def labels(obj: object) -> Mapping[str, str]:
 
 
 def meta_name(obj: object) -> str | None:
+    if type(obj) is dict:
+        meta = obj.get("metadata")
+        if type(meta) is dict:
+            name = meta.get("name")
+            return name if isinstance(name, str) else None
     return text(obj, "metadata", "name")
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 from decimal import Decimal, InvalidOperation
+from functools import lru_cache
 
 from kubetrain.errors import KubetrainError
 
@@ -106,6 +107,19 @@ def parse_quantity(text: str | int | float) -> Decimal:
 
 def format_quantity(value: Decimal) -> str:
     """Render a Decimal compactly for messages: 16Gi stays 16Gi, 0.5 becomes 500m."""
+    try:
+        return _formatted(value)
+    except TypeError:  # a signalling NaN cannot be hashed
+        return _format(value)
+
+
+# Kept per amount: the fit table words the same few amounts for every group of nodes.
+@lru_cache(maxsize=1024, typed=True)
+def _formatted(value: Decimal) -> str:
+    return _format(value)
+
+
+def _format(value: Decimal) -> str:
     for suffix, power in sorted(_BINARY.items(), key=lambda item: -item[1]):
         unit = Decimal(1024) ** power
         if value >= unit and value % unit == 0:

@@ -17,9 +17,21 @@ import secrets
 import uuid
 from collections.abc import Collection, Sequence
 from datetime import UTC, datetime
+from functools import cache
 from typing import Any
 
-from sqlalchemy import delete, event, exists, func, insert, inspect, select
+from sqlalchemy import (
+    Connection,
+    Select,
+    bindparam,
+    delete,
+    event,
+    exists,
+    func,
+    insert,
+    inspect,
+    select,
+)
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.notifications import new_secret
@@ -40,6 +52,7 @@ __all__ = [
     "drop_deliveries",
     "due_webhooks",
     "enqueue_deliveries",
+    "enqueue_new_job",
     "installation_id",
     "list_webhooks",
     "note_business_rows",
@@ -121,6 +134,26 @@ def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> i
     ]
     session.execute(insert(WebhookDelivery), queued)
     return len(queued)
+
+
+def enqueue_new_job(connection: Connection, row_id: int, project: str) -> int:
+    """`enqueue_deliveries` for a new job's first history row, whose project is known:
+    the project's webhooks read by one plain statement on the caller's connection (the
+    submission path's; most projects have none, and that read is all it costs then)."""
+    hooks = connection.execute(_project_hooks(), {"project": project}).scalars().all()
+    if not hooks:
+        return 0
+    queued = [
+        {"webhook_id": hook_id, "transition_id": row_id, "event_key": secrets.token_hex(16)}
+        for hook_id in hooks
+    ]
+    connection.execute(insert(WebhookDelivery), queued)
+    return len(queued)
+
+
+@cache
+def _project_hooks() -> Select[str]:
+    return select(Webhook.id).where(Webhook.project == bindparam("project"))
 
 
 # session.info key: the business history rows the one-job path wrote in this transaction.

@@ -14,13 +14,14 @@ from typing import Any
 
 from kubetrain.domain.diagnosis.mounts import MOUNT_EVENTS, mount_code
 from kubetrain.domain.diagnosis.reading import (
+    PodGlance,
     _conditions,
     _event_first_time,
     _event_time,
     _Finding,
-    _main_status,
     _Reader,
     _state,
+    _str,
     _true,
     _without_preflight_lines,
 )
@@ -28,7 +29,7 @@ from kubetrain.domain.diagnosis.result import AttemptView
 from kubetrain.domain.fit import resource_reason
 from kubetrain.domain.manifest import CONTAINER_NAME, PREFLIGHT_EXIT_CODE
 from kubetrain.domain.nodes import is_gpu_resource
-from kubetrain.domain.objects import as_list, get, integer, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, as_time, get, integer, meta_name, text, timestamp
 from kubetrain.domain.reasons import rank
 from kubetrain.domain.scheduling import parse_scheduling_message, reason_of
 from kubetrain.domain.states import Link, ReasonCode
@@ -48,88 +49,96 @@ _GONE_EVENTS = {
 
 def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
-    views = [_attempt_view(pod) for pod in reader.pods]
-    known = {v.pod_name for v in views}
+    seen = [reader.glance(pod) for pod in reader.pods]
+    views = [_attempt_fields(pod) for pod in seen]
+    known = {v["pod_name"] for v in views}
     # Pods already gone (deadline, garbage collection) that the Job controller's
     # events still name are attempts too; their state is what their events said.
     # Only this Job's: an earlier Job of the name (a gang's earlier attempt) had its own.
-    uid = text(reader.k8s_job, "metadata", "uid")
-    earlier = {
-        (text(e, "message") or "").removeprefix("Created pod: ")
-        for e in reader.events("Job", reader.job.k8s_name)
-        if uid and text(e, "involvedObject", "uid") not in (uid, None)
-    }
-    gone = [
-        name
-        for name in reader.index.created_pods.get((reader.job.namespace, reader.job.k8s_name), [])
-        if name not in known and name not in earlier
-    ]
+    made = reader.index.created_pods.get((reader.job.namespace, reader.job.k8s_name), [])
+    gone = [name for name in made if name not in known]
+    if gone:
+        uid = text(reader.k8s_job, "metadata", "uid")
+        earlier = {
+            (text(e, "message") or "").removeprefix("Created pod: ")
+            for e in reader.events("Job", reader.job.k8s_name)
+            if uid and text(e, "involvedObject", "uid") not in (uid, None)
+        }
+        gone = [name for name in gone if name not in earlier]
     for name in dict.fromkeys(gone):
-        events = reader.events("Pod", name)
-        # Warnings, and what says why it went (the scheduler's Preempted is Normal).
-        telling = [
-            e for e in events if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
-        ]
-        last = telling[-1] if telling else None
-        node = _scheduled_node(events)
-        raw_reason = text(last, "reason") if last else None
-        raw_message = text(last, "message") if last else None
-        explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
-        if not explained and reader.node_gone(node):
-            # Pod garbage collection writes no event: the vanished Node says it.
-            raw_reason, raw_message = _node_not_found(node or "")
-        uid = next(
-            (text(e, "involvedObject", "uid") for e in events if text(e, "involvedObject", "uid")),
-            "",
-        )
-        views.append(
-            AttemptView(
-                number=0,
-                pod_name=name,
-                pod_uid=uid or "",
-                node=node,
-                phase=None,
-                container_state=None,
-                raw_reason=raw_reason,
-                raw_message=raw_message,
-                exit_code=None,
-                termination_message=None,
-                started_at=next(
-                    (_event_time(e) for e in events if text(e, "reason") == "Started"), None
-                ),
-                finished_at=None,
-                bound_at=next(
-                    (_event_first_time(e) for e in events if text(e, "reason") == "Scheduled"),
-                    None,
-                ),
-            )
-        )
-    created = _created_at_from_events(reader)
-    pods_created = {
-        meta_name(p): timestamp(p, "metadata", "creationTimestamp") for p in reader.pods
-    }
+        views.append(_gone_fields(reader, name))
+    pods_created = {pod.name: as_time(pod.created) for pod in seen}
+    # Read only for a Pod without its own creation time (one that is gone).
+    created: dict[str, datetime | None] | None = None
     epoch = datetime.min.replace(tzinfo=UTC)
 
-    def order(view: AttemptView) -> tuple[datetime, str]:
-        when = pods_created.get(view.pod_name) or created.get(view.pod_name) or epoch
-        return when, view.pod_name
+    def order(view: dict[str, Any]) -> tuple[datetime, str]:
+        nonlocal created
+        name = view["pod_name"]
+        when = pods_created.get(name)
+        if not when:
+            if created is None:
+                created = _created_at_from_events(reader)
+            when = created.get(name)
+        return when or epoch, name
 
     views.sort(key=order)
-    pods = {meta_name(p): p for p in reader.pods}
+    pods = {glance.name: pod for glance, pod in zip(seen, reader.pods, strict=True)}
     # A gang's attempt is its Job: every rank's Pod is on the Job's attempt.
     gang = reader.gang_attempt.number if reader.gang_attempt else 1
+    single = reader.workers == 1
     return tuple(
         AttemptView(
-            **{
-                **view.__dict__,
-                "number": number if reader.workers == 1 else gang,
-                "rank": reader.rank_of(
-                    pods.get(view.pod_name) or {"metadata": {"name": view.pod_name}}
-                ),
-            }
+            **view,
+            number=number if single else gang,
+            rank=None
+            if single
+            else reader.rank_of(
+                pods.get(view["pod_name"]) or {"metadata": {"name": view["pod_name"]}}
+            ),
         )
         for number, view in enumerate(views, 1)
     )
+
+
+def _gone_fields(reader: _Reader, name: str) -> dict[str, Any]:
+    """An attempt whose Pod is gone, from the events that still name it."""
+    events = reader.events("Pod", name)
+    # Warnings, and what says why it went (the scheduler's Preempted is Normal).
+    telling = [
+        e for e in events if text(e, "type") == "Warning" or text(e, "reason") in _GONE_EVENTS
+    ]
+    last = telling[-1] if telling else None
+    node = _scheduled_node(events)
+    raw_reason = text(last, "reason") if last else None
+    raw_message = text(last, "message") if last else None
+    explained = any(text(e, "reason") in _GONE_EVENTS for e in events)
+    if not explained and reader.node_gone(node):
+        # Pod garbage collection writes no event: the vanished Node says it.
+        raw_reason, raw_message = _node_not_found(node or "")
+    uid = next(
+        (text(e, "involvedObject", "uid") for e in events if text(e, "involvedObject", "uid")),
+        "",
+    )
+    return {
+        "pod_name": name,
+        "pod_uid": uid or "",
+        "node": node,
+        "phase": None,
+        "container_state": None,
+        "raw_reason": raw_reason,
+        "raw_message": raw_message,
+        "exit_code": None,
+        "termination_message": None,
+        "started_at": next(
+            (_event_time(e) for e in events if text(e, "reason") == "Started"), None
+        ),
+        "finished_at": None,
+        "bound_at": next(
+            (_event_first_time(e) for e in events if text(e, "reason") == "Scheduled"),
+            None,
+        ),
+    }
 
 
 def _created_at_from_events(reader: _Reader) -> dict[str, datetime | None]:
@@ -156,48 +165,37 @@ def _scheduled_node(events: Sequence[object]) -> str | None:
     return None
 
 
-def _attempt_view(pod: Mapping[str, Any]) -> AttemptView:
-    status = _main_status(pod)
-    state, detail = _state(status)
-    raw_reason = text(pod, "status", "reason") or text(detail, "reason")
-    raw_message = text(pod, "status", "message") or text(detail, "message")
-    conditions = _conditions(pod)
+def _attempt_fields(pod: PodGlance) -> dict[str, Any]:
+    """One Pod's AttemptView fields, less its number and rank."""
+    state, detail = pod.state, pod.detail
+    raw_reason = pod.reason or _str(detail.get("reason"))
+    raw_message = pod.message or _str(detail.get("message"))
+    conditions = pod.conditions
     disruption = _true(conditions, "DisruptionTarget")
     # An eviction's own words (reason Evicted) say more than its condition's.
-    if disruption is not None and text(pod, "status", "reason") != "Evicted":
+    if disruption is not None and pod.reason != "Evicted":
         raw_reason, raw_message = text(disruption, "reason"), text(disruption, "message")
-    if state is None:
-        scheduled = conditions.get("PodScheduled")
-        if scheduled is not None and text(scheduled, "status") == "False":
-            raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
-    return AttemptView(
-        number=0,
-        pod_name=meta_name(pod) or "",
-        pod_uid=text(pod, "metadata", "uid") or "",
-        node=text(pod, "spec", "nodeName"),
-        phase=text(pod, "status", "phase"),
-        container_state=state,
-        raw_reason=raw_reason,
-        raw_message=raw_message,
-        exit_code=integer(detail, "exitCode") if state == "terminated" else None,
-        termination_message=text(detail, "message") if state == "terminated" else None,
-        started_at=timestamp(detail, "startedAt"),
-        finished_at=timestamp(detail, "finishedAt"),
-        bound_at=_bound_at(pod, conditions),
-    )
-
-
-def _bound_at(
-    pod: Mapping[str, Any], conditions: Mapping[str, Mapping[str, Any]]
-) -> datetime | None:
     scheduled = conditions.get("PodScheduled")
-    if (
-        scheduled is None
-        or text(scheduled, "status") != "True"
-        or not text(pod, "spec", "nodeName")
-    ):
-        return None
-    return timestamp(scheduled, "lastTransitionTime")
+    if state is None and scheduled is not None and text(scheduled, "status") == "False":
+        raw_reason, raw_message = text(scheduled, "reason"), text(scheduled, "message")
+    ended = state == "terminated"
+    return {
+        "pod_name": pod.name or "",
+        "pod_uid": pod.uid or "",
+        "node": pod.node,
+        "phase": pod.phase,
+        "container_state": state,
+        "raw_reason": raw_reason,
+        "raw_message": raw_message,
+        "exit_code": integer(detail, "exitCode") if ended else None,
+        "termination_message": _str(detail.get("message")) if ended else None,
+        "started_at": as_time(detail.get("startedAt")),
+        "finished_at": as_time(detail.get("finishedAt")),
+        # When the scheduler bound the Pod: its PodScheduled condition, once on a node.
+        "bound_at": as_time(scheduled.get("lastTransitionTime"))
+        if scheduled is not None and scheduled.get("status") == "True" and pod.node
+        else None,
+    }
 
 
 # -- why an attempt ended ------------------------------------------------------------

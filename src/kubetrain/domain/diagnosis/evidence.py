@@ -27,6 +27,7 @@ or `not-needed` (the job does not use it). The evidence each link needs:
 from __future__ import annotations
 
 from collections.abc import Mapping
+from functools import cached_property
 from typing import Any
 
 from kubetrain.domain.diagnosis.reading import _PREFLIGHT_LINE, _Reader
@@ -51,6 +52,7 @@ _AFTER_MOUNT = frozenset(
 # Volume sources that come from storage a link of the chain can fail on; a Secret,
 # ConfigMap, emptyDir, downward API or projected token is the kubelet's own work.
 _LOCAL_VOLUMES = frozenset({"secret", "configMap", "emptyDir", "downwardAPI", "projected"})
+_LOCAL_VOLUMES_AND_NAME = _LOCAL_VOLUMES | {"name"}
 
 
 def evidenced(marks: tuple[ChainMark, ...], reader: _Reader) -> tuple[ChainMark, ...]:
@@ -70,49 +72,72 @@ def evidenced(marks: tuple[ChainMark, ...], reader: _Reader) -> tuple[ChainMark,
 
 
 class _Seen:
-    def __init__(
-        self,
-        *,
-        job: bool,
-        admitted: bool,
-        bound: bool,
-        admitted_on_node: bool,
-        mounted: bool,
-        started: bool,
-        gpus: bool,
-        volumes: bool,
-        reported: str | None,
-        preflight_ran: bool,
-        completed: bool,
-    ) -> None:
-        self.preflight_ran = preflight_ran
-        self.job, self.admitted, self.bound, self.started = job, admitted, bound, started
-        self.admitted_on_node, self.mounted = admitted_on_node, mounted
-        self.gpus, self.volumes, self.reported, self.completed = gpus, volumes, reported, completed
+    """What the objects show, each read only when a mark asks (a running gang's marks
+    ask few questions, and most are answered by its first Pod)."""
+
+    def __init__(self, reader: _Reader) -> None:
+        self.reader = reader
+        job = reader.k8s_job
+        self.pods = reader.pods
+        self.status = as_map(job, "status") if job is not None else {}
+        self.job = job is not None or bool(self.pods)
+        phase = reader.job.reported_phase
+        self.reported = phase[1] if phase is not None else None
 
     @classmethod
     def of(cls, reader: _Reader) -> _Seen:
-        job = reader.k8s_job
-        pods = reader.pods
-        status = as_map(job, "status") if job is not None else {}
-        counted = any(_count(status, key) for key in ("active", "succeeded", "failed"))
-        counted_done = _count(status, "succeeded") > 0
+        return cls(reader)
+
+    @cached_property
+    def counted(self) -> bool:
+        return any(_count(self.status, key) for key in ("active", "succeeded", "failed"))
+
+    @cached_property
+    def counted_done(self) -> bool:
+        return _count(self.status, "succeeded") > 0
+
+    @cached_property
+    def specs(self) -> list[Mapping[str, Any]]:
+        job = self.reader.k8s_job
         template = as_map(job, "spec", "template", "spec") if job is not None else {}
-        specs = [as_map(p, "spec") for p in pods] or [template]
-        phase = reader.job.reported_phase
-        return cls(
-            job=job is not None or bool(pods),
-            admitted=bool(pods) or counted,
-            bound=any(text(p, "spec", "nodeName") for p in pods) or counted,
-            admitted_on_node=any(_kubelet_answered(p) for p in pods) or counted_done,
-            mounted=any(_past_mounting(p) for p in pods) or counted_done,
-            started=any(_started(p) for p in pods) or counted_done,
-            gpus=any(_requests_gpu(s) for s in specs) or bool(reader.job.gpus),
-            volumes=any(_storage_volume(v) for s in specs for v in as_list(s, "volumes")),
-            reported=phase[1] if phase is not None else None,
-            preflight_ran=any(_preflight_passed(s) for p in pods for s in _statuses(p)),
-            completed=_completed(status),
-        )
+        return [self.reader.glance(p).spec for p in self.pods] or [template]
+
+    @cached_property
+    def admitted(self) -> bool:
+        return bool(self.pods) or self.counted
+
+    @cached_property
+    def bound(self) -> bool:
+        return any(text(p, "spec", "nodeName") for p in self.pods) or self.counted
+
+    @cached_property
+    def admitted_on_node(self) -> bool:
+        return any(_kubelet_answered(p) for p in self.pods) or self.counted_done
+
+    @cached_property
+    def mounted(self) -> bool:
+        return any(_past_mounting(p) for p in self.pods) or self.counted_done
+
+    @cached_property
+    def started(self) -> bool:
+        return any(_started(p) for p in self.pods) or self.counted_done
+
+    @cached_property
+    def gpus(self) -> bool:
+        return any(_requests_gpu(s) for s in self.specs) or bool(self.reader.job.gpus)
+
+    @cached_property
+    def volumes(self) -> bool:
+        return any(_storage_volume(v) for s in self.specs for v in as_list(s, "volumes"))
+
+    @cached_property
+    def preflight_ran(self) -> bool:
+        glance = self.reader.glance
+        return any(_preflight_passed(s) for p in self.pods for s in _statuses_in(glance(p).status))
+
+    @cached_property
+    def completed(self) -> bool:
+        return _completed(self.status)
 
     def needed(self, link: Link) -> bool:
         if link is Link.DEVICE_PLUGIN:
@@ -157,12 +182,17 @@ def _completed(status: Mapping[str, Any]) -> bool:
 
 
 def _statuses(pod: Mapping[str, Any]) -> list[Mapping[str, Any]]:
-    return [
-        s
-        for key in ("initContainerStatuses", "containerStatuses")
-        for s in as_list(pod, "status", key)
-        if isinstance(s, Mapping)
-    ]
+    return _statuses_in(as_map(pod, "status"))
+
+
+def _statuses_in(status: Mapping[str, Any]) -> list[Mapping[str, Any]]:
+    """A Pod's container statuses, init containers' first, from its `status`."""
+    found = []
+    for key in ("initContainerStatuses", "containerStatuses"):
+        listed = status.get(key)
+        if type(listed) is list:
+            found += [s for s in listed if type(s) is dict or isinstance(s, Mapping)]
+    return found
 
 
 def _kubelet_answered(pod: Mapping[str, Any]) -> bool:
@@ -174,7 +204,10 @@ def _kubelet_answered(pod: Mapping[str, Any]) -> bool:
 
 
 def _preflight_passed(status: Mapping[str, Any]) -> bool:
-    for state in (as_map(status, "state"), as_map(status, "lastState")):
+    for key in ("state", "lastState"):
+        state = status.get(key)
+        if not isinstance(state, Mapping) or state.get("terminated") is None:
+            continue  # a running or waiting container has said nothing yet
         code = get(state, "terminated", "exitCode")
         message = text(state, "terminated", "message") or ""
         if (
@@ -220,4 +253,4 @@ def _requests_gpu(spec: Mapping[str, Any]) -> bool:
 def _storage_volume(volume: object) -> bool:
     if not isinstance(volume, Mapping):
         return False
-    return any(key not in _LOCAL_VOLUMES for key in volume if key != "name")
+    return not volume.keys() <= _LOCAL_VOLUMES_AND_NAME

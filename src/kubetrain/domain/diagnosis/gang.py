@@ -21,16 +21,13 @@ from kubetrain.domain.diagnosis.reading import (
     GangAttempt,
     _Finding,
     _gone,
-    _main_status,
     _Reader,
-    _running,
-    _state,
 )
 from kubetrain.domain.diagnosis.result import GangRestart, PodReport
 from kubetrain.domain.failures import GangAction, gang_action, gang_failures
 from kubetrain.domain.manifest import CONTAINER_NAME
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
-from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, as_map, as_time, get, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
@@ -117,8 +114,9 @@ def gang_active(reader: _Reader) -> GangState:
     runs: dict[int, Mapping[str, Any]] = {}
     done: dict[int, Mapping[str, Any]] = {}
     for rank, pod in newest.items():
-        node = text(pod, "spec", "nodeName")
-        if _running(pod) and not text(pod, "metadata", "deletionTimestamp"):
+        seen = reader.glance(pod)
+        node = seen.node
+        if seen.running and not seen.deleting:
             if reader.node_gone(node):
                 # Running on a deleted node: the gang cannot go on. Pod GC fails the Pod
                 # within a minute, and then its Job: the gang restarts.
@@ -132,7 +130,7 @@ def gang_active(reader: _Reader) -> GangState:
                     )
                 return GangState(S.QUEUED, [finding], Link.TRAINING)
             runs[rank] = pod
-        elif text(pod, "status", "phase") == "Succeeded":
+        elif seen.phase == "Succeeded":
             done[rank] = pod
     if runs and len(runs) + len(done) == workers:
         gang = _all_run(reader, runs, done)
@@ -189,7 +187,7 @@ def _all_run(
     reader: _Reader, runs: dict[int, Mapping[str, Any]], done: dict[int, Mapping[str, Any]]
 ) -> GangState:
     ranks = sorted(runs)
-    nodes = ", ".join(dict.fromkeys(text(runs[r], "spec", "nodeName") or "?" for r in ranks))
+    nodes = ", ".join(dict.fromkeys(reader.glance(runs[r]).node or "?" for r in ranks))
     where = f"rank{'s' * (len(ranks) > 1)} {_listing(ranks)} on {nodes}"
     if done:
         where += f"; rank{'s' * (len(done) > 1)} {_listing(sorted(done))} exited 0"
@@ -201,7 +199,7 @@ def _rendezvous(
 ) -> GangState:
     # The gang formed when its last rank started; not every rank has said it trains since.
     started = [
-        timestamp(_state(_main_status(p))[1], "startedAt") or timestamp(p, "status", "startTime")
+        as_time(reader.glance(p).detail.get("startedAt")) or timestamp(p, "status", "startTime")
         for p in runs.values()
     ]
     since = max((s for s in started if s is not None), default=None)
@@ -231,7 +229,7 @@ def _by_least_advanced(
     preflight check each runs (rendezvous-reachable waits for rank 0's port). Without
     the ranks' own reports, rank 0's (`reported_phase`) is the only one known, and
     the others count as not reported: a dump, which holds no report, says the same."""
-    phases = {rank: reader.reports.get(meta_name(pod) or "") for rank, pod in runs.items()}
+    phases = {rank: reader.reports.get(reader.glance(pod).name or "") for rank, pod in runs.items()}
     training = [r for r, rep in sorted(phases.items()) if rep and rep.phase == "TRAINING"]
     preflight = [(r, rep) for r, rep in sorted(phases.items()) if rep and rep.phase == "PREFLIGHT"]
     silent = [r for r, rep in sorted(phases.items()) if rep is None]

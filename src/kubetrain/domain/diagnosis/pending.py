@@ -291,15 +291,22 @@ def restarting_sidecars(reader: _Reader, pod: Mapping[str, Any]) -> list[_Findin
     Error) with a growing restartCount and `BackOff` events, never as waiting
     CrashLoopBackOff (recorded: real-sidecar-restarting.json); a waiting one is read
     the same way."""
+    if not reader.glance(pod).spec.get("initContainers"):
+        return []  # most Pods: no init containers at all
+    sidecars = [
+        spec
+        for spec in as_list(pod, "spec", "initContainers")
+        if text(spec, "restartPolicy") == "Always"
+    ]
+    if not sidecars:
+        return []
     statuses = {
         text(s, "name"): s
         for s in as_list(pod, "status", "initContainerStatuses")
         if isinstance(s, Mapping)
     }
     found: list[_Finding] = []
-    for spec in as_list(pod, "spec", "initContainers"):
-        if text(spec, "restartPolicy") != "Always":
-            continue
+    for spec in sidecars:
         name = text(spec, "name") or "?"
         status = statuses.get(name)
         restarts = integer(status, "restartCount") or 0

@@ -92,9 +92,12 @@ class _Reader:
         self.k8s_job = self.index.jobs.get(key)
         uid = text(self.k8s_job, "metadata", "uid") if self.k8s_job else None
         pods = self.index.pods_by_job.get(key, [])
+        # Each Pod read once for what the steps ask of it again and again (a gang's
+        # hundreds of ranks); by id, as the Pods are held for the reader's life.
+        self._glances = {id(p): PodGlance(p) for p in pods}
         if uid:
             # A Job deleted and created again under the same name owns new Pods only.
-            owned = [p for p in pods if _owner_uid(p) in (uid, None)]
+            owned = [p for p in pods if self._glances[id(p)].owner_uid in (uid, None)]
             pods = owned
         attempt = text(self.k8s_job, "metadata", "labels", LABEL_ATTEMPT) if self.k8s_job else None
         if attempt:
@@ -102,7 +105,7 @@ class _Reader:
             pods = [
                 p for p in pods if text(p, "metadata", "labels", LABEL_ATTEMPT) in (attempt, None)
             ]
-        self.pods: list[dict[str, Any]] = sorted(pods, key=_created_key)
+        self.pods: list[dict[str, Any]] = sorted(pods, key=lambda p: self._glances[id(p)].order)
         # Rebuilt by attempts.py right after, from the Pods and events this reader reads.
         self.attempts: tuple[AttemptView, ...] = ()
         self.fit: FitAnalysis | None = None  # set when scheduling is read
@@ -151,12 +154,27 @@ class _Reader:
         unowned = [w for w in named if not _owner_uids(w)]
         return [*owned, *(w for w in unowned if w not in owned)]
 
+    def glance(self, pod: Mapping[str, Any]) -> PodGlance:
+        """What the steps read of `pod` again and again, read once per reader."""
+        try:
+            return self._glances[id(pod)]
+        except KeyError:  # not one of the job's Pods
+            return PodGlance(pod)
+
     def rank_of(self, pod: object) -> int | None:
         """A gang Pod's index (the Job controller's annotation, else its name
         `<job>-<index>-<suffix>`); None outside a gang."""
         if self.workers == 1:
             return None
-        found = _index(text(pod, "metadata", "annotations", COMPLETION_INDEX))
+        seen = self._glances.get(id(pod))
+        if seen is None:
+            return self._rank_of(pod, text(pod, "metadata", "annotations", COMPLETION_INDEX))
+        if seen.rank is False:
+            seen.rank = self._rank_of(pod, seen.index)
+        return seen.rank
+
+    def _rank_of(self, pod: object, annotated: str | None) -> int | None:
+        found = _index(annotated)
         if found is None:
             name = meta_name(pod) or ""
             if name.startswith(self.job.k8s_name + "-"):
@@ -209,6 +227,95 @@ class _Reader:
         ]
 
 
+class PodGlance:
+    """What the diagnosis reads of one Pod at several steps (its identity, where it is,
+    its main container's state, its conditions), read once."""
+
+    __slots__ = (
+        "conditions",
+        "created",
+        "deleting",
+        "detail",
+        "index",
+        "message",
+        "name",
+        "node",
+        "order",
+        "owner_uid",
+        "phase",
+        "rank",
+        "reason",
+        "restart_policy",
+        "spec",
+        "state",
+        "status",
+        "uid",
+    )
+
+    def __init__(self, pod: Mapping[str, Any]) -> None:
+        meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+        # As `as_map` reads them (inline: this runs per rank of a gang).
+        if type(meta) is not dict and not isinstance(meta, Mapping):
+            meta = {}
+        if type(spec) is not dict and not isinstance(spec, Mapping):
+            spec = {}
+        if type(status) is not dict and not isinstance(status, Mapping):
+            status = {}
+        # Each field as `text` reads it: a string, else None (inline: per rank of a gang).
+        get = meta.get
+        self.name: str | None = name if isinstance(name := get("name"), str) else None
+        self.uid: str | None = uid if isinstance(uid := get("uid"), str) else None
+        self.owner_uid = _owner_uid_in(get("ownerReferences"))
+        self.created: object = get("creationTimestamp")
+        self.order = (
+            self.created if isinstance(self.created, str) else "",
+            self.name or "",
+        )
+        self.deleting = isinstance(gone := get("deletionTimestamp"), str) and bool(gone)
+        annotations = get("annotations")
+        index = annotations.get(COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
+        self.index: str | None = index if isinstance(index, str) else None
+        self.rank: int | bool | None = False  # False: not read yet (the reader's rank_of)
+        get = spec.get
+        self.node: str | None = node if isinstance(node := get("nodeName"), str) else None
+        self.restart_policy = policy if isinstance(policy := get("restartPolicy"), str) else None
+        get = status.get
+        self.phase: str | None = phase if isinstance(phase := get("phase"), str) else None
+        self.reason: str | None = why if isinstance(why := get("reason"), str) else None
+        self.message: str | None = said if isinstance(said := get("message"), str) else None
+        main = _main_status_in(get("containerStatuses"))
+        self.state: str | None = None
+        self.detail: Mapping[str, Any] = {}
+        if main is not None:  # as `_state` reads it
+            state = main.get("state")
+            if type(state) is dict or isinstance(state, Mapping):
+                for key in ("terminated", "running", "waiting"):
+                    found = state.get(key)
+                    if type(found) is dict or isinstance(found, Mapping):
+                        self.state, self.detail = key, found
+                        break
+        self.conditions = _conditions_in(get("conditions"))
+        self.spec, self.status = spec, status
+
+    @property
+    def gone(self) -> bool:
+        """As `_gone`: finished, or being deleted."""
+        return self.phase in ("Succeeded", "Failed") or self.deleting
+
+    @property
+    def running(self) -> bool:
+        """As `_running`."""
+        if self.phase in ("Succeeded", "Failed"):
+            return False
+        return self.state == "running" or (
+            self.state == "terminated" and self.restart_policy == "Never"
+        )
+
+
+def _str(value: object) -> str | None:
+    return value if type(value) is str or isinstance(value, str) else None
+
+
 def _index(value: str | None) -> int | None:
     return int(value) if value and value.isdigit() and len(value) < 7 else None
 
@@ -232,15 +339,12 @@ def _gone(pod: Mapping[str, Any]) -> bool:
     )
 
 
-def _owner_uid(pod: object) -> str | None:
-    for ref in as_list(pod, "metadata", "ownerReferences"):
-        if text(ref, "kind") == "Job":
-            return text(ref, "uid")
+def _owner_uid_in(refs: object) -> str | None:
+    if type(refs) is list:
+        for ref in refs:
+            if (type(ref) is dict or isinstance(ref, Mapping)) and ref.get("kind") == "Job":
+                return _str(ref.get("uid"))
     return None
-
-
-def _created_key(pod: object) -> tuple[str, str]:
-    return (text(pod, "metadata", "creationTimestamp") or "", meta_name(pod) or "")
 
 
 def _event_time(event: object) -> datetime | None:
@@ -265,11 +369,18 @@ def _event_time_key(event: object) -> tuple[datetime, str]:
 
 
 def _conditions(obj: object) -> dict[str, Mapping[str, Any]]:
+    return _conditions_in(get(obj, "status", "conditions"))
+
+
+def _conditions_in(listed: object) -> dict[str, Mapping[str, Any]]:
+    """The conditions of a `status.conditions` value by type (the last of a type)."""
     found: dict[str, Mapping[str, Any]] = {}
-    for cond in as_list(obj, "status", "conditions"):
-        ctype = text(cond, "type")
-        if ctype and isinstance(cond, Mapping):
-            found[ctype] = cond
+    if type(listed) is list:
+        for cond in listed:
+            if type(cond) is dict or isinstance(cond, Mapping):
+                ctype = cond.get("type")
+                if ctype and isinstance(ctype, str):
+                    found[ctype] = cond
     return found
 
 
@@ -279,18 +390,28 @@ def _true(conditions: Mapping[str, Mapping[str, Any]], ctype: str) -> Mapping[st
 
 
 def _main_status(pod: object, key: str = "containerStatuses") -> Mapping[str, Any] | None:
-    statuses = [s for s in as_list(pod, "status", key) if isinstance(s, Mapping)]
-    for status in statuses:
-        if text(status, "name") == CONTAINER_NAME:
-            return status
-    return statuses[0] if statuses else None
+    return _main_status_in(get(pod, "status", key))
+
+
+def _main_status_in(listed: object) -> Mapping[str, Any] | None:
+    """The trainer's status among a Pod's container statuses, else the first."""
+    first = None
+    if type(listed) is list:
+        for status in listed:
+            if type(status) is dict or isinstance(status, Mapping):
+                if status.get("name") == CONTAINER_NAME:
+                    return status
+                if first is None:
+                    first = status
+    return first
 
 
 def _state(status: object) -> tuple[str | None, Mapping[str, Any]]:
     state = as_map(status, "state")
     for name in ("terminated", "running", "waiting"):
-        if isinstance(state.get(name), Mapping):
-            return name, state[name]
+        found = state.get(name)
+        if type(found) is dict or isinstance(found, Mapping):
+            return name, found
     return None, {}
 
 
