@@ -92,7 +92,7 @@ lint: setup
 
 # Regenerate the lock after changing dependencies in pyproject.toml (needs uv).
 lock:
-	uv pip compile pyproject.toml build-requirements.in --extra test --generate-hashes \
+	uv pip compile pyproject.toml build-requirements.in --extra test --extra bench --generate-hashes \
 		--python-version 3.11 --universal -o requirements.lock
 
 clean:

@@ -44,6 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from _common import RESULTS, percentile, table
+from _plots import paired_bars
 
 from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot
@@ -463,7 +464,18 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "diagnosis.json"
     path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    sizes = list(report["sizes"])
+    baseline = report["recorded"]["pending"]["median_ms"]
+    paired_bars(
+        RESULTS / "diagnosis.svg",
+        "A pending job's diagnosis vs the 4-node dump (same run)",
+        [f"{int(p):,} Pods" for p in sizes],
+        ("pending job", [report["sizes"][p]["pending"]["median_ms"] for p in sizes]),
+        ("recorded dump (4 nodes, 1 Pod)", [baseline] * len(sizes)),
+        "median ms per diagnosis (log scale)",
+        log=True,
+    )
+    print(f"wrote {path} and {RESULTS / 'diagnosis.svg'}")
 
 
 def _cells(r: dict[str, Any]) -> list[object]:

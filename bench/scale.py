@@ -60,6 +60,7 @@ from typing import Any
 
 import httpx2 as httpx
 from _common import RESULTS, percentile, table
+from _plots import line_panels
 from _serve import Serve, training_job
 from sqlalchemy import select, text
 
@@ -600,79 +601,54 @@ def _save(report: dict[str, Any]) -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     (RESULTS / "scale.json").write_text(json.dumps(report, indent=2))
     if report["steps"]:
-        (RESULTS / "scale.svg").write_text(svg(report))
+        plot(report, RESULTS / "scale.svg")
 
 
-def svg(report: dict[str, Any]) -> str:
-    """Four small line charts against the job count, in plain SVG (no plotting library)."""
+def plot(report: dict[str, Any], path: Path) -> None:
+    """Four line charts against the job count, each with its bare-client baseline."""
     steps = report["steps"]
-    x = [s["jobs_total"] for s in steps]
     panels = [
         (
-            "throughput (jobs/s)",
+            "throughput",
+            "jobs per second",
             {
-                "submit": [s["submit_per_s"] for s in steps],
-                "dispatch": [s["dispatch_per_s"] for s in steps],
-                "bare create": [s["bare_create_per_s"] for s in steps],
+                "submit (POST)": [s["submit_per_s"] for s in steps],
+                "dispatch (kubetrain)": [s["dispatch_per_s"] for s in steps],
+                "bare client's creates": [s["bare_create_per_s"] for s in steps],
             },
+            ["bare client's creates"],
         ),
         (
-            "propagation p99 (s)",
+            "propagation to the database, p99",
+            "seconds",
             {
-                "RUNNING, DB": [s["running"]["db"]["p99_s"] for s in steps],
+                "RUNNING, database": [s["running"]["db"]["p99_s"] for s in steps],
                 "RUNNING, bare watch": [s["running"]["watch"]["p99_s"] for s in steps],
-                "SUCCEEDED, DB": [s["succeeded"]["db"]["p99_s"] for s in steps],
+                "SUCCEEDED, database": [s["succeeded"]["db"]["p99_s"] for s in steps],
                 "SUCCEEDED, bare watch": [s["succeeded"]["watch"]["p99_s"] for s in steps],
             },
+            ["RUNNING, bare watch", "SUCCEEDED, bare watch"],
         ),
         (
-            "server RSS and database (MB)",
-            {"RSS": [s["rss_mb"] for s in steps], "DB": [s["db_mb"] for s in steps]},
+            "server memory and database size",
+            "MB",
+            {"server RSS": [s["rss_mb"] for s in steps], "database": [s["db_mb"] for s in steps]},
+            [],
         ),
-        ("server CPU per job (ms)", {"CPU": [s["cpu_ms_per_job"] for s in steps]}),
+        (
+            "server CPU per job",
+            "ms",
+            {"CPU": [s["cpu_ms_per_job"] for s in steps]},
+            [],
+        ),
     ]
-    colours = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd"]
-    width, height, pad = 420, 260, 50
-    parts = [
-        f'<svg xmlns="http://www.w3.org/2000/svg" width="{2 * width}" height="{2 * height}" '
-        'font-family="sans-serif" font-size="11">'
-    ]
-    for index, (title, series) in enumerate(panels):
-        ox, oy = (index % 2) * width, (index // 2) * height
-        values = [v for vs in series.values() for v in vs if v == v]  # NaN dropped
-        top = max(values, default=1.0) * 1.1 or 1.0
-        right = max(x) * 1.05
-
-        def px(
-            vx: float, vy: float, ox: float = ox, oy: float = oy, top: float = top, r: float = right
-        ) -> str:
-            return (
-                f"{ox + pad + vx / r * (width - 2 * pad):.1f},"
-                f"{oy + height - pad - vy / top * (height - 2 * pad):.1f}"
-            )
-
-        parts.append(f'<text x="{ox + pad}" y="{oy + 20}" font-weight="bold">{title}</text>')
-        axes = f"{px(0, top)} {px(0, 0)} {px(right, 0)}"
-        parts.append(f'<polyline fill="none" stroke="black" points="{axes}"/>')
-        for tick in (0.0, top / 2, top / 1.1):
-            parts.append(f'<text x="{ox + 4}" y="{px(0, tick).split(",")[1]}">{tick:.3g}</text>')
-        for vx in x:
-            bx, by = px(vx, 0).split(",")
-            parts.append(f'<text x="{bx}" y="{float(by) + 14}" text-anchor="middle">{vx}</text>')
-        for n, (name, vs) in enumerate(series.items()):
-            colour = colours[n % len(colours)]
-            points = " ".join(px(vx, vy) for vx, vy in zip(x, vs, strict=True) if vy == vy)
-            parts.append(f'<polyline fill="none" stroke="{colour}" points="{points}"/>')
-            parts += [
-                f'<circle cx="{p.split(",")[0]}" cy="{p.split(",")[1]}" r="2.5" fill="{colour}"/>'
-                for p in points.split()
-            ]
-            parts.append(
-                f'<text x="{ox + width - pad - 120}" y="{oy + 36 + 13 * n}" fill="{colour}">'
-                f"{name}</text>"
-            )
-    parts.append("</svg>")
-    return "\n".join(parts)
+    line_panels(
+        path,
+        "kubetrain against a bare client, by jobs in the cluster",
+        [s["jobs_total"] for s in steps],
+        "jobs in the cluster",
+        panels,
+    )
 
 
 if __name__ == "__main__":

@@ -38,6 +38,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.pg
 
 from _common import RESULTS, percentile, table
+from _plots import paired_bars
 from _serve import Serve, training_job
 
 from kubetrain.domain.spec import parse_training_job, spec_digest
@@ -297,7 +298,16 @@ def main() -> None:
     RESULTS.mkdir(parents=True, exist_ok=True)
     path = RESULTS / "submit.json"
     path.write_text(json.dumps(report, indent=2))
-    print(f"wrote {path}")
+    kinds = list(report["databases"])
+    paired_bars(
+        RESULTS / "submit.svg",
+        "Submissions against the HTTP floor, same server, same run",
+        kinds,
+        ("POST jobs", [report["databases"][k]["submit"]["per_s"] for k in kinds]),
+        ("GET /healthz", [report["databases"][k]["healthz"]["per_s"] for k in kinds]),
+        "answers per second",
+    )
+    print(f"wrote {path} and {RESULTS / 'submit.svg'}")
 
 
 if __name__ == "__main__":
