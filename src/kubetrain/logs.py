@@ -95,3 +95,11 @@ def setup_logging(
         root.removeHandler(old)
     root.addHandler(handler)
     root.setLevel(level.upper())
+    # The HTTP clients log every request at INFO: each replica's Lease renewal every 2 s,
+    # every watch and list. An operator reads kubetrain's own lines; `debug` shows them.
+    quiet = logging.NOTSET if level.upper() == "DEBUG" else logging.WARNING
+    for name in _CHATTY_CLIENTS:
+        logging.getLogger(name).setLevel(quiet)
+
+
+_CHATTY_CLIENTS = ("httpx", "httpx2", "httpcore", "httpcore2")

@@ -101,3 +101,15 @@ def test_text_format_for_a_person():
     line = out.getvalue().strip()
     assert " INFO kubetrain.x: created the Job job_id=j-1" in line
     assert not line.startswith("{")
+
+
+def test_the_http_clients_request_lines_are_left_out_unless_debugging(stream):
+    logging.getLogger("httpx2").info('HTTP Request: PUT https://api/leases/kubetrain "200"')
+    logging.getLogger("httpx2").warning("connection reset")
+    logging.getLogger("kubetrain.cluster.leader").info("leading")
+    assert [line["message"] for line in lines(stream)] == ["connection reset", "leading"]
+    debug = io.StringIO()
+    setup_logging("debug", "json", debug)
+    logging.getLogger("httpx2").info("HTTP Request: GET https://api/leases/kubetrain")
+    assert "HTTP Request" in debug.getvalue()
+    setup_logging("info", "json", stream)
