@@ -140,10 +140,6 @@ def assert_never_queued_once_running(path: list[tuple[str, str]]) -> None:
     assert all(state != "QUEUED" for state, _ in path[running:]), path
 
 
-def checkpoint_step(job_doc: dict[str, Any]) -> int:
-    return int(((job_doc.get("progress") or {}).get("checkpoint") or {}).get("step") or 0)
-
-
 @dataclass(frozen=True)
 class Resumed:
     """The node-loss resume run, once its job SUCCEEDED on the other node."""
@@ -193,9 +189,14 @@ def resumed(
         seen: dict[str, Any] = {}
 
         def checkpointed() -> dict[str, Any] | None:
+            # The files themselves, not the reported progress: a report retried with
+            # backoff on a busy machine arrived only after the whole run (seen once in CI),
+            # and the node must be lost mid-run.
             doc: dict[str, Any] = get(real_server, p, job_id)
             seen.update({k: doc.get(k) for k in ("business_status", "reason", "message", "node")})
-            return doc if checkpoint_step(doc) >= 2 * EVERY else None
+            on_disk = [f.step for f in checkpoint_files.scan(checkpoints) if not f.problem]
+            seen["checkpoints"] = on_disk
+            return doc if doc.get("node") and max(on_disk, default=0) >= 2 * EVERY else None
 
         first = eventually(
             checkpointed, 180, interval=0.1, what=lambda: f"attempt 1's second checkpoint ({seen})"
