@@ -26,13 +26,16 @@ The arrangement (docs/testbed.md, "Real nodes", says why):
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import ipaddress
 import json
 import os
 import shutil
 import signal
 import subprocess
+import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -77,17 +80,32 @@ class Network:
 
     @classmethod
     def choose(cls, testbed_id: str) -> Network:
-        taken = _local_networks()
-        for cidr in _POD_NETWORKS:
-            net = ipaddress.ip_network(cidr)
-            if not any(net.overlaps(t) for t in taken):
-                return cls(
-                    bridge=f"kt{testbed_id[:10]}",
-                    cidr=cidr,
-                    gateway=str(net[1]),
-                    dns_health_port=processes.pick_free_ports(1)[0],
-                )
+        """The first free Pod network, reserved at once: its bridge is made with the
+        gateway's address under a machine-wide lock, so that two testbeds starting
+        together (two test workers) never pick the same one (seen: two bridges on
+        10.245.0.0/16, and one pool's Pods could not reach the host)."""
+        bridge = f"kt{testbed_id[:10]}"
+        with _network_lock():
+            with contextlib.suppress(RealNodeError):  # a crashed run's, same state directory
+                _ip("link", "del", bridge)
+            taken = _local_networks()
+            for cidr in _POD_NETWORKS:
+                net = ipaddress.ip_network(cidr)
+                if not any(net.overlaps(t) for t in taken):
+                    network = cls(
+                        bridge=bridge,
+                        cidr=cidr,
+                        gateway=str(net[1]),
+                        dns_health_port=processes.pick_free_ports(1)[0],
+                    )
+                    network._reserve()
+                    return network
         raise RealNodeError(f"no free Pod network among {', '.join(_POD_NETWORKS)}")
+
+    def _reserve(self) -> None:
+        _ip("link", "add", self.bridge, "type", "bridge")
+        prefix = ipaddress.ip_network(self.cidr).prefixlen
+        _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
 
     def node_ip(self, index: int) -> str:
         return str(ipaddress.ip_network(self.cidr)[10 + index])
@@ -97,14 +115,14 @@ class Network:
         return str(base + 2), str(base + 254)
 
     def up(self, node_count: int) -> None:
-        # A bridge of this name is a crashed run's from the same state directory.
-        self.down()
-        _ip("link", "add", self.bridge, "type", "bridge")
-        prefix = ipaddress.ip_network(self.cidr).prefixlen
-        _ip("addr", "add", f"{self.gateway}/{prefix}", "dev", self.bridge)
-        for index in range(node_count):
-            _ip("addr", "add", f"{self.node_ip(index)}/32", "dev", self.bridge)
-        _ip("link", "set", self.bridge, "up")
+        # Made afresh (a restarted testbed's bridge may hold its old addresses), under
+        # the lock that keeps the network ours while it is briefly gone.
+        with _network_lock():
+            self.down()
+            self._reserve()
+            for index in range(node_count):
+                _ip("addr", "add", f"{self.node_ip(index)}/32", "dev", self.bridge)
+            _ip("link", "set", self.bridge, "up")
 
     def down(self) -> None:
         with contextlib.suppress(RealNodeError):
@@ -621,6 +639,14 @@ def _ip(*args: str) -> None:
     done = subprocess.run(["ip", *args], capture_output=True, text=True, timeout=30, check=False)
     if done.returncode != 0:
         raise RealNodeError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
+
+
+@contextlib.contextmanager
+def _network_lock() -> Iterator[None]:
+    """This machine's lock on choosing and making Pod networks (released if we die)."""
+    with (Path(tempfile.gettempdir()) / "kubetrain-testbed-networks.lock").open("a") as held:
+        fcntl.flock(held, fcntl.LOCK_EX)
+        yield
 
 
 def _local_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
