@@ -34,6 +34,7 @@ from kubetrain.testbed import incluster
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.images import TRAINER_IMAGE
 from tests.kube import eventually
+from tests.realnode.test_real_pool import kubectl
 
 pytestmark = pytest.mark.realnode
 
@@ -165,15 +166,7 @@ def test_testbed_env_gives_the_services_url_and_an_admin_token(real_testbed: Tes
 
 
 def exec_in(testbed: Testbed, pod: str, *argv: str) -> str:
-    done = subprocess.run(
-        ["kubectl", f"--kubeconfig={testbed.kubeconfig}", "-n", NS, "exec", pod, "--", *argv],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return kubectl(testbed, "-n", NS, "exec", pod, "--", *argv)
 
 
 def test_leader_pod_deleted_mid_training_the_job_succeeds_once(client: Client, real_kube: Kube):
@@ -266,15 +259,7 @@ def test_a_rolling_update_with_a_job_running_loses_nothing(
 
 
 def exec_kubectl(testbed: Testbed, *args: str) -> str:
-    done = subprocess.run(
-        ["kubectl", f"--kubeconfig={testbed.kubeconfig}", "-n", NS, *args],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
-    assert done.returncode == 0, done.stderr
-    return done.stdout
+    return kubectl(testbed, "-n", NS, *args)
 
 
 def iptables(*args: str) -> None:
