@@ -273,18 +273,45 @@ def test_a_dataset_directory_of_the_root_filesystem_is_not_a_mounted_volume(tmp_
     assert os.path.ismount("/dev/shm")
 
 
-def test_a_read_only_output_directory_fails_the_probe(job):
+def test_a_read_only_output_directory_fails_the_probe(job, monkeypatch):
     if os.geteuid() == 0:
         # root writes through mode bits; a read-only bind mount needs privileges we
         # cannot count on, so the probe's failure is driven through a file in the way.
+        monkeypatch.setattr(preflight.secrets, "token_hex", lambda n: "in-the-way")
         output = Path(job["KUBETRAIN_OUTPUT_DIR"])
-        (output / f".kubetrain-preflight-probe-{os.getpid()}").mkdir()
+        name = f"{preflight.PROBE_NAME}-{socket.gethostname()}-{os.getpid()}-in-the-way"
+        (output / name).mkdir()
     else:
         Path(job["KUBETRAIN_OUTPUT_DIR"]).chmod(0o500)
     report = run_preflight(Context(job), Redactor(job))
     output_check = next(r for r in report.results if r.name == "output-writable")
     assert output_check.status == "failed"
     assert "is not writable" in output_check.detail
+
+
+def test_ranks_probing_one_shared_volume_with_the_same_pid_do_not_take_each_others_probe(
+    tmp_path,
+):
+    """The ranks of a gang share the checkpoint volume and, each in its own container,
+    often have the same pid: threads of one process stand in for them (one pid). With a
+    probe named by the pid alone, one rank's unlink took the other's probe (757 of 4,000
+    probes failed so) and a real gang failed its preflight in CI."""
+    failures: list[str] = []
+
+    def probe() -> None:
+        for _ in range(500):
+            try:
+                preflight._probe_write(tmp_path)
+            except preflight.CheckFailed as exc:
+                failures.append(str(exc))
+
+    ranks = [threading.Thread(target=probe) for _ in range(2)]
+    for rank in ranks:
+        rank.start()
+    for rank in ranks:
+        rank.join()
+    assert failures == []
+    assert list(tmp_path.iterdir()) == []
 
 
 class _Starting(BaseHTTPRequestHandler):

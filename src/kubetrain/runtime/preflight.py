@@ -15,6 +15,7 @@ import importlib.util
 import json
 import os
 import re
+import secrets
 import shutil
 import socket
 import subprocess
@@ -443,9 +444,11 @@ def on_separate_filesystem(path: Path, rootfs: Path) -> bool:
 
 
 def _probe_write(directory: Path) -> None:
-    probe = directory / f"{PROBE_NAME}-{os.getpid()}"
+    # A name of its own: the ranks of a gang share the checkpoint volume and, each in its
+    # own container, often have the same pid; one rank's unlink took the other's probe.
+    probe = directory / f"{PROBE_NAME}-{socket.gethostname()}-{os.getpid()}-{secrets.token_hex(4)}"
     try:
-        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        fd = os.open(probe, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         try:
             os.write(fd, b"kubetrain preflight\n")
             os.fsync(fd)

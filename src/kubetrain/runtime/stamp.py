@@ -12,6 +12,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import secrets
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Any, BinaryIO
@@ -93,7 +94,7 @@ def write_stamp(root: Path, name: str, version: str, *, with_files: bool = True)
 
 
 def _write_atomically(target: Path, body: bytes) -> None:
-    staging = target.with_name(f".kubetrain-stamp-{os.getpid()}")
+    staging = target.with_name(f".kubetrain-stamp-{os.getpid()}-{secrets.token_hex(4)}")
     try:
         with staging.open("wb") as handle:
             handle.write(body)
