@@ -277,7 +277,7 @@ def test_a_read_only_output_directory_fails_the_probe(job, monkeypatch):
     if os.geteuid() == 0:
         # root writes through mode bits; a read-only bind mount needs privileges we
         # cannot count on, so the probe's failure is driven through a file in the way.
-        monkeypatch.setattr(preflight.secrets, "token_hex", lambda n: "in-the-way")
+        monkeypatch.setattr("kubetrain.runtime.preflight.secrets.token_hex", lambda n: "in-the-way")
         output = Path(job["KUBETRAIN_OUTPUT_DIR"])
         name = f"{preflight.PROBE_NAME}-{socket.gethostname()}-{os.getpid()}-in-the-way"
         (output / name).mkdir()

@@ -14,7 +14,13 @@ from typing import Any
 import pytest
 
 from kubetrain.runtime.contract import CHECK_NAMES
-from kubetrain.runtime.progress import MAX_BATCH, Reporter, reporter_from_env
+from kubetrain.runtime.progress import (
+    MAX_BATCH,
+    MAX_RETRY_AFTER_SECONDS,
+    Reporter,
+    reporter_from_env,
+    retry_after,
+)
 from tests.runtime.conftest import base_env, kubetrain
 
 pytestmark = pytest.mark.runtime
@@ -28,6 +34,8 @@ class Peer:
     def __init__(self) -> None:
         self.posts: list[tuple[str, dict[str, str], dict[str, Any]]] = []
         self.status = 202
+        self.retry_after: str | None = None  # the Retry-After header of a refusal
+        self.arrivals: list[float] = []  # when each POST came (time.monotonic)
         self.delay = 0.0
         # Closed, a request waits at the gate until it opens: the server that never answers.
         self.gate = threading.Event()
@@ -45,6 +53,7 @@ class Peer:
             def do_POST(self) -> None:
                 body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
                 with peer.changed:
+                    peer.arrivals.append(time.monotonic())
                     peer.waiting += 1
                     peer.changed.notify_all()
                 peer.gate.wait()
@@ -58,6 +67,8 @@ class Peer:
                         peer.refused += 1
                     peer.changed.notify_all()
                 self.send_response(status)
+                if status != 202 and peer.retry_after is not None:
+                    self.send_header("Retry-After", peer.retry_after)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:
@@ -162,6 +173,38 @@ def test_a_down_server_never_blocks_training_and_drops_are_counted(peer):
     assert events[0]["type"] == "phase"  # the oldest *step* events went first
     assert events[-1]["step"] == 1000
     assert sum(body["dropped"] for _, _, body in peer.posts) == 1001 - len(events)
+
+
+def test_a_server_that_asks_to_wait_is_not_asked_again_sooner(peer):
+    # The backoff alone would retry within 0.05 s; the server's Retry-After says 1 s.
+    peer.status = 503
+    peer.retry_after = "1"
+    reporter = _reporter(peer)
+    reporter.phase("TRAINING")
+    peer.until(lambda: peer.refused >= 2, "the retried batch")
+    peer.status = 202
+    assert reporter.close(10)
+    assert peer.arrivals[1] - peer.arrivals[0] >= 1.0
+    assert [e["phase"] for e in peer.events()] == ["TRAINING"]
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        (None, None),
+        ("7", 7.0),
+        (" 0 ", 0.0),
+        ("86400", MAX_RETRY_AFTER_SECONDS),  # a server asking for a day is capped
+        ("Sun, 06 Dec 2026 10:00:30 GMT", 30.0),  # an HTTP-date, 30 s after `now`
+        ("Sun, 06 Dec 2026 09:59:00 GMT", 0.0),  # already past
+        ("-5", None),
+        ("soon", None),
+        ("1.5", None),  # delay-seconds is a whole number
+    ],
+)
+def test_retry_after_reads_both_forms_of_rfc_9110(header, seconds):
+    now = 1796551200.0  # 2026-12-06T10:00:00Z
+    assert retry_after(header, now) == seconds
 
 
 def test_a_slow_server_times_out_and_the_flush_is_bounded(peer):

@@ -11,16 +11,19 @@ it expires (at 80 % of its 10 minutes), so a token read once would stop working.
 Training never waits for the network and never sees its errors: the queue is
 bounded (the oldest step events go first when it is full, and the next batch
 says how many were dropped), each request has a timeout, a failed batch is
-retried with backoff, and the flush at exit is bounded. The token is sent, never
-written anywhere else.
+retried with backoff (jittered, so that the ranks of a gang do not come back
+in step after a server restart; never sooner than the server's `Retry-After`),
+and the flush at exit is bounded. The token is sent, never written anywhere else.
 """
 
 from __future__ import annotations
 
 import atexit
 import collections
+import email.utils
 import json
 import os
+import random
 import sys
 import threading
 import time
@@ -42,6 +45,9 @@ MAX_BINDING_VALUE = 256  # characters of a binding value the server takes
 REQUEST_TIMEOUT_SECONDS = 2.0
 SEND_INTERVAL_SECONDS = 1.0  # steps are batched; phases, checkpoints and resumes go at once
 BACKOFF_SECONDS = (0.5, 1.0, 2.0, 5.0, 10.0, 30.0)
+# A server's Retry-After is honoured up to this long: one that asks for more is
+# mistaken, and progress held back longer would read as a stalled job.
+MAX_RETRY_AFTER_SECONDS = 60.0
 EXIT_FLUSH_SECONDS = 5.0
 # `kubetrain run` execs the training command with the last seq it used here, so
 # that the events of one Pod keep increasing across the exec.
@@ -249,7 +255,7 @@ class Reporter:
                 self._inflight = len(batch)
                 dropped = self._dropped
                 self._urgent = False
-            outcome = self._send(batch, dropped)
+            outcome, retry_after = self._send(batch, dropped)
             with self._cond:
                 self._inflight = 0
                 if outcome == "sent":
@@ -263,12 +269,16 @@ class Reporter:
                     self._trim()
                 self._cond.notify_all()
                 if outcome == "retry":
-                    delay = self._backoff[min(failures, len(self._backoff) - 1)]
+                    delay = _jittered(self._backoff[min(failures, len(self._backoff) - 1)])
+                    if retry_after is not None:
+                        delay = max(delay, retry_after)
                     failures += 1
                     if not self._closed:
                         self._cond.wait(delay)
 
-    def _send(self, batch: list[dict[str, Any]], dropped: int) -> str:
+    def _send(self, batch: list[dict[str, Any]], dropped: int) -> tuple[str, float | None]:
+        """ "sent", "refused" (never to be sent again) or "retry", with the server's
+        Retry-After in seconds where it gave one."""
         document: dict[str, Any] = {"pod": self._pod, "dropped": dropped, "events": batch}
         if self._rank is not None:
             document["rank"] = self._rank
@@ -279,25 +289,50 @@ class Reporter:
                 token = _read_token(self._token_file)
             except OSError as exc:  # not there yet, or being replaced: try again later
                 self._warn_once("token", f"progress not reported: the token file: {exc.strerror}")
-                return "retry"
+                return "retry", None
             headers["Authorization"] = f"Bearer {token}"
         request = urllib.request.Request(self._url, data=body, headers=headers, method="POST")  # noqa: S310
         try:
             with urllib.request.urlopen(request, timeout=self._timeout):  # noqa: S310
-                return "sent"
+                return "sent", None
         except urllib.error.HTTPError as exc:
-            # The server will not take these events as they are: retrying cannot help.
-            retry = exc.code in (408, 429) or exc.code >= 500
             self._warn_once(f"http-{exc.code}", f"progress report answered {exc.code}")
-            return "retry" if retry else "refused"
+            if exc.code in (408, 429) or exc.code >= 500:
+                return "retry", retry_after(exc.headers.get("Retry-After"))
+            # The server will not take these events as they are: retrying cannot help.
+            return "refused", None
         except Exception as exc:  # any network trouble: try again later
             self._warn_once("network", f"progress report failed: {exc}")
-            return "retry"
+            return "retry", None
 
     def _warn_once(self, kind: str, message: str) -> None:
         if kind not in self._warned:
             self._warned.add(kind)
             print(self._redact(f"kubetrain: {message}"), file=sys.stderr)
+
+
+def retry_after(value: str | None, now: float | None = None) -> float | None:
+    """A Retry-After header (RFC 9110 10.2.3: delay-seconds or an HTTP-date) in seconds
+    from `now`, at most MAX_RETRY_AFTER_SECONDS; None when absent or unreadable."""
+    if value is None:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        seconds = float(value)
+    else:
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+        except (TypeError, ValueError):
+            return None
+        if when.tzinfo is None:  # an HTTP-date is GMT; one without a zone is not one
+            return None
+        seconds = when.timestamp() - (time.time() if now is None else now)
+    return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
+
+
+def _jittered(delay: float) -> float:
+    """Half the delay, plus up to as much again at random ("equal jitter")."""
+    return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - spreading, not secrecy
 
 
 def _binding(binding: Mapping[str, Any]) -> dict[str, Any]:
