@@ -261,8 +261,10 @@ def test_a_gang_whose_rank_is_sigkilled_resumes_from_its_checkpoint_bit_for_bit(
             env=[{"name": "STEP_SECONDS", "value": "1"}],
         )
         body["spec"]["args"] = ["python", "-c", DDP]
-        job_id = submit(real_server, body)
+        # Before the submission: on a loaded machine the reference run took longer than
+        # the gang's whole training, which ended before its rank could be killed.
         reference = _uninterrupted_ddp(tmp_path / "uninterrupted")
+        job_id = submit(real_server, body)
         samples: list[set[str]] = []
         state: dict[str, Any] = {}
         killed: list[int] = []
@@ -279,7 +281,7 @@ def test_a_gang_whose_rank_is_sigkilled_resumes_from_its_checkpoint_bit_for_bit(
                     if (pod.metadata.annotations or {}).get(COMPLETION_INDEX) == "1"
                 ]
                 killed = _sigkill(rank_1)
-                assert killed, rank_1
+                assert killed, f"{rank_1}: no process of it to kill (did it end already?)"
             with real_server.client() as http:
                 state = http.get(f"/api/v1/projects/{p}/jobs/{job_id}").json()
             if state["business_status"] in ("SUCCEEDED", "FAILED"):
