@@ -1,7 +1,7 @@
-"""One truth: for every recorded scenario the shared testbeds reproduce, live, the diagnosis the server
-makes of the job (the syncer's input: the watch caches' snapshot) equals what
-`kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster taken at
-the same moment; and so with the runtime's reports (kubetrain's record, which no dump
+"""One truth: for every recorded scenario the shared testbeds reproduce, live, the
+diagnosis the server makes of the job (the syncer's input: the watch caches' snapshot)
+equals what `kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster
+taken at the same moment; and so with the runtime's reports (kubetrain's record, which no dump
 holds), given alike to both: none, every Pod in its preflight, every Pod training, the
 first training and the others in their preflight.
 

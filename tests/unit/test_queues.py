@@ -218,7 +218,8 @@ def _workload_of(data: dict[str, Any], job: str) -> dict[str, Any]:
 
 
 def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
-    (condition,) = [c for c in workload["status"]["conditions"] if c["type"] == kind]
+    conditions: list[dict[str, Any]] = workload["status"]["conditions"]
+    (condition,) = [c for c in conditions if c["type"] == kind]
     return condition
 
 
