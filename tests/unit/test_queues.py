@@ -1,5 +1,6 @@
 """A job's place in its Kueue queue, from the Workloads recorded from the real Kueue
-(kueue-*.json), with more of the queue's Workloads made from the recorded pending one."""
+(kueue-*.json), with more of the queue's Workloads made from the recorded pending one;
+Kueue's evictions (PodsReadyTimeout and its requeueAt, AdmissionCheck) only as recorded."""
 
 from __future__ import annotations
 
