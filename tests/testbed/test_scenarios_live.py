@@ -1,7 +1,8 @@
 """Every recorded scenario happens again on the live testbed and diagnoses as its
 recorded fixture does: each catalog code the fixtures cover is reproduced by the
 real scheduler, quota admission, Job controller and KWOK stages, not only read
-from an old dump."""
+from an old dump. Record-only scenarios (`Scenario.live` false: they need a testbed
+configured otherwise than the shared ones) are left out."""
 
 from __future__ import annotations
 
@@ -15,7 +16,7 @@ from kubetrain.domain.diagnosis import JobFacts, diagnose
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
 from tests.fixtures.record import (
-    SCENARIOS,
+    LIVE_SCENARIOS,
     Scenario,
     clean_up,
     device_plugin_stopped,
@@ -36,7 +37,7 @@ def kueue_kube(kueue_testbed: Testbed) -> Client:
     return Client(config=KubeConfig.from_file(kueue_testbed.kubeconfig), field_manager="scenarios")
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", LIVE_SCENARIOS, ids=lambda s: s.name)
 def test_the_scenario_reproduces_live_with_its_recorded_diagnosis(
     scenario: Scenario, request: pytest.FixtureRequest
 ) -> None:

@@ -1,7 +1,7 @@
-"""One truth: for every recorded scenario, reproduced live, the diagnosis the server
-makes of the job (the syncer's input: the watch caches' snapshot) equals what
-`kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster taken at
-the same moment; and so with the runtime's reports (kubetrain's record, which no dump
+"""One truth: for every recorded scenario the shared testbeds reproduce, live, the
+diagnosis the server makes of the job (the syncer's input: the watch caches' snapshot)
+equals what `kubetrain why` makes of a `kubectl get … -o json` dump of the same cluster
+taken at the same moment; and so with the runtime's reports (kubetrain's record, which no dump
 holds), given alike to both: none, every Pod in its preflight, every Pod training, the
 first training and the others in their preflight.
 
@@ -31,7 +31,7 @@ from kubetrain.domain.manifest import LABEL_JOB_ID
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.testbed.cluster import Testbed
 from tests.fixtures.record import (
-    SCENARIOS,
+    LIVE_SCENARIOS,
     Scenario,
     clean_up,
     device_plugin_stopped,
@@ -105,7 +105,7 @@ def answer(facts: JobFacts, snap: Snapshot) -> list[dict[str, Any]]:
     ]
 
 
-@pytest.mark.parametrize("scenario", SCENARIOS, ids=lambda s: s.name)
+@pytest.mark.parametrize("scenario", LIVE_SCENARIOS, ids=lambda s: s.name)
 def test_the_server_and_a_dump_of_the_same_moment_say_the_same(
     scenario: Scenario, request: pytest.FixtureRequest
 ) -> None:

@@ -62,10 +62,12 @@ def facts(data: dict[str, Any], **overrides: Any) -> JobFacts:
     return JobFacts(**values)
 
 
-def run(data: dict[str, Any], job: JobFacts | None = None, **overrides: Any) -> Diagnosis:
+def run(
+    data: dict[str, Any], job: JobFacts | None = None, now: datetime = NOW, **overrides: Any
+) -> Diagnosis:
     job = job or facts(data, **overrides)
     snapshot = Snapshot.from_list(copy.deepcopy(data))
-    return diagnose(job, snapshot.for_job(job.k8s_name, job.namespace), NOW)
+    return diagnose(job, snapshot.for_job(job.k8s_name, job.namespace), now)
 
 
 def recorded(name: str) -> Diagnosis:

@@ -820,6 +820,37 @@ CASES: dict[str, Expected] = {
             "flavor": "default-flavor",
         },
     ),
+    # Evicted by Kueue's waitForPodsReady (recorded with a 10 s timeout): the Job is
+    # suspended, its Pods gone, and Kueue keeps its Workload out of the queue until
+    # status.requeueState.requeueAt (NOW is before it; tests/unit/test_queues.py judges
+    # it at the recording's moment and after).
+    "kueue-pods-ready-timeout": Expected(
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        True,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "Pending",
+        "Exceeded the PodsReady timeout",
+        attempts=1,  # its Pod, never placed, the events say
+        explanation="Kueue evicted the job: not all its Pods were ready within Kueue's "
+        "waitForPodsReady timeout (PodsReadyTimeout); out of the queue until "
+        "2026-12-06 09:55:56Z (Kueue's backoff after an eviction",
+        numbers={"queue": "gpus", "position": None},
+    ),
+    # Sent back by an AdmissionCheck (Retry) while it ran: Kueue evicted it and orders it
+    # by the eviction, behind third-in-line, created after it (ClusterQueue `checked`).
+    "kueue-admission-check-retry": Expected(
+        S.QUEUED,
+        R.WAITING_FOR_QUOTA,
+        True,
+        ((R.WAITING_FOR_QUOTA, None),),
+        "Pending",
+        "At least one admission check is false",
+        attempts=1,  # its Pod ran, the events say
+        explanation="Kueue evicted the job: AdmissionCheck fixture-check of its ClusterQueue "
+        "asked for a retry; position 2 in the queue, behind third-in-line",
+        numbers={"queue": "checked", "position": 2, "ahead": ["third-in-line"]},
+    ),
 }
 
 

@@ -27,6 +27,7 @@ R = ReasonCode
 BEYOND = {
     "node-lost": "the job's own node was deleted under it",
     "kueue-preempted": "Kueue preempted the job after it ran",
+    "kueue-pods-ready-timeout": "Kueue evicted the job when its Pods were not ready in time",
     "placement-rules": "Pod (anti-)affinity depends on other Pods' placement: not evaluated",
     "pod-security": "Namespace labels (PodSecurity) are not in the snapshot",
     "container-creating": "what the kubelet meets after binding",

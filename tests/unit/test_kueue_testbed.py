@@ -86,6 +86,9 @@ def test_without_a_visibility_address_the_visibility_server_is_off(tmp_path: Pat
     assert on["visibilityServer"] == {"bindAddress": "192.0.2.2", "bindPort": 4}
     assert on["internalCertManagement"] == {"enable": False}
     assert on["waitForPodsReady"]["timeout"] == kueue.PODS_READY_TIMEOUT
+    # The recorder's own Kueue testbed (kueue-pods-ready-timeout) shortens it.
+    short = kueue.configuration(tmp_path, 1, 2, 3, 4, None, pods_ready_timeout="10s")
+    assert short["waitForPodsReady"] == {"timeout": "10s", "blockAdmission": False}
 
 
 def test_the_build_patches_exactly_the_certificate_paths(

@@ -4,7 +4,7 @@ admitted Workloads, borrowing above the nominal quota, and the bars drawn from t
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
+from datetime import datetime, timedelta
 from decimal import Decimal
 from types import SimpleNamespace
 from typing import Any, cast
@@ -15,7 +15,7 @@ from kubetrain.api.context import ApiContext
 from kubetrain.api.queues import pending_counts, queue_boards, queues_view
 from kubetrain.api.web import views
 from tests.api.builders import NEVER_FITS_NAMESPACE, WAITING_NAMESPACE, kueue_cluster
-from tests.unit.diagnosis_helpers import facts, items, run
+from tests.unit.diagnosis_helpers import dump, facts, items, run
 
 pytestmark = pytest.mark.unit
 
@@ -102,29 +102,33 @@ def test_gpu_quota_is_drawn_as_bars_and_the_rest_said_in_words() -> None:
 
 def test_a_workload_in_kueues_backoff_is_listed_apart_until_requeue_at() -> None:
     listing = kueue_cluster()
-    (waiting,) = [
-        w
-        for w in items(listing, "Workload")
-        if w["metadata"]["namespace"] == WAITING_NAMESPACE
-        and w["metadata"]["name"].startswith("job-kt-")
+    # Recorded: Kueue's waitForPodsReady evicted a job of ClusterQueue `gpus` and set
+    # its requeueAt; its namespace joins the cluster's.
+    evicted = dump("kueue-pods-ready-timeout")
+    listing["items"] += [i for i in evicted["items"] if "namespace" in i["metadata"]]
+    (workload,) = items(evicted, "Workload")
+    requeue_at = workload["status"]["requeueState"]["requeueAt"]
+    (at,) = [c for c in workload["status"]["conditions"] if c["type"] == "Evicted"]
+    recorded = datetime.fromisoformat(at["lastTransitionTime"])  # the eviction
+    until = datetime.fromisoformat(requeue_at)
+    namespace = workload["metadata"]["namespace"]
+    (gpus, _stopped) = queue_boards(listing, None, recorded)
+    # Out of the line, as in Kueue's own queue, and said apart with the moment.
+    assert [(p.position, p.workload.namespace) for p in gpus.pending] == [
+        (1, WAITING_NAMESPACE),
+        (2, NEVER_FITS_NAMESPACE),
     ]
-    waiting["status"]["requeueState"] = {"count": 1, "requeueAt": "2026-12-05T12:00:00Z"}
-    before = datetime(2026, 12, 5, 11, 59, tzinfo=UTC)
-    (gpus, _stopped) = queue_boards(listing, None, before)
-    # Out of the line, as in Kueue's own queue: the next job is first, and it is said apart.
-    assert [(p.position, p.workload.namespace) for p in gpus.pending] == [(1, NEVER_FITS_NAMESPACE)]
     assert [(r.workload.namespace, r.workload.requeue_at) for r in gpus.requeuing] == [
-        (WAITING_NAMESPACE, datetime(2026, 12, 5, 12, 0, tzinfo=UTC))
+        (namespace, until)
     ]
-    assert pending_counts(listing, before)["gpus"] == 1
+    assert pending_counts(listing, recorded)["gpus"] == 2
     for job in items(listing, "Job"):
         del job["metadata"]["labels"]["kubetrain.io/job-id"]  # no kubetrain job to look up
-    answer = queues_view(cast(ApiContext, SimpleNamespace()), queue_boards(listing, None, before))
+    answer = queues_view(cast(ApiContext, SimpleNamespace()), queue_boards(listing, None, recorded))
     (view, _) = answer.cluster_queues
-    assert [r.model_dump(mode="json")["requeue_at"] for r in view.requeuing] == [
-        "2026-12-05T12:00:00Z"
-    ]
-    # Once requeueAt has passed, back in line at its place.
-    (gpus, _stopped) = queue_boards(listing, None, datetime(2026, 12, 5, 12, 1, tzinfo=UTC))
-    assert [p.position for p in gpus.pending] == [1, 2]
+    assert [r.model_dump(mode="json")["requeue_at"] for r in view.requeuing] == [requeue_at]
+    # Once requeueAt has passed, back in line at its place (ordered by its eviction).
+    later = until + timedelta(seconds=1)
+    (gpus, _stopped) = queue_boards(listing, None, later)
+    assert [(p.position, p.workload.namespace) for p in gpus.pending][-1] == (3, namespace)
     assert gpus.requeuing == ()

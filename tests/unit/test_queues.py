@@ -1,9 +1,11 @@
 """A job's place in its Kueue queue, from the Workloads recorded from the real Kueue
-(kueue-*.json), with more of the queue's Workloads made from the recorded pending one."""
+(kueue-*.json), with more of the queue's Workloads made from the recorded pending one;
+Kueue's evictions (PodsReadyTimeout and its requeueAt, AdmissionCheck) only as recorded."""
 
 from __future__ import annotations
 
 import copy
+from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any
 
@@ -209,33 +211,69 @@ def test_a_workload_of_an_earlier_job_of_the_same_name_is_not_this_jobs() -> Non
     assert d.blockers[0].position == 1
 
 
+def _workload_of(data: dict[str, Any], job: str) -> dict[str, Any]:
+    (workload,) = [
+        w for w in items(data, "Workload") if w["metadata"]["ownerReferences"][0]["name"] == job
+    ]
+    return workload
+
+
+def _condition(workload: dict[str, Any], kind: str) -> dict[str, Any]:
+    conditions: list[dict[str, Any]] = workload["status"]["conditions"]
+    (condition,) = [c for c in conditions if c["type"] == kind]
+    return condition
+
+
+def _moment(value: str) -> datetime:
+    return datetime.fromisoformat(value)  # Kueue's RFC 3339, with Z
+
+
 def test_an_admission_check_eviction_requeues_at_the_eviction_as_kueue_orders() -> None:
-    data = dump("kueue-waiting")
-    # Created long before this job, evicted by an AdmissionCheck after it was created:
-    # Kueue orders it by the eviction (Ordering.GetQueueOrderTimestamp), so behind it.
-    checked = _another(data, "checked", priority=0, created="2026-12-04T20:00:00Z")
-    checked["status"]["conditions"].append(
-        {
-            "type": "Evicted",
-            "status": "True",
-            "reason": "AdmissionCheck",
-            "message": "At least one admission check is false",
-            "lastTransitionTime": "2026-12-04T23:00:00Z",
-        }
+    # Recorded: an AdmissionCheck sent the running job back (Retry); Kueue evicted it
+    # and gave the GPUs it freed to second-in-line, then held it behind third-in-line,
+    # both created after it (StrictFIFO, Ordering.GetQueueOrderTimestamp).
+    data = dump("kueue-admission-check-retry")
+    mine, third = (
+        _workload_of(data, "kt-kueue-admission-check-retry"),
+        _workload_of(data, "third-in-line"),
     )
-    assert run(data).blockers[0].position == 1
-    checked["status"]["conditions"][-1]["reason"] = "Preempted"  # ordered by creation
-    assert run(data).blockers[0].ahead == ("checked",)
+    evicted = _condition(mine, "Evicted")
+    assert (evicted["status"], evicted["reason"]) == ("True", "AdmissionCheck")
+    created = mine["metadata"]["creationTimestamp"]
+    # By creation it would be first: only the eviction puts it behind third-in-line.
+    assert created < third["metadata"]["creationTimestamp"] < evicted["lastTransitionTime"]
+    assert _condition(_workload_of(data, "second-in-line"), "QuotaReserved")["status"] == "True"
+    d = run(data, now=_moment(evicted["lastTransitionTime"]))
+    assert (d.state, d.reason, d.waitable) == (BusinessState.QUEUED, R.WAITING_FOR_QUOTA, True)
+    assert (d.blockers[0].position, d.blockers[0].ahead) == (2, ("third-in-line",))
+    assert "AdmissionCheck fixture-check of its ClusterQueue asked for a retry" in d.explanation
+    # No requeueAt (the Retry named no retry time): in line at once, nothing to wait out.
+    assert "requeueState" not in mine["status"]
+    assert "out of the queue" not in d.explanation
 
 
 def test_a_workload_in_kueues_backoff_is_out_of_the_line_until_requeue_at() -> None:
-    data = dump("kueue-waiting")
-    backing = _another(data, "backing-off", priority=0, created="2026-12-04T20:00:00Z")
-    backing["status"]["requeueState"] = {"count": 1, "requeueAt": "2999-01-01T00:00:00Z"}
-    assert run(data).blockers[0].position == 1  # not ahead while it backs off
-    backing["status"]["requeueState"]["requeueAt"] = "2026-12-01T00:00:00Z"  # past: in line
-    assert run(data).blockers[0].ahead == ("backing-off",)
-    _pending(data)["status"]["requeueState"] = {"count": 2, "requeueAt": "2999-01-01T00:00:00Z"}
-    d = run(data)
+    # Recorded: Kueue's waitForPodsReady evicted the job (its Pod never placed) and set
+    # its backoff (requeueState: the first requeue, about 60 s after the eviction).
+    data = dump("kueue-pods-ready-timeout")
+    mine = _workload_of(data, "kt-kueue-pods-ready-timeout")
+    evicted = _condition(mine, "Evicted")
+    assert (evicted["status"], evicted["reason"]) == ("True", "PodsReadyTimeout")
+    assert mine["status"]["requeueState"]["count"] == 1
+    requeue_at = _moment(mine["status"]["requeueState"]["requeueAt"])
+    # At the recording's moment (the eviction): out of the line until requeueAt.
+    d = run(data, now=_moment(evicted["lastTransitionTime"]))
+    assert (d.state, d.reason, d.waitable) == (BusinessState.QUEUED, R.WAITING_FOR_QUOTA, True)
     assert d.blockers[0].position is None
-    assert "out of the queue until 2999-01-01 00:00:00Z (Kueue's backoff" in d.explanation
+    assert (
+        f"out of the queue until {requeue_at:%Y-%m-%d %H:%M:%S}Z (Kueue's backoff" in d.explanation
+    )
+    assert "not all its Pods were ready within Kueue's waitForPodsReady timeout" in d.explanation
+    # Once requeueAt has passed: back in the line, first (nothing else waits in `gpus`).
+    d = run(data, now=requeue_at + timedelta(seconds=1))
+    assert (d.blockers[0].position, d.blockers[0].ahead) == (1, ())
+    assert "out of the queue" not in d.explanation
+    # Kueue orders it by the eviction (requeuingStrategy.timestamp Eviction), not creation.
+    workload = queued(mine, {})
+    assert workload.ordered_at == _moment(evicted["lastTransitionTime"])
+    assert workload.ordered_at != _moment(mine["metadata"]["creationTimestamp"])

@@ -185,8 +185,10 @@ class Testbed:
         binaries: Binaries | None = None,
         apiserver_port: int | None = None,
         kueue: bool | KueueBuild = False,
+        pods_ready_timeout: str = kueue_mod.PODS_READY_TIMEOUT,
     ) -> Testbed:
-        """Write a fresh state directory (ports, PKI, kubeconfig); start nothing."""
+        """Write a fresh state directory (ports, PKI, kubeconfig); start nothing.
+        `pods_ready_timeout`: Kueue's waitForPodsReady.timeout (see kueue.configuration)."""
         binaries = binaries or installed()
         if not binaries.complete():
             missing = [n for n in BINARIES if not os.access(binaries.path(n), os.X_OK)]
@@ -225,7 +227,7 @@ class Testbed:
         )
         pki_mod.generate(testbed.pki.directory)
         if kueue_build is not None:
-            testbed._prepare_kueue(state, kueue_build)
+            testbed._prepare_kueue(state, kueue_build, pods_ready_timeout)
         pki_mod.write_kubeconfig(
             testbed.kubeconfig,
             testbed.pki,
@@ -251,6 +253,7 @@ class Testbed:
         timeout: float = 120.0,
         kueue: bool | KueueBuild = False,
         in_cluster: bool = False,
+        pods_ready_timeout: str = kueue_mod.PODS_READY_TIMEOUT,
     ) -> Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
         `kueue`, until Kueue serves its webhooks and visibility API; with `in_cluster`,
@@ -260,7 +263,9 @@ class Testbed:
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
         if in_cluster and not pool_spec.real_groups():
             raise TestbedError("--in-cluster runs kubetrain on real kubelets: use --pool real")
-        testbed = cls.prepare(state_dir, pool_spec, binaries, apiserver_port, kueue)
+        testbed = cls.prepare(
+            state_dir, pool_spec, binaries, apiserver_port, kueue, pods_ready_timeout
+        )
         state = testbed.state()
         phases: dict[str, float] = {"prepare": time.monotonic() - began}
         try:
@@ -737,7 +742,7 @@ class Testbed:
     def front_proxy_key(self) -> Path:
         return self.pki.directory / "front-proxy-client.key"
 
-    def _prepare_kueue(self, state: State, build: KueueBuild) -> None:
+    def _prepare_kueue(self, state: State, build: KueueBuild, pods_ready_timeout: str) -> None:
         """Kueue's certificate and configuration, and the API server's front-proxy client
         certificate (the aggregator's identity towards the visibility API)."""
         address = kueue_mod.host_address()
@@ -754,6 +759,7 @@ class Testbed:
                 p.kueue_metrics,
                 p.kueue_visibility,
                 address,
+                pods_ready_timeout,
             ),
         )
         if address:

@@ -112,8 +112,17 @@ def write_certificates(pki: pki_mod.Pki, state_dir: Path, address: str | None) -
 
 
 def configuration(
-    state_dir: Path, webhook: int, health: int, metrics: int, visibility: int, address: str | None
+    state_dir: Path,
+    webhook: int,
+    health: int,
+    metrics: int,
+    visibility: int,
+    address: str | None,
+    pods_ready_timeout: str = PODS_READY_TIMEOUT,
 ) -> dict[str, Any]:
+    """Kueue's Configuration. `pods_ready_timeout` is waitForPodsReady.timeout: the
+    recorder shortens it on a testbed of its own to record Kueue's PodsReadyTimeout
+    eviction in seconds (tests/fixtures/record.py); every other testbed keeps the default."""
     config: dict[str, Any] = {
         "apiVersion": "config.kueue.x-k8s.io/v1beta2",
         "kind": "Configuration",
@@ -127,7 +136,7 @@ def configuration(
         },
         "leaderElection": {"leaderElect": False},
         "internalCertManagement": {"enable": False},
-        "waitForPodsReady": {"timeout": PODS_READY_TIMEOUT, "blockAdmission": False},
+        "waitForPodsReady": {"timeout": pods_ready_timeout, "blockAdmission": False},
         "manageJobsWithoutQueueName": False,
         "integrations": {"frameworks": list(FRAMEWORKS)},
         # A loopback testbed has no other tenant to protect (as for the controller manager).

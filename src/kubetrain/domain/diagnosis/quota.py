@@ -22,7 +22,7 @@ from kubetrain.domain.diagnosis.reading import (
     _Reader,
     _true,
 )
-from kubetrain.domain.objects import meta_namespace, text, timestamp
+from kubetrain.domain.objects import as_list, meta_namespace, text, timestamp
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.queues import (
     QueuedWorkload,
@@ -130,7 +130,10 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             elif refusal:
                 finding = _pending(reader, workload, refusal)
             else:
-                finding = _Finding(R.WAITING_FOR_QUOTA, message)
+                # Just evicted, not tried again yet: QuotaReserved repeats the eviction's
+                # message ("Exceeded the PodsReady timeout <workload>", "At least one
+                # admission check is false"); say what Kueue did in words.
+                finding = _Finding(R.WAITING_FOR_QUOTA, _eviction(workload, evicted) or message)
                 _place(reader, workload, finding)
             finding.raw_reason, finding.raw_message = text(reserved, "reason"), message
             finding.since = timestamp(reserved, "lastTransitionTime") or since
@@ -172,6 +175,27 @@ def _suspended(reader: _Reader) -> list[_Finding]:
             since=since,
         )
     ]
+
+
+def _eviction(workload: Mapping[str, Any], evicted: Mapping[str, Any] | None) -> str | None:
+    """What Kueue did, for the evictions that requeue a Workload at the eviction
+    (Evicted=True, reasons as recorded from Kueue v0.17); None for any other."""
+    reason = text(evicted, "reason") if evicted is not None else None
+    if reason == "PodsReadyTimeout":
+        return (
+            "Kueue evicted the job: not all its Pods were ready within Kueue's "
+            "waitForPodsReady timeout (PodsReadyTimeout)"
+        )
+    if reason == "AdmissionCheck":
+        # Kueue resets each check to Pending on the eviction and counts its retries.
+        retried = [
+            name
+            for check in as_list(workload, "status", "admissionChecks")
+            if (name := text(check, "name")) and isinstance(check.get("retryCount"), int)
+        ]
+        which = f"AdmissionCheck {', '.join(retried)}" if retried else "an AdmissionCheck"
+        return f"Kueue evicted the job: {which} of its ClusterQueue asked for a retry"
+    return None
 
 
 def _pods_ready_wait(reader: _Reader, findings: list[_Finding]) -> None:
