@@ -29,7 +29,7 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import ClusterQueue, kueue_snapshot, local_queue
+from tests.fixtures.record import ClusterQueue, Workload, kueue_snapshot, local_queue
 from tests.kube import eventually, get
 
 pytestmark = pytest.mark.testbed
@@ -62,11 +62,33 @@ def _idle(kube: Client) -> bool:
     )
 
 
+def _seen(kube: Client, ns: str | None = None) -> str:
+    """What ClusterQueue `gpus`, the Workloads and the Pods showed (of `ns`, else of every
+    namespace): a wait that times out says it, for the next run to be read."""
+    status: Any = kube.get(ClusterQueue, "gpus").status or {}
+    counts = {
+        k: status.get(k) for k in ("admittedWorkloads", "reservingWorkloads", "pendingWorkloads")
+    }
+    workloads = []
+    for w in kube.list(Workload, namespace=ns or "*"):
+        found: Any = w
+        conditions = (found.status or {}).get("conditions") or []
+        said = ", ".join(f"{c['type']}={c['status']} ({c.get('reason')})" for c in conditions)
+        workloads.append(f"{found.metadata.namespace}/{found.metadata.name}: {said}")
+    pods = [
+        f"{p.metadata.namespace}/{p.metadata.name}: {p.status and p.status.phase} on "
+        f"{p.spec and p.spec.nodeName}{' (deleting)' if p.metadata.deletionTimestamp else ''}"
+        for p in kube.list(Pod, namespace=ns or "*")
+        if p.metadata.namespace != "kube-system"
+    ]
+    return f"gpus {counts}; Workloads {workloads}; Pods {pods}"
+
+
 @contextlib.contextmanager
 def queue_namespace(kk: Client, prefix: str = "kueue") -> Iterator[str]:
     """A namespace with LocalQueue `team` of ClusterQueue `gpus`, once `gpus` is idle;
     deleted after."""
-    eventually(lambda: _idle(kk), 120, what="ClusterQueue gpus to be idle")
+    eventually(lambda: _idle(kk), 120, what=lambda: f"ClusterQueue gpus to be idle ({_seen(kk)})")
     name = f"{prefix}-{datetime.now(UTC).strftime('%H%M%S%f')}"
     kk.create(Namespace(metadata=ObjectMeta(name=name)))
     eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
@@ -75,7 +97,11 @@ def queue_namespace(kk: Client, prefix: str = "kueue") -> Iterator[str]:
     yield name
     kk.delete(Namespace, name)
     # The recorded Kueue scenarios share `gpus` and do not wait for it: leave it free.
-    eventually(lambda: get(kk, Namespace, name) is None, 120, what=f"namespace {name} to go")
+    eventually(
+        lambda: get(kk, Namespace, name) is None,
+        120,
+        what=lambda: f"namespace {name} to go ({_seen(kk, name)})",
+    )
 
 
 @pytest.fixture
@@ -129,7 +155,11 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
     kueue_bed: Testbed, kk: Client, queue_ns: str
 ) -> None:
     first = submit(kk, queue_ns, "first", 8)
-    eventually(lambda: running(kk, queue_ns, first), 60, what="the first job to run")
+    eventually(
+        lambda: running(kk, queue_ns, first),
+        60,
+        what=lambda: f"the first job to run ({_seen(kk, queue_ns)})",
+    )
 
     second = submit(kk, queue_ns, "second", 8)
     job = kk.get(Job, second, namespace=queue_ns)
