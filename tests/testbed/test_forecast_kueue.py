@@ -79,8 +79,10 @@ def create(kube: Client, ns: str, job: dict[str, Any]) -> str:
 
 def met(kube: Client, ns: str, name: str) -> Diagnosis:
     def verdict() -> Diagnosis | None:
+        # Kueue's own (QuotaReserved=False, reason Pending), not the Job controller's "Job
+        # suspended" read before Kueue has made the Workload.
         d = why(kube, ns, name)
-        return d if d.raw_message else None
+        return d if d.raw_reason == "Pending" else None
 
     found: Diagnosis = eventually(verdict, 30, what=f"Kueue's verdict on {name}")
     return found

@@ -169,8 +169,10 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
     assert (job.metadata.labels or {})[LABEL_QUEUE] == "team"
 
     def pending() -> Diagnosis | None:
+        # Kueue's own verdict (its Workload's QuotaReserved=False, reason Pending), not the
+        # Job controller's "Job suspended" read before Kueue has made the Workload.
         d = why(kk, queue_ns, second)
-        return d if d.raw_message else None
+        return d if d.raw_reason == "Pending" else None
 
     d = eventually(pending, 30, what="Kueue's verdict on the second job")
     assert (d.state, d.reason, d.waitable) == (
@@ -209,7 +211,7 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
 
     def never() -> Diagnosis | None:
         d = why(kk, queue_ns, big)
-        return d if d.raw_message else None
+        return d if d.raw_reason == "Pending" else None
 
     d = eventually(never, 30, what="Kueue's verdict on the 16-GPU job")
     assert (d.state, d.reason, d.waitable) == (
