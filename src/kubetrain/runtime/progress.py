@@ -277,8 +277,8 @@ class Reporter:
                         self._cond.wait(delay)
 
     def _send(self, batch: list[dict[str, Any]], dropped: int) -> tuple[str, float | None]:
-        """ "sent", "refused" (never to be sent again) or "retry", with the server's
-        Retry-After in seconds where it gave one."""
+        """The outcome: sent, refused (never to be sent again) or retry, with the
+        server's Retry-After in seconds where it gave one."""
         document: dict[str, Any] = {"pod": self._pod, "dropped": dropped, "events": batch}
         if self._rank is not None:
             document["rank"] = self._rank
@@ -298,7 +298,7 @@ class Reporter:
         except urllib.error.HTTPError as exc:
             self._warn_once(f"http-{exc.code}", f"progress report answered {exc.code}")
             if exc.code in (408, 429) or exc.code >= 500:
-                return "retry", retry_after(exc.headers.get("Retry-After"))
+                return "retry", retry_after(exc.headers.get("Retry-After") if exc.headers else None)
             # The server will not take these events as they are: retrying cannot help.
             return "refused", None
         except Exception as exc:  # any network trouble: try again later
