@@ -235,3 +235,32 @@ def test_the_environments_proxy_is_used_and_no_proxy_honoured(
     with pytest.raises(_http.Unreachable):  # straight to the (unresolvable) host
         _client("http://kubetrain.example:8080").request("GET", "/api")
     assert len(stub.seen) == 2
+
+
+def _drop_the_second_request(handler: BaseHTTPRequestHandler, seen: Seen) -> None:
+    """Answers the first request of a connection and drops the connection at the second
+    (read, unanswered): a replica that went away with the client's kept connection."""
+    served = getattr(handler, "served", 0)
+    handler.served = served + 1  # type: ignore[attr-defined]
+    if served == 0:
+        _json(handler, seen)
+    else:
+        handler.close_connection = True
+        handler.connection.shutdown(socket.SHUT_RDWR)
+
+
+def test_an_idempotent_request_on_a_dropped_kept_connection_is_sent_again_once(
+    no_proxy: None,
+) -> None:
+    for stub in _serve(_drop_the_second_request):
+        client = _client(stub.url)
+        assert client.request("GET", "/a").status_code == 200
+        # The kept connection is dropped at the second request: sent again on a new one.
+        assert client.request("GET", "/b").json() == {"ok": True}
+        assert [s.path for s in stub.seen] == ["/a", "/b", "/b"]
+        assert stub.seen[1].peer == stub.seen[0].peer != stub.seen[2].peer
+        # Not a POST: it may have been taken; the caller decides (an Idempotency-Key).
+        with pytest.raises(_http.TransportError):
+            client.request("POST", "/c", json={})
+        assert [s.path for s in stub.seen][3:] == ["/c"]
+        client.close()

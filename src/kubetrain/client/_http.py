@@ -7,7 +7,10 @@ server has closed it, or while a stream still holds it), a timeout on connecting
 and on every read (a stream may drop the read timeout), TLS verified against the
 system's certificates (SSL_CERT_FILE and SSL_CERT_DIR honoured) with a context made
 only for https, the environment's HTTP_PROXY, HTTPS_PROXY, ALL_PROXY and NO_PROXY, and bodies read
-whole or streamed. No redirect is followed (nor was one with httpx).
+whole or streamed. No redirect is followed (nor was one with httpx). An idempotent
+request (GET, HEAD, OPTIONS) whose kept connection drops before any answer is sent
+once more on a new one: the server closed it meanwhile (a replica restarting behind
+a Service, a rolling update), as urllib3 and browsers do for a stale keep-alive.
 
 ```
 * TransportError        no answer came; the message is one line
@@ -31,6 +34,9 @@ from urllib.parse import unquote, urlencode, urlsplit
 __all__ = ["Client", "Response", "Stream", "TimedOut", "TransportError", "Unreachable"]
 
 _CHUNK = 64 * 1024
+_IDEMPOTENT = frozenset({"GET", "HEAD", "OPTIONS"})
+# A kept connection the server dropped: reset, closed with no answer, or a broken pipe.
+_DROPPED = (ConnectionResetError, BrokenPipeError, http.client.RemoteDisconnected)
 
 
 class TransportError(Exception):
@@ -151,7 +157,9 @@ class Client:
                 json, ensure_ascii=False, separators=(",", ":"), allow_nan=False
             ).encode()
             all_headers = _merged(all_headers, {"Content-Type": "application/json"})
+        kept = self._connection
         connection = self._connect()
+        reused = kept is not None and connection is kept
         # The answer's while it is read: a request made meanwhile (a notebook asking for
         # a job between two lines of a followed log) opens a connection of its own.
         self._connection = None
@@ -161,11 +169,15 @@ class Client:
             all_headers = _merged(all_headers, self._proxy_headers)
         finished = False
         try:
-            with _failures():
-                if connection.sock is not None:
-                    connection.sock.settimeout(None if endless else self._timeout)
-                connection.request(method, target, body=body, headers=all_headers)
-                answer = connection.getresponse()
+            try:
+                answer = self._send(connection, method, target, body, all_headers, endless)
+            except TransportError as exc:
+                if not (reused and method in _IDEMPOTENT and isinstance(exc.__cause__, _DROPPED)):
+                    raise
+                connection.close()
+                connection = self._connect()
+                self._connection = None
+                answer = self._send(connection, method, target, body, all_headers, endless)
             yield Stream(answer)
             finished = answer.isclosed()  # read to its end: the connection may serve again
         finally:
@@ -173,6 +185,21 @@ class Client:
                 self._connection = connection
             else:
                 connection.close()
+
+    def _send(
+        self,
+        connection: http.client.HTTPConnection,
+        method: str,
+        target: str,
+        body: bytes | None,
+        headers: dict[str, str],
+        endless: bool,
+    ) -> http.client.HTTPResponse:
+        with _failures():
+            if connection.sock is not None:
+                connection.sock.settimeout(None if endless else self._timeout)
+            connection.request(method, target, body=body, headers=headers)
+            return connection.getresponse()
 
     def close(self) -> None:
         if self._connection is not None:
