@@ -7,7 +7,6 @@ pinned version builds into a new directory and an unchanged one is reused.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import hashlib
 import os
 import re
@@ -20,6 +19,7 @@ from importlib import resources
 from pathlib import Path
 
 from kubetrain.errors import KubetrainError
+from kubetrain.testbed.processes import machine_lock
 
 KUBERNETES_VERSION = "v1.33.13"
 MIN_GO = (1, 24)  # the `go` line of go.mod: k8s.io/kubernetes 1.33 and kwok 0.7 need 1.24
@@ -83,10 +83,7 @@ def go_module_dir(binary: str | None = None) -> Path:
 @contextlib.contextmanager
 def build_lock(name: str) -> Iterator[None]:
     """Hold this machine's lock on building `name` (released if the process dies)."""
-    path = cache_root() / "testbed" / f".{name}.lock"
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with path.open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
+    with machine_lock(cache_root() / "testbed" / f".{name}.lock"):
         yield
 
 

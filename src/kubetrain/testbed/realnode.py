@@ -26,7 +26,6 @@ The arrangement (docs/testbed.md, "Real nodes", says why):
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import ipaddress
 import json
 import os
@@ -35,7 +34,6 @@ import signal
 import subprocess
 import tempfile
 import time
-from collections.abc import Iterator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -86,8 +84,7 @@ class Network:
         10.245.0.0/16, and one pool's Pods could not reach the host)."""
         bridge = f"kt{testbed_id[:10]}"
         with _network_lock():
-            with contextlib.suppress(RealNodeError):  # a crashed run's, same state directory
-                _ip("link", "del", bridge)
+            _delete_bridge(bridge)  # a crashed run's, same state directory
             taken = _local_networks()
             for cidr in _POD_NETWORKS:
                 net = ipaddress.ip_network(cidr)
@@ -125,8 +122,7 @@ class Network:
             _ip("link", "set", self.bridge, "up")
 
     def down(self) -> None:
-        with contextlib.suppress(RealNodeError):
-            _ip("link", "del", self.bridge)
+        _delete_bridge(self.bridge)
 
 
 @dataclass
@@ -641,12 +637,14 @@ def _ip(*args: str) -> None:
         raise RealNodeError(f"`ip {' '.join(args)}` failed: {done.stderr.strip()}")
 
 
-@contextlib.contextmanager
-def _network_lock() -> Iterator[None]:
-    """This machine's lock on choosing and making Pod networks (released if we die)."""
-    with (Path(tempfile.gettempdir()) / "kubetrain-testbed-networks.lock").open("a") as held:
-        fcntl.flock(held, fcntl.LOCK_EX)
-        yield
+def _delete_bridge(name: str) -> None:
+    with contextlib.suppress(RealNodeError):  # none of that name
+        _ip("link", "del", name)
+
+
+def _network_lock() -> contextlib.AbstractContextManager[None]:
+    """This machine's lock on choosing and making Pod networks."""
+    return processes.machine_lock(Path(tempfile.gettempdir()) / "kubetrain-testbed-networks.lock")
 
 
 def _local_networks() -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
