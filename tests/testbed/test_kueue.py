@@ -29,7 +29,7 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import ClusterQueue, Workload, kueue_snapshot, local_queue
+from tests.fixtures.record import ClusterQueue, kueue_snapshot, local_queue, seen
 from tests.kube import eventually, get
 
 pytestmark = pytest.mark.testbed
@@ -63,25 +63,13 @@ def _idle(kube: Client) -> bool:
 
 
 def _seen(kube: Client, ns: str | None = None) -> str:
-    """What ClusterQueue `gpus`, the Workloads and the Pods showed (of `ns`, else of every
-    namespace): a wait that times out says it, for the next run to be read."""
+    """What ClusterQueue `gpus` and namespace `ns` (else every one) showed: a wait that
+    times out says it, for the next run to be read."""
     status: Any = kube.get(ClusterQueue, "gpus").status or {}
     counts = {
         k: status.get(k) for k in ("admittedWorkloads", "reservingWorkloads", "pendingWorkloads")
     }
-    workloads = []
-    for w in kube.list(Workload, namespace=ns or "*"):
-        found: Any = w
-        conditions = (found.status or {}).get("conditions") or []
-        said = ", ".join(f"{c['type']}={c['status']} ({c.get('reason')})" for c in conditions)
-        workloads.append(f"{found.metadata.namespace}/{found.metadata.name}: {said}")
-    pods = [
-        f"{p.metadata.namespace}/{p.metadata.name}: {p.status and p.status.phase} on "
-        f"{p.spec and p.spec.nodeName}{' (deleting)' if p.metadata.deletionTimestamp else ''}"
-        for p in kube.list(Pod, namespace=ns or "*")
-        if p.metadata.namespace != "kube-system"
-    ]
-    return f"gpus {counts}; Workloads {workloads}; Pods {pods}"
+    return f"gpus {counts}; {seen(kube, ns or '*', kueue=True)}"
 
 
 @contextlib.contextmanager
