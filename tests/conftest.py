@@ -16,7 +16,7 @@ from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from kubetrain.testbed.build import installed
 from kubetrain.testbed.cluster import Testbed
-from tests.kube import eventually, get
+from tests.kube import KUEUE_STATE_ENV, eventually, get
 
 # The suite runs in parallel workers (pytest-xdist, `--dist loadgroup`, see the
 # Makefile). Each worker is a whole pytest session with session fixtures of its own
@@ -123,6 +123,7 @@ def kueue_testbed(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Testbed]
     from tests.fixtures.record import kueue_setup
 
     bed = Testbed.up(tmp_path_factory.mktemp("kueue") / "bed", "default", kueue=True)
+    os.environ[KUEUE_STATE_ENV] = str(bed.state_dir)
     try:
         kueue_setup(bed)
         yield bed

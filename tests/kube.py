@@ -87,3 +87,8 @@ def bound_token(kube: Client, namespace: str, pod: Any, audience: str | None = "
     )
     token: str = kube.create(request, account, namespace=namespace).status.token
     return token
+
+
+# Set by the session's Kueue testbed fixture (tests/conftest.py) to its state dir, for a
+# wait that times out to say whether Kueue still ran.
+KUEUE_STATE_ENV = "KUBETRAIN_TEST_KUEUE_STATE"

@@ -12,6 +12,7 @@ from __future__ import annotations
 import copy
 import json
 import uuid
+from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -220,9 +221,30 @@ def test_kubetrain_runs_on_its_service_accounts_rbac_alone(
                 ]
                 == 1
             )
-            assert metrics[("kubetrain_sync_lag_seconds_count", ())] >= 3  # QUEUED, RUNNING, ...
-            for state in ("CREATED", "QUEUED", "RUNNING"):
-                assert metrics[("kubetrain_job_state_seconds_count", (("state", state),))] >= 1
+            # What the history says happened, the metrics count: each job the syncer
+            # changed is one lag at least (a fast job may go QUEUED -> SUCCEEDED in one
+            # round), and each state left is one stay.
+            history = {
+                job_id: [
+                    row
+                    for row in http.get(f"{jobs}/{job_id}/history").json()["items"]
+                    if row["kind"] == "business"
+                ]
+                for job_id in (waiting_id, job["id"])
+            }
+            synced = [
+                j for j, rows in history.items() if any(r["source"] == "syncer" for r in rows)
+            ]
+            assert synced, history
+            assert metrics[("kubetrain_sync_lag_seconds_count", ())] >= len(synced), history
+            left = Counter(
+                r["from_state"] for rows in history.values() for r in rows if r["from_state"]
+            )
+            assert {"CREATED", "QUEUED"} <= set(left), history
+            for state, times in left.items():
+                assert (
+                    metrics[("kubetrain_job_state_seconds_count", (("state", state),))] >= times
+                ), history
             assert (
                 metrics[("kubetrain_jobs", (("reason", "COMPLETED"), ("state", "SUCCEEDED")))] == 1
             )

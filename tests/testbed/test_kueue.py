@@ -9,10 +9,12 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import ssl
 import urllib.request
 from collections.abc import Iterator
 from datetime import UTC, datetime
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +22,7 @@ from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
+from lightkube.resources.apiextensions_v1 import CustomResourceDefinition
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace, Pod, ServiceAccount
 
@@ -29,8 +32,9 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
+from kubetrain.testbed.processes import log_tail
 from tests.fixtures.record import ClusterQueue, kueue_snapshot, local_queue, seen
-from tests.kube import eventually, get
+from tests.kube import KUEUE_STATE_ENV, eventually, get
 
 pytestmark = pytest.mark.testbed
 
@@ -46,6 +50,20 @@ def kueue_bed(kueue_testbed: Testbed) -> Testbed:
 @pytest.fixture(scope="module")
 def kk(kueue_bed: Testbed) -> Client:
     return Client(config=KubeConfig.from_file(kueue_bed.kubeconfig), field_manager="tests")
+
+
+def _kueue_seen() -> str:
+    """Whether the session's Kueue still runs, and what it last logged as an error."""
+    if not (state_dir := os.environ.get(KUEUE_STATE_ENV)):
+        return ""
+    bed = Testbed(Path(state_dir))
+    alive = bed.running().get("kueue")
+    errors = [
+        line[:400]
+        for line in log_tail(bed.log_path("kueue"), 400).splitlines()
+        if '"error"' in line.lower() or "level=error" in line.lower() or line.startswith("E")
+    ][-5:]
+    return f"; kueue running: {alive}; its last errors: {errors}"
 
 
 def _idle(kube: Client) -> bool:
@@ -69,7 +87,14 @@ def _seen(kube: Client, ns: str | None = None) -> str:
     counts = {
         k: status.get(k) for k in ("admittedWorkloads", "reservingWorkloads", "pendingWorkloads")
     }
-    return f"gpus {counts}; {seen(kube, ns or '*', kueue=True)}"
+    # What Kueue's cache counts as reserved: quota held by no Workload shows here.
+    reserved = [
+        f"{r.get('name')}={r.get('total')}"
+        for flavor in status.get("flavorsReservation") or []
+        for r in flavor.get("resources") or []
+        if r.get("total") not in (None, "0")
+    ]
+    return f"gpus {counts} reserved {reserved}; {seen(kube, ns or '*', kueue=True)}{_kueue_seen()}"
 
 
 @contextlib.contextmanager
@@ -224,3 +249,17 @@ def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: s
     job = kk.get(Job, low, namespace=queue_ns)
     assert job.spec is not None
     assert job.spec.suspend is True
+
+
+def test_every_served_version_of_kueues_kinds_lists(kueue_bed: Testbed, kk: Client) -> None:
+    """Each version the API server serves of Kueue's kinds lists: a conversion webhook
+    named for a kind the binary does not convert fails every list of the other version,
+    and the API server's watch cache of it retries every second."""
+    crds = [c for c in kk.list(CustomResourceDefinition) if c.spec.group == "kueue.x-k8s.io"]
+    assert any(c.spec.names.plural == "resourceflavors" for c in crds)
+    for crd in crds:
+        for version in crd.spec.versions:
+            if version.served:
+                path = f"/apis/kueue.x-k8s.io/{version.name}/{crd.spec.names.plural}"
+                listed = get_raw(kueue_bed, path)
+                assert listed["kind"].endswith("List"), (path, listed)

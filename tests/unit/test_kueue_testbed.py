@@ -115,3 +115,31 @@ def test_the_build_patches_exactly_the_certificate_paths(
     (moved / "cmd/kueue/main.go").write_text("nothing to patch")
     with pytest.raises(BuildError, match="have moved"):
         kueue_build.patched_modfile(moved, tmp_path / "staging2")
+
+
+def test_only_the_conversion_patches_the_kustomization_applies_are_applied(
+    tmp_path: Path,
+) -> None:
+    # v0.17.0 ships webhook_in_resourceflavors.yaml but comments it out: its binary
+    # converts no ResourceFlavor, and a webhook named for it breaks the v1beta1 list.
+    build = kueue_build.KueueBuild(tmp_path)
+    crd = tmp_path / "manifests" / "crd"
+    (crd / "bases").mkdir(parents=True)
+    (crd / "patches").mkdir()
+    for plural in ("workloads", "resourceflavors"):
+        name = f"{plural}.kueue.x-k8s.io"
+        (crd / "bases" / f"kueue.x-k8s.io_{plural}.yaml").write_text(
+            yaml.safe_dump(
+                {"kind": "CustomResourceDefinition", "metadata": {"name": name}, "spec": {}}
+            )
+        )
+        (crd / "patches" / f"webhook_in_{plural}.yaml").write_text(
+            yaml.safe_dump({"kind": "CustomResourceDefinition", "metadata": {"name": name}})
+        )
+    (crd / "kustomization.yaml").write_text(
+        "patches:\n- path: patches/webhook_in_workloads.yaml\n"
+        "#- path: patches/webhook_in_resourceflavors.yaml\n"
+    )
+    found = {c["metadata"]["name"]: c["spec"] for c in kueue.crds(build, "https://k", "Q0E=")}
+    assert found["workloads.kueue.x-k8s.io"]["conversion"]["strategy"] == "Webhook"
+    assert "conversion" not in found["resourceflavors.kueue.x-k8s.io"]

@@ -175,7 +175,7 @@ def crds(build: KueueBuild, webhook_base: str, ca_bundle: str) -> list[dict[str,
     """The module's CRDs; those its kustomization gives a conversion webhook get one by URL."""
     converted = {
         doc["metadata"]["name"]
-        for patch in sorted((build.manifests / "crd" / "patches").glob("webhook_in_*.yaml"))
+        for patch in conversion_patches(build)
         for doc in _yaml_documents(patch)
     }
     found = []
@@ -191,6 +191,17 @@ def crds(build: KueueBuild, webhook_base: str, ca_bundle: str) -> list[dict[str,
                 }
             found.append(crd)
     return found
+
+
+def conversion_patches(build: KueueBuild) -> list[Path]:
+    """The conversion-webhook patches the CRDs' kustomization applies (`patches:`), not
+    every file beside it: a patch it leaves commented out names a conversion the binary
+    does not serve, and the API server's watch cache of that CRD's other version would
+    fail to list, again every second."""
+    crd = build.manifests / "crd"
+    kustomization = yaml.safe_load((crd / "kustomization.yaml").read_text()) or {}
+    listed = [p["path"] if isinstance(p, dict) else p for p in kustomization.get("patches") or []]
+    return [crd / p for p in listed if Path(p).name.startswith("webhook_in_")]
 
 
 def webhook_configurations(

@@ -44,7 +44,10 @@ PATCHES = {
     "pkg/visibility/server.go": ('certDir = "/visibility"', 'certDir = "visibility"'),
 }
 # Copied from the module's config/components into the cache, beside the binary.
-MANIFESTS = ("crd/bases", "webhook/manifests.yaml", "crd/patches")
+# crd/kustomization.yaml says which of the patches apply: a release ships patches it
+# leaves commented out (v0.17.0: ResourceFlavor's conversion webhook, which its binary
+# does not serve).
+MANIFESTS = ("crd/bases", "webhook/manifests.yaml", "crd/patches", "crd/kustomization.yaml")
 
 
 def _remove_tree(path: Path) -> None:
@@ -81,6 +84,7 @@ def cache_key() -> str:
         digest.update((module_dir() / name).read_bytes())
     digest.update(LDFLAGS.encode())
     digest.update(repr(sorted(PATCHES.items())).encode())
+    digest.update(repr(MANIFESTS).encode())  # a build copied what it copied
     return f"kueue-{KUEUE_VERSION}-{digest.hexdigest()[:12]}"
 
 
