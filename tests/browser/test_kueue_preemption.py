@@ -1,6 +1,6 @@
 """Kueue preemption through `kubetrain serve`, end to end, and the Queues page in real
-headless Chromium: on the Kueue testbed (ClusterQueue `gpus` of 8 GPUs, LocalQueue
-`team`), a low-priority 8-GPU job runs; a high-priority one takes the quota from it.
+headless Chromium: on the Kueue testbed (a ClusterQueue of the test's own of 8 GPUs,
+LocalQueue `team`), a low-priority 8-GPU job runs; a high-priority one takes the quota from it.
 Both jobs' histories, as the API keeps them, say so; while the low one waits preempted,
 the Queues page draws the quota full and lists it first in line; once the high one
 succeeds, Kueue admits the low one again and it runs its second attempt to the end.
@@ -9,24 +9,20 @@ succeeds, Kueue admits the low one again and it runs its second attempt to the e
 from __future__ import annotations
 
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from lightkube import Client
-from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
-from lightkube.resources.core_v1 import Namespace, ServiceAccount
 from playwright.sync_api import Page, expect
 
 from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import local_queue
 from tests.kube import eventually, get
+from tests.testbed.test_kueue import queue_namespace
 
 pytestmark = [pytest.mark.browser, pytest.mark.testbed]
 
@@ -57,20 +53,10 @@ def kueue_server(
 
 @pytest.fixture
 def project(kueue_kube: Client) -> Iterator[str]:
-    """A project whose namespace holds the LocalQueue `team` before any job is submitted."""
-    name = f"kq-{uuid.uuid4().hex[:8]}"
-    kueue_kube.create(Namespace(metadata=ObjectMeta(name=name)))
-    eventually(lambda: get(kueue_kube, ServiceAccount, "default", name), 30, what="default SA")
-    queue: Any = from_dict(local_queue("team", "gpus"))
-    kueue_kube.create(queue, namespace=name)
-    yield name
-    kueue_kube.delete(Namespace, name)
-    # The ClusterQueue is shared with the recorded Kueue scenarios: its quota is free for
-    # them only once this namespace's Workloads are gone with it (seen in CI: the next
-    # scenario waited out its 90 s behind this test's job).
-    eventually(
-        lambda: get(kueue_kube, Namespace, name) is None, 120, what=f"namespace {name} to go"
-    )
+    """A project whose namespace holds the LocalQueue `team`, of a ClusterQueue of its own
+    of the same name, before any job is submitted."""
+    with queue_namespace(kueue_kube, "kq") as name:
+        yield name
 
 
 def _submit(server: LocalServer, project: str, name: str, priority: str, run: str) -> str:
@@ -157,7 +143,7 @@ def test_a_high_priority_job_preempts_a_low_one_and_the_queues_page_shows_it(
     _wait(server, project, high, "RUNNING", "TRAINING")
     page.goto(f"{server.url}/ui/queues")
     expect(page.locator("h1")).to_have_text("Queues")
-    gpus = page.locator('section[data-cluster-queue="gpus"]')
+    gpus = page.locator(f'section[data-cluster-queue="{project}"]')
     bar = gpus.locator('.bar-row[data-resource="default-flavor · nvidia.com/gpu"]')
     expect(bar).to_have_attribute("data-used", "8")
     expect(bar).to_have_attribute("data-total", "8")

@@ -13,8 +13,6 @@ import pytest
 from lightkube import Client
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.models.meta_v1 import ObjectMeta
-from lightkube.resources.core_v1 import Namespace, ServiceAccount
 
 from kubetrain.domain.diagnosis import Diagnosis, JobFacts
 from kubetrain.domain.forecast import Forecast, Verdict, forecast
@@ -23,9 +21,9 @@ from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import ReasonCode
 from kubetrain.testbed.cluster import Testbed
-from tests.fixtures.record import kueue_snapshot, local_queue
-from tests.kube import eventually, get
-from tests.testbed.test_kueue import running, why
+from tests.fixtures.record import kueue_snapshot
+from tests.kube import eventually
+from tests.testbed.test_kueue import queue_namespace, running, why
 
 pytestmark = pytest.mark.testbed
 
@@ -39,13 +37,8 @@ def kk(kueue_testbed: Testbed) -> Client:
 
 @pytest.fixture
 def queue_ns(kk: Client) -> Iterator[str]:
-    name = f"forecast-{datetime.now(UTC).strftime('%H%M%S%f')}"
-    kk.create(Namespace(metadata=ObjectMeta(name=name)))
-    eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
-    queue: Any = from_dict(local_queue("team", "gpus"))
-    kk.create(queue, namespace=name)
-    yield name
-    kk.delete(Namespace, name)
+    with queue_namespace(kk, "forecast") as name:
+        yield name
 
 
 def manifest(ns: str, job_id: str, gpus: int) -> dict[str, Any]:
@@ -98,7 +91,7 @@ def test_kueue_forecasts_agree_with_what_kueue_does(kk: Client, queue_ns: str) -
     predicted = predict(kk, queue_ns, second)
     assert predicted.verdict is Verdict.WAITS
     assert predicted.diagnosis.reason is ReasonCode.WAITING_FOR_QUOTA
-    assert predicted.queue == {"cluster_queue": "gpus", "position": 1, "ahead": []}
+    assert predicted.queue == {"cluster_queue": queue_ns, "position": 1, "ahead": []}
     assert [h.kubernetes_job for h in predicted.held_by] == ["kt-first"]
     create(kk, queue_ns, second)
     d = met(kk, queue_ns, "kt-second")

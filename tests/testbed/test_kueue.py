@@ -1,8 +1,8 @@
 """Kueue for real on the testbed (`up --kueue`): jobs rendered by kubetrain with a queue go
 through Kueue's webhooks and admission, and are diagnosed from Kueue's own Workloads.
 
-One testbed with Kueue for the module; a ClusterQueue of 8 `nvidia.com/gpu` (the size of
-one node) with a LocalQueue in the test's namespace.
+The session's Kueue testbed; each test a ClusterQueue of its own of 8 `nvidia.com/gpu` (the
+size of one node) with a LocalQueue in the test's namespace (`queue_namespace`).
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from lightkube import Client
+from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.models.meta_v1 import ObjectMeta
@@ -33,7 +33,7 @@ from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.testbed.cluster import Testbed
 from kubetrain.testbed.processes import log_tail
-from tests.fixtures.record import ClusterQueue, kueue_snapshot, local_queue, seen
+from tests.fixtures.record import ClusterQueue, cluster_queue, kueue_snapshot, local_queue, seen
 from tests.kube import KUEUE_STATE_ENV, eventually, get
 
 pytestmark = pytest.mark.testbed
@@ -66,24 +66,18 @@ def _kueue_seen() -> str:
     return f"; kueue running: {alive}; its last errors: {errors}"
 
 
-def _idle(kube: Client) -> bool:
-    """ClusterQueue `gpus` holds and queues nothing: the Kueue testbed is the session's,
-    and an earlier test's Workloads go with their namespace, a little after it."""
-    # None until Kueue first writes it, on a testbed just up: not known to be idle yet.
-    status: Any = kube.get(ClusterQueue, "gpus").status
-    if status is None:
-        return False
-    return not (
-        status.get("admittedWorkloads")
-        or status.get("reservingWorkloads")
-        or status.get("pendingWorkloads")
+def _active(kube: Client, name: str) -> bool:
+    status: Any = kube.get(ClusterQueue, name).status or {}
+    return any(
+        c.get("type") == "Active" and c.get("status") == "True"
+        for c in status.get("conditions") or []
     )
 
 
-def _seen(kube: Client, ns: str | None = None) -> str:
-    """What ClusterQueue `gpus` and namespace `ns` (else every one) showed: a wait that
+def _seen(kube: Client, ns: str) -> str:
+    """What ClusterQueue `ns` (each test's own) and namespace `ns` showed: a wait that
     times out says it, for the next run to be read."""
-    status: Any = kube.get(ClusterQueue, "gpus").status or {}
+    status: Any = kube.get(ClusterQueue, ns).status or {}
     counts = {
         k: status.get(k) for k in ("admittedWorkloads", "reservingWorkloads", "pendingWorkloads")
     }
@@ -94,27 +88,40 @@ def _seen(kube: Client, ns: str | None = None) -> str:
         for r in flavor.get("resources") or []
         if r.get("total") not in (None, "0")
     ]
-    return f"gpus {counts} reserved {reserved}; {seen(kube, ns or '*', kueue=True)}{_kueue_seen()}"
+    return f"{ns} {counts} reserved {reserved}; {seen(kube, ns, kueue=True)}{_kueue_seen()}"
 
 
 @contextlib.contextmanager
 def queue_namespace(kk: Client, prefix: str = "kueue") -> Iterator[str]:
-    """A namespace with LocalQueue `team` of ClusterQueue `gpus`, once `gpus` is idle;
-    deleted after."""
-    eventually(lambda: _idle(kk), 120, what=lambda: f"ClusterQueue gpus to be idle ({_seen(kk)})")
+    """A namespace with LocalQueue `team` of a ClusterQueue of its own, of the same name
+    (8 GPUs, as `gpus`), once Kueue holds it active; both deleted after.
+
+    Not the shared `gpus`: Kueue's counts on a ClusterQueue can outlive the Workloads
+    they count (seen in CI: `gpus` said 1 pending for minutes with no Workload left in
+    any namespace, once the namespace of its LocalQueue was deleted), and one test's
+    leftovers then held the next test's job. Each test's quota is its own; the recorded
+    scenarios keep `gpus` to themselves."""
     name = f"{prefix}-{datetime.now(UTC).strftime('%H%M%S%f')}"
-    kk.create(Namespace(metadata=ObjectMeta(name=name)))
-    eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
-    queue: Any = from_dict(local_queue("team", "gpus"))
-    kk.create(queue, namespace=name)
-    yield name
-    kk.delete(Namespace, name)
-    # The recorded Kueue scenarios share `gpus` and do not wait for it: leave it free.
-    eventually(
-        lambda: get(kk, Namespace, name) is None,
-        120,
-        what=lambda: f"namespace {name} to go ({_seen(kk, name)})",
-    )
+    own: Any = from_dict(cluster_queue(name, 8))
+    kk.create(own)
+    try:
+        eventually(lambda: _active(kk, name), 60, what=f"ClusterQueue {name} to be active")
+        kk.create(Namespace(metadata=ObjectMeta(name=name)))
+        eventually(lambda: get(kk, ServiceAccount, "default", name), 30, what="default SA")
+        queue: Any = from_dict(local_queue("team", name))
+        kk.create(queue, namespace=name)
+        yield name
+        kk.delete(Namespace, name)
+        # Its Pods leave the nodes' GPUs to the next test only once they are gone.
+        eventually(
+            lambda: get(kk, Namespace, name) is None,
+            120,
+            what=lambda: f"namespace {name} to go ({_seen(kk, name)})",
+        )
+    finally:
+        # Kueue holds it (a finalizer) until its last Workload is gone: not waited for.
+        with contextlib.suppress(ApiError):
+            kk.delete(ClusterQueue, name)
 
 
 @pytest.fixture
@@ -199,7 +206,7 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
     # Kueue's numbers and the queue: first in line, the first job holding the quota.
     blocker = d.blockers[0]
     assert (blocker.queue, blocker.flavor, blocker.requested, blocker.nominal, blocker.used) == (
-        "gpus",
+        queue_ns,
         "default-flavor",
         "8",
         "8",
@@ -211,7 +218,8 @@ def test_kueue_admits_one_job_queues_the_next_and_never_fits_a_larger_one(
     # The visibility API, through the API server's aggregator: the second job is first
     # in line (position 0) behind the admitted one.
     pending_workloads = get_raw(
-        kueue_bed, "/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/gpus/pendingworkloads"
+        kueue_bed,
+        f"/apis/visibility.kueue.x-k8s.io/v1beta2/clusterqueues/{queue_ns}/pendingworkloads",
     )["items"]
     assert [
         (w["metadata"]["namespace"], w["positionInClusterQueue"]) for w in pending_workloads
@@ -243,7 +251,7 @@ def test_a_high_priority_job_preempts_a_low_priority_one(kk: Client, queue_ns: s
     d = why(kk, queue_ns, low)
     assert (d.state, d.reason) == (BusinessState.QUEUED, ReasonCode.PREEMPTED)
     assert d.raw_reason == "Preempted"
-    assert f"ClusterQueue gpus preempted the job for {high} (a higher-priority job" in (
+    assert f"ClusterQueue {queue_ns} preempted the job for {high} (a higher-priority job" in (
         d.explanation
     )
     job = kk.get(Job, low, namespace=queue_ns)

@@ -3,7 +3,7 @@ place (its Job suspended and resumed as the next attempt), so its Workload stays
 and a job submitted after it and queued behind it in the same ClusterQueue waits until
 the gang is done with the quota, not the other way round.
 
-On the session's Kueue testbed (ClusterQueue `gpus`, 8 GPUs), through `kubetrain serve`:
+On the session's Kueue testbed (a ClusterQueue of its own, 8 GPUs), through `kubetrain serve`:
 a 2-worker gang of 4 GPUs each fills the queue, every rank exits 1 after a few seconds
 (KWOK's fates), `retries: 1`; an 8-GPU job submitted while attempt 1 runs waits behind it.
 """
@@ -49,7 +49,7 @@ def server(kueue_testbed: Testbed, tmp_path: Path) -> Iterator[Server]:
 
 @pytest.fixture
 def project(kk: Client) -> Iterator[str]:
-    """A namespace with LocalQueue `team` of ClusterQueue `gpus`, made before kubetrain's
+    """A namespace with LocalQueue `team` of its own ClusterQueue, made before kubetrain's
     first job there (kubetrain leaves a namespace that exists as it is)."""
     with queue_namespace(kk, "kueue-gang") as name:
         yield name
