@@ -54,6 +54,12 @@ SYNC_LAG = Histogram(
     "From the watch event that marked a job to the commit of its business change",
     buckets=_LAG_BUCKETS,
 )
+SYNC_JOBS = Counter(
+    "kubetrain_sync_jobs",
+    "Jobs the syncer diagnosed, by what marked them: a watch event of the job's own "
+    "objects (event), or a cluster-wide change or the periodic resync (background)",
+    ["trigger"],
+)
 SYNC_ROUND = Histogram(
     "kubetrain_sync_round_seconds",
     "Where each syncer round's time goes: wait (from its oldest mark to its start), "

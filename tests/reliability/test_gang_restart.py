@@ -27,6 +27,7 @@ from tests.e2e.conftest import Server, training_job
 from tests.e2e.test_lifecycle import assert_valid_path, business_path, get, submit, wait_for
 from tests.fixtures.record import restore_nodes
 from tests.kube import eventually
+from tests.kube import get as kube_get
 from tests.reliability.conftest import unled_server
 
 pytestmark = [pytest.mark.testbed, pytest.mark.faults]
@@ -97,8 +98,10 @@ def test_a_lost_node_restarts_the_whole_gang_as_attempt_2_without_a_retry(
         wait_for(server, project, job_id, "QUEUED", "NODE_LOST", timeout=30)
 
         def restarted() -> Any:
-            job: Any = kube.get(Job, f"kt-{job_id}", namespace=project)
-            return job if job.metadata.uid != old.metadata.uid else None
+            # None between the attempts: the ended one's Job deleted, the next not made
+            # until the last of its Pods has ended.
+            job: Any = kube_get(kube, Job, f"kt-{job_id}", project)
+            return job if job is not None and job.metadata.uid != old.metadata.uid else None
 
         new = eventually(restarted, 150, what="the gang's attempt 2 Job")
         took = time.monotonic() - deleted_at

@@ -274,3 +274,42 @@ def test_a_database_failing_in_the_preparation_leaves_no_claim_behind(
     assert calls == [1, 1]
     assert dispatcher.created == 1
     assert stored(db, job_id).business_state == BusinessState.QUEUED
+
+
+def test_through_a_backlog_the_next_claim_is_taken_while_a_rounds_creates_are_in_flight(
+    db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
+) -> None:
+    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(7)]
+    claim, create_ = Dispatcher._claim, Dispatcher._create
+    seen: list[str] = []
+    in_flight = 0
+
+    def claiming(self: Dispatcher, limit: int) -> Any:
+        seen.append(f"claim with {in_flight} in flight")
+        return claim(self, limit)
+
+    async def creating(self: Dispatcher, job: Any) -> Any:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            await asyncio.sleep(0.2)  # the API server's answer, slowed: the claim can overlap
+            return await create_(self, job)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(Dispatcher, "_claim", claiming)
+    monkeypatch.setattr(Dispatcher, "_create", creating)
+    dispatched: list[str] = []
+
+    async def run() -> list[bool]:
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
+            return [await dispatcher.dispatch_once(3, overlap=True) for _ in range(3)]
+
+    # Rounds of 3, 3 and 1: the first two full, so each took the next one's claim
+    # while its own creates waited; the last, not full, took none.
+    assert asyncio.run(run()) == [True, True, False]
+    assert seen == ["claim with 0 in flight", "claim with 3 in flight", "claim with 3 in flight"]
+    assert sorted(dispatched) == sorted(jobs)  # each once
+    for job_id in jobs:
+        assert stored(db, job_id).business_state == BusinessState.QUEUED
+        assert get(kube, K8sJob, job_name(job_id), namespace) is not None

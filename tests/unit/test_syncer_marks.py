@@ -1,14 +1,17 @@
-"""The syncer's bookkeeping of what to look at next, without a database or a cluster."""
+"""The syncer's bookkeeping of what to look at next, without a database or a cluster:
+recorded objects fed to its cache as the watches deliver them."""
 
 from __future__ import annotations
 
-from typing import cast
+import copy
+from typing import Any, cast
 
 import pytest
 
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.control.syncer import DISPATCH_GRACE, Syncer
 from kubetrain.store.db import Database
+from tests.unit.test_cache import feed
 
 pytestmark = pytest.mark.unit
 
@@ -25,3 +28,52 @@ def test_dispatch_times_are_let_go_once_past_their_grace():
     syncer.note_dispatched("new")
     assert list(syncer.dispatched_at) == ["recent", "old-4", "new"]
     assert {"recent", "old-4", "new"} <= set(syncer.dirty)  # each marked to be looked at
+
+
+def _two_jobs() -> tuple[Syncer, list[float], dict[str, Any]]:
+    """A syncer over a cache holding a job whose Pod waits for room (`waits`) and one
+    whose Pod runs (`runs`), both recorded; nothing marked yet."""
+    now = [1000.0]
+    cache = ClusterCache(http=None)
+    syncer = Syncer(cast(Database, None), cache, monotonic=lambda: now[0])
+    feed(cache, "insufficient-gpu", "waits")
+    running = {i["kind"]: i for i in feed(cache, "running", "runs")}
+    syncer.dirty.clear()
+    syncer.background.clear()
+    syncer.cluster_changes.clear()
+    return syncer, now, running
+
+
+def test_room_taken_or_freed_on_a_node_marks_only_the_jobs_with_a_pod_to_place_once():
+    syncer, now, running = _two_jobs()
+    bound = syncer.cache.reflectors["bound_pods"]
+    assert bound.on_event is not None
+    for _ in range(50):  # a busy cluster's Pods start and end many times a second
+        bound.on_event("MODIFIED", copy.deepcopy(running["Pod"]))
+        now[0] += 0.01
+    # The running Pod's own job is marked by its own Pod; the room it holds is noted.
+    assert list(syncer.dirty) == ["runs"]
+    assert not syncer.background
+    syncer._mark_cluster_wide()
+    # The job whose Pod waits for room is looked at again, once, as of the first change;
+    # the running one waits on nothing that room elsewhere changes.
+    assert syncer.background == {"waits": 1000.0}
+    syncer.background.clear()
+    syncer._mark_cluster_wide()  # nothing new: nothing more
+    assert not syncer.background
+
+
+def test_a_node_that_changes_marks_every_unfinished_job_and_a_heartbeat_none():
+    syncer, _, running = _two_jobs()
+    nodes = syncer.cache.reflectors["nodes"]
+    assert nodes.on_event is not None
+    node = copy.deepcopy(running["Node"])
+    for condition in node["status"]["conditions"]:
+        condition["lastHeartbeatTime"] = "2026-12-02T15:59:59Z"
+    nodes.on_event("MODIFIED", node)  # only the kubelet's status times moved
+    assert syncer.cluster_changes == {}
+    node = copy.deepcopy(node)
+    node["spec"]["unschedulable"] = True  # cordoned
+    nodes.on_event("MODIFIED", node)
+    syncer._mark_cluster_wide()
+    assert set(syncer.background) == {"waits", "runs"}

@@ -185,7 +185,12 @@ class ClusterCache:
                 if kind == "DELETED":
                     self._parsed.pop(uid, None)
                 else:
-                    self._parsed[uid] = parse_node(obj)
+                    parsed = parse_node(obj)
+                    if kind == "MODIFIED" and self._parsed.get(uid) == parsed:
+                        # A heartbeat (the kubelet's status times): nothing a diagnosis
+                        # reads of a node changed, so no job's verdict can.
+                        return
+                    self._parsed[uid] = parsed
                 self._node_state = None
             elif resource == "workloads":
                 job_id = self._job_of_workload(ns, obj)
@@ -312,6 +317,13 @@ class ClusterCache:
 
     def job(self, namespace: str, name: str) -> Obj | None:
         return self._jobs.get((namespace, name))
+
+    def placing(self, job_id: str) -> bool:
+        """The job has no Pod yet, or one the scheduler has not placed: room freed or
+        taken on the nodes can change its verdict (a job whose Pods are all placed
+        waits on its nodes, its kubelets and itself, not on room elsewhere)."""
+        pods = self._pods.get(job_id)
+        return not pods or any(not (p.get("spec") or {}).get("nodeName") for p in pods.values())
 
     def listing(self) -> dict[str, Any]:
         """Everything cached, as one `List`: the syncer diagnoses a whole batch of

@@ -31,7 +31,7 @@ from kubetrain.domain.diagnosis import (
 from kubetrain.domain.manifest import job_name
 from kubetrain.domain.snapshot import Snapshot
 from kubetrain.domain.states import BusinessState
-from kubetrain.metrics import SYNC_LAG, SYNC_ROUND
+from kubetrain.metrics import SYNC_JOBS, SYNC_LAG, SYNC_ROUND
 from kubetrain.runtime.contract import NON_FINITE, is_loss
 from kubetrain.store import (
     Database,
@@ -98,6 +98,8 @@ class Syncer:
         # queue ahead of a Pod that just started.
         self.dirty: dict[str, float] = {}
         self.background: dict[str, float] = {}
+        # Cluster-wide kinds changed since the last round: when each was first seen.
+        self.cluster_changes: dict[str, float] = {}
         self.wake = asyncio.Event()
         self.dispatched_at: dict[str, float] = {}
         self.stats = SyncStats(lags=[])
@@ -108,19 +110,41 @@ class Syncer:
     def on_change(self, resource: str, kind: str, obj: Obj, job_id: str | None) -> None:
         if job_id is not None:
             self.mark(job_id)
-        elif resource in CLUSTER_WIDE:
-            # A node, claim or quota change can unblock any waiting job.
-            for job in self.cache.jobs():
-                waiting_id = job_id_of(job)
-                if waiting_id and not _finished(job):
-                    self.mark(waiting_id, urgent=False)
+        if resource in CLUSTER_WIDE and (job_id is None or resource == "bound_pods"):
+            # A node, claim or quota change can unblock any waiting job; so can room
+            # that one of our own Pods takes or frees. Noted, not acted on: every such
+            # change until the next round marks the jobs once (a busy cluster's Pods
+            # start and end many times a second).
+            self.cluster_changes.setdefault(resource, self.monotonic())
+            self.wake.set()
 
-    def mark(self, job_id: str, *, urgent: bool = True) -> None:
+    def _mark_cluster_wide(self) -> None:
+        """Mark the jobs the cluster-wide changes noted since the last round can move:
+        after a Pod merely took or freed room on a node, the jobs with a Pod to place;
+        after any other change (a node, a claim, a quota, a queue), every unfinished one."""
+        if not self.cluster_changes:
+            return
+        changes, self.cluster_changes = self.cluster_changes, {}
+        room_only = changes.keys() == {"bound_pods"}
+        at = min(changes.values())
+        for job in self.cache.jobs():
+            waiting_id = job_id_of(job)
+            if (
+                waiting_id
+                and not _finished(job)
+                and (not room_only or self.cache.placing(waiting_id))
+            ):
+                self.mark(waiting_id, urgent=False, at=at)
+
+    def mark(self, job_id: str, *, urgent: bool = True, at: float | None = None) -> None:
+        """Mark a job to be diagnosed: `urgent`, a change of its own objects; else in
+        the background, after the urgent ones. `at`: when the change was seen (now)."""
+        at = self.monotonic() if at is None else at
         if urgent:
             self.background.pop(job_id, None)
-            self.dirty.setdefault(job_id, self.monotonic())
+            self.dirty.setdefault(job_id, at)
         elif job_id not in self.dirty:
-            self.background.setdefault(job_id, self.monotonic())
+            self.background.setdefault(job_id, at)
         self.wake.set()
 
     def note_dispatched(self, job_id: str) -> None:
@@ -154,18 +178,22 @@ class Syncer:
 
     def _next_batch(self) -> dict[str, float]:
         batch: dict[str, float] = {}
-        for queue in (self.dirty, self.background):
+        for trigger, queue in (("event", self.dirty), ("background", self.background)):
+            taken = len(batch)
             for job_id, marked in itertools.islice(queue.items(), BATCH - len(batch)):
                 batch[job_id] = marked
             for job_id in batch:
                 queue.pop(job_id, None)
+            SYNC_JOBS.labels(trigger).inc(len(batch) - taken)
         return batch
 
     async def _work(self) -> None:
         while True:
+            self._mark_cluster_wide()
             if not self.dirty and not self.background:
                 self.wake.clear()
                 await self.wake.wait()
+                continue  # what woke it may be a cluster-wide change, to mark first
             batch = self._next_batch()
             try:
                 failed = await self.sync_batch(batch)
