@@ -318,12 +318,15 @@ class ClusterCache:
     def job(self, namespace: str, name: str) -> Obj | None:
         return self._jobs.get((namespace, name))
 
-    def placing(self, job_id: str) -> bool:
-        """The job has no Pod yet, or one the scheduler has not placed: room freed or
-        taken on the nodes can change its verdict (a job whose Pods are all placed
-        waits on its nodes, its kubelets and itself, not on room elsewhere)."""
-        pods = self._pods.get(job_id)
-        return not pods or any(not (p.get("spec") or {}).get("nodeName") for p in pods.values())
+    def unplaced(self, job_id: str) -> bool:
+        """A Pod of the job is one the scheduler found no room for (PodScheduled False):
+        room freed or taken on the nodes can change its verdict. A Pod not tried yet
+        will be, and says so itself; one placed waits on its node, not on room."""
+        return any(
+            c.get("type") == "PodScheduled" and c.get("status") == "False"
+            for pod in (self._pods.get(job_id) or {}).values()
+            for c in (pod.get("status") or {}).get("conditions") or ()
+        )
 
     def listing(self) -> dict[str, Any]:
         """Everything cached, as one `List`: the syncer diagnoses a whole batch of

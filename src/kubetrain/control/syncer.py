@@ -120,8 +120,9 @@ class Syncer:
 
     def _mark_cluster_wide(self) -> None:
         """Mark the jobs the cluster-wide changes noted since the last round can move:
-        after a Pod merely took or freed room on a node, the jobs with a Pod to place;
-        after any other change (a node, a claim, a quota, a queue), every unfinished one."""
+        after a Pod merely took or freed room on a node, the jobs with a Pod the
+        scheduler found no room for; after any other change (a node, a claim, a quota,
+        a queue), every unfinished one."""
         if not self.cluster_changes:
             return
         changes, self.cluster_changes = self.cluster_changes, {}
@@ -132,7 +133,7 @@ class Syncer:
             if (
                 waiting_id
                 and not _finished(job)
-                and (not room_only or self.cache.placing(waiting_id))
+                and (not room_only or self.cache.unplaced(waiting_id))
             ):
                 self.mark(waiting_id, urgent=False, at=at)
 
