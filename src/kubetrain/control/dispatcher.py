@@ -19,10 +19,7 @@ with the preparation of every claimed job (its manifest), and the
 record of every outcome. The Kubernetes calls run concurrently between them,
 with no transaction open. Transactions per job would cost each job thread
 hand-offs and turns on SQLite's one writer. Outcomes the database failed to
-record are kept and written first by the next round. Through a backlog (a round
-that claimed a full batch), the loop takes the next round's claim while this
-round's calls are in flight, so that the API server is not left idle while the
-claim waits its turn on the database.
+record are kept and written first by the next round.
 """
 
 from __future__ import annotations
@@ -119,9 +116,6 @@ class _Deleted:
 
 
 _Outcome = _Created | _Failed | _Deleted | _Waiting
-# A round's claim: how many jobs it claimed, their preparations, and the Jobs to delete
-# (job id, namespace, name).
-_Claim = tuple[int, list[_Prepared], list[tuple[str, str, str]]]
 
 
 class Dispatcher:
@@ -149,8 +143,6 @@ class Dispatcher:
         self._failing = False
         self._namespaces: set[str] = set()
         self._unrecorded: list[_Outcome] = []  # what a round did but could not write
-        # The next round's claim, taken while a full round's calls were in flight.
-        self._next_claim: asyncio.Future[_Claim] | None = None
         # Gang restarts waiting for the ended attempt's Pods: since when (wall clock, for
         # the history; monotonic, for the length), and the Pods first seen left.
         self._waits: dict[str, tuple[datetime, float, list[str]]] = {}
@@ -162,16 +154,6 @@ class Dispatcher:
         self.wake.set()
 
     async def run(self) -> None:
-        try:
-            await self._loop()
-        finally:
-            # Stopped (the Lease lost): a claim still in its thread is dropped; its jobs
-            # are held until the next term releases them first thing.
-            if self._next_claim is not None:
-                self._next_claim.cancel()
-                self._next_claim = None
-
-    async def _loop(self) -> None:
         released = False
         while True:
             try:
@@ -183,7 +165,7 @@ class Dispatcher:
                     released = True
                     if count:
                         log.info("%d jobs held since before this term are due now", count)
-                busy = await self.dispatch_once(overlap=True)
+                busy = await self.dispatch_once()
             except sa_exc.SQLAlchemyError as exc:
                 # The database is down or restarting: the records wait there, so
                 # wait for it rather than end the process. The class only: the
@@ -198,26 +180,20 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_interval)
 
-    async def dispatch_once(self, limit: int = 50, *, overlap: bool = False) -> bool:
+    async def dispatch_once(self, limit: int = 50) -> bool:
         """Create the Jobs of due records and delete those of cancelled ones;
-        True when a full batch was claimed (more may be waiting). `overlap` (the loop):
-        a full batch's calls run while the next round's claim is taken."""
+        True when a full batch was claimed (more may be waiting)."""
         if self._unrecorded:
             await self._record_outcomes([])  # first what the last round could not write
-        claim, self._next_claim = self._next_claim, None
-        claimed, prepared, deletes = await (claim or asyncio.to_thread(self._claim, limit))
+        claimed, prepared, deletes = await asyncio.to_thread(self._claim, limit)
         created, unreachable = self.created, self._unreachable
         # return_exceptions: an unexpected error in one job's calls must not lose the
         # outcomes of the others; it is raised once those are recorded.
-        calls = asyncio.gather(
+        results = await asyncio.gather(
             *(self._create(job) for job in prepared),
             *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
             return_exceptions=True,
         )
-        if overlap and (claimed == limit or len(deletes) == limit):
-            # Claimed jobs are held (claimed_until): the next claim cannot take these.
-            self._next_claim = asyncio.ensure_future(asyncio.to_thread(self._claim, limit))
-        results = await calls
         await self._record_outcomes([r for r in results if isinstance(r, _Outcome)])
         for result in results:
             if isinstance(result, BaseException):
@@ -260,7 +236,7 @@ class Dispatcher:
         with self.db.transaction() as session:
             return retry_backed_off_now(session)
 
-    def _claim(self, limit: int) -> _Claim:
+    def _claim(self, limit: int) -> tuple[int, list[_Prepared], list[tuple[str, str, str]]]:
         """Claims due jobs and prepares them (`_prepare`) in one transaction: a database
         that fails before its commit leaves no claim behind, where a claim committed on
         its own would hold its jobs for the claim's hold (60 s) with nothing created.
