@@ -866,8 +866,12 @@ class Testbed:
         self._launch("local-path-provisioner", argv, state)
 
     def _wait_containerd(self, state: State, node: real.RealNode, deadline: float) -> None:
+        """Until the node's containerd answers on its socket. The socket's file is not
+        enough: it exists from the listener's bind, and a dial before its listen is
+        refused (seen in CI: the image import's `connect: connection refused`)."""
         component = node.component("containerd")
-        while not node.socket.exists():
+        said = ""
+        while not (node.socket.exists() and (said := real.containerd_answers(node)) == ""):
             processes.reap(state.pids[component])
             if not Path(f"/proc/{state.pids[component]}").exists():
                 raise TestbedError(
@@ -875,7 +879,10 @@ class Testbed:
                     f"{processes.log_tail(self.log_path(component))}"
                 )
             if time.monotonic() > deadline:
-                raise TestbedError(f"{component} made no socket before the timeout")
+                raise TestbedError(
+                    f"{component} did not answer on {node.socket} before the timeout"
+                    + (f" ({said})" if said else "")
+                )
             time.sleep(0.05)
 
     def _start_kubelet(self, state: State, node: real.RealNode) -> None:

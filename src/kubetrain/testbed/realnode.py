@@ -585,6 +585,22 @@ def device_plugin_argv(node: RealNode, bin_dir: Path) -> list[str]:
     ]
 
 
+def containerd_answers(node: RealNode) -> str:
+    """ "" when the node's containerd answers a version request on its socket, else what
+    `ctr` said."""
+    try:
+        done = subprocess.run(
+            ["ctr", "--address", str(node.socket), "--connect-timeout", "2s", "version"],
+            capture_output=True,
+            text=True,
+            timeout=10,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return "ctr version did not return within 10 s"
+    return "" if done.returncode == 0 else (done.stderr.strip() or done.stdout.strip() or "?")
+
+
 def import_images(node: RealNode, images: list[Image]) -> None:
     for image in images:
         done = subprocess.run(
