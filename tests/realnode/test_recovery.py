@@ -189,14 +189,17 @@ def resumed(
         seen: dict[str, Any] = {}
 
         def checkpointed() -> dict[str, Any] | None:
-            # The files themselves, not the reported progress: a report retried with
-            # backoff on a busy machine arrived only after the whole run (seen once in CI),
-            # and the node must be lost mid-run.
+            # The files themselves, and the steps up to them reported: the node must be
+            # lost mid-run, with what attempt 1 did on record (the job page draws it; in
+            # CI once, a node lost before any report of attempt 1 had arrived left the
+            # chart no step before the resume to mark it on).
             doc: dict[str, Any] = get(real_server, p, job_id)
             seen.update({k: doc.get(k) for k in ("business_status", "reason", "message", "node")})
             on_disk = [f.step for f in checkpoint_files.scan(checkpoints) if not f.problem]
-            seen["checkpoints"] = on_disk
-            return doc if doc.get("node") and max(on_disk, default=0) >= 2 * EVERY else None
+            reported = (doc.get("progress") or {}).get("step") or 0
+            seen.update(checkpoints=on_disk, reported=reported)
+            ready = max(on_disk, default=0) >= 2 * EVERY and reported >= 2 * EVERY
+            return doc if doc.get("node") and ready else None
 
         first = eventually(
             checkpointed, 180, interval=0.1, what=lambda: f"attempt 1's second checkpoint ({seen})"
