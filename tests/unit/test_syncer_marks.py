@@ -7,6 +7,7 @@ import copy
 from typing import Any, cast
 
 import pytest
+from prometheus_client import REGISTRY
 
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.control.syncer import DISPATCH_GRACE, Syncer
@@ -30,6 +31,14 @@ def test_dispatch_times_are_let_go_once_past_their_grace():
     assert {"recent", "old-4", "new"} <= set(syncer.dirty)  # each marked to be looked at
 
 
+def _diagnosed() -> dict[str, float]:
+    """kubetrain_sync_jobs_total by trigger, as /metrics reads it."""
+    return {
+        t: REGISTRY.get_sample_value("kubetrain_sync_jobs_total", {"trigger": t}) or 0.0
+        for t in ("event", "background")
+    }
+
+
 def _two_jobs() -> tuple[Syncer, list[float], dict[str, Any]]:
     """A syncer over a cache holding a job whose Pod waits for room (`waits`) and one
     whose Pod runs (`runs`), both recorded; nothing marked yet."""
@@ -44,7 +53,7 @@ def _two_jobs() -> tuple[Syncer, list[float], dict[str, Any]]:
     return syncer, now, running
 
 
-def test_room_taken_or_freed_on_a_node_marks_only_the_jobs_with_a_pod_to_place_once():
+def test_room_taken_or_freed_on_a_node_marks_once_only_the_jobs_the_scheduler_could_not_place():
     syncer, now, running = _two_jobs()
     bound = syncer.cache.reflectors["bound_pods"]
     assert bound.on_event is not None
@@ -54,11 +63,16 @@ def test_room_taken_or_freed_on_a_node_marks_only_the_jobs_with_a_pod_to_place_o
     # The running Pod's own job is marked by its own Pod; the room it holds is noted.
     assert list(syncer.dirty) == ["runs"]
     assert not syncer.background
+    syncer.dirty.clear()  # looked at: only the room it holds is left to act on
     syncer._mark_cluster_wide()
     # The job whose Pod waits for room is looked at again, once, as of the first change;
     # the running one waits on nothing that room elsewhere changes.
     assert syncer.background == {"waits": 1000.0}
-    syncer.background.clear()
+    assert not syncer.dirty
+    before = _diagnosed()
+    assert syncer._next_batch() == {"waits": 1000.0}
+    after = _diagnosed()
+    assert {t: after[t] - before[t] for t in after} == {"event": 0, "background": 1}
     syncer._mark_cluster_wide()  # nothing new: nothing more
     assert not syncer.background
 
