@@ -19,7 +19,9 @@ running gang against the running job (target: within 10x).
 
 Measured per N: (a) `Snapshot.from_list` + `.index` once; (b) per job,
 `diagnose(facts, snap.for_job(...), now)` median/p99 over `--reps` runs for the
-pending and the running job. Side by side in the same run: the same two
+pending and the running job, diagnosed again as the syncer does (what the
+diagnosis before read of each Pod version kept, `glance_of`), and "cold": with
+every Pod read afresh, as a job's first diagnosis. Side by side in the same run: the same two
 diagnoses on their small recorded dumps (4 nodes), and a loop that touches
 each Pod once (the least any per-job scan of the Pods would cost).
 
@@ -47,6 +49,7 @@ from _common import RESULTS, percentile, table
 from _plots import paired_bars
 
 from kubetrain.domain.diagnosis import JobFacts, diagnose
+from kubetrain.domain.diagnosis.reading import forget_pods
 from kubetrain.domain.snapshot import Snapshot
 
 SNAPSHOTS = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "snapshots"
@@ -241,15 +244,40 @@ def bytecodes(call: Callable[[], object]) -> int:
 COUNT_BYTECODES = False  # --bytecodes
 
 
-def per_job(snap: Snapshot, job: JobFacts, reps: int) -> dict[str, Any]:
+def per_job(snap: Snapshot, job: JobFacts, reps: int, cold: bool = False) -> dict[str, Any]:
+    """The job's diagnosis, timed: as the syncer makes it again, its Pods' readings
+    kept from the diagnosis before (`glance_of`); with `cold`, also with every Pod read
+    afresh (what was kept let go before each, outside the time), as a first diagnosis."""
+
     def one() -> object:
         return diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW)
 
     result = diagnose(job, snap.for_job(job.k8s_name, job.namespace), NOW)
     samples = timed(one, reps)
-    measured = {**summary(samples), "reason": str(result.to_json(job.name).get("reason"))}
+    measured: dict[str, Any] = {
+        **summary(samples),
+        "reason": str(result.to_json(job.name).get("reason")),
+    }
     if COUNT_BYTECODES:
         measured["bytecodes"] = bytecodes(one)
+    if cold:
+        uids = [p["metadata"]["uid"] for p in snap.for_job(job.k8s_name, job.namespace).pods]
+
+        def afresh_one() -> None:
+            forget_pods(uids)
+            one()
+
+        afresh = []
+        for _ in range(reps):
+            forget_pods(uids)
+            began = time.perf_counter()
+            one()
+            afresh.append((time.perf_counter() - began) * 1000)
+        measured["cold"] = summary(afresh)
+        if COUNT_BYTECODES:
+            # Less the letting go itself, counted alone the same way.
+            both = bytecodes(afresh_one)
+            measured["cold"]["bytecodes"] = both - bytecodes(lambda: forget_pods(uids))
     return measured
 
 
@@ -335,16 +363,19 @@ def main() -> None:
             "objects": len(data["items"]),
             "build_index_ms": round(statistics.median(builds), 1),
             "touch_each_pod": summary(timed(touch, args.reps)),
-            "pending": per_job(snap, pending, args.reps),
-            "running": per_job(snap, running, args.reps),
+            "pending": per_job(snap, pending, args.reps, cold=True),
+            "running": per_job(snap, running, args.reps, cold=True),
         }
         if with_gangs:
             measured = report["sizes"][str(pods)]
             measured["gangs"] = {}
             for size, kind, facts, _ in gangs:
-                one = per_job(snap, facts, args.reps)
-                single = measured["pending" if kind == "partial" else "running"]["median_ms"]
-                one["ratio"] = round(one["median_ms"] / single, 2)
+                one = per_job(snap, facts, args.reps, cold=True)
+                single = measured["pending" if kind == "partial" else "running"]
+                one["ratio"] = round(one["median_ms"] / single["median_ms"], 2)
+                one["cold"]["ratio"] = round(
+                    one["cold"]["median_ms"] / single["cold"]["median_ms"], 2
+                )
                 measured["gangs"].setdefault(size, {})[kind] = one
         print(f"measured {pods} Pods", flush=True)
 
@@ -410,21 +441,35 @@ def main() -> None:
                     part["median_ms"],
                     part["p99_ms"],
                     f"{part['ratio']:.1f}x",
+                    f"{part['cold']['ratio']:.1f}x",
                     run["median_ms"],
                     run["p99_ms"],
                     f"{run['ratio']:.1f}x",
+                    f"{run['cold']['ratio']:.1f}x",
                 ]
             )
     if gang_rows:
         print(
             f"gangs ({args.pending} ranks pending in the partial one); ratio = gang p50 / the "
-            "single-Pod job's p50 in the same snapshot (partial : pending, running : running)"
+            "single-Pod job's p50 in the same snapshot (partial : pending, running : running), "
+            "diagnosed again as the syncer does (each Pod's reading kept from the diagnosis "
+            "before); cold = both with every Pod read afresh"
         )
         print(
             table(
-                ["snapshot", "part p50", "part p99", "ratio", "run p50", "run p99", "ratio"],
+                [
+                    "snapshot",
+                    "part p50",
+                    "part p99",
+                    "ratio",
+                    "cold",
+                    "run p50",
+                    "run p99",
+                    "ratio",
+                    "cold",
+                ],
                 gang_rows,
-                [30, 10, 10, 8, 10, 10, 8],
+                [30, 10, 10, 8, 8, 10, 10, 8, 8],
             )
         )
         print(
@@ -446,6 +491,12 @@ def main() -> None:
                 f"{TARGET_PODS} Pods: worst gang ratio {worst_ratio:.1f}x, "
                 f"target <= {GANG_TARGET:.0f}x: {verdict}"
             )
+            cold = max(
+                g[kind]["cold"]["ratio"]
+                for g in target["gangs"].values()
+                for kind in ("partial", "running")
+            )
+            print(f"  every Pod read afresh (a first diagnosis): worst gang ratio {cold:.1f}x")
     if args.bytecodes:
         print("bytecodes per diagnosis (ratio to the baseline of the same kind):")
         base = report["recorded"]
@@ -459,6 +510,14 @@ def main() -> None:
                     f"; {size} workers: partial {g['partial']['bytecodes']:,}"
                     f" ({g['partial']['bytecodes'] / pend:.1f}x pending), running"
                     f" {g['running']['bytecodes']:,} ({g['running']['bytecodes'] / run:.1f}x)"
+                )
+                cold_pend = r["pending"]["cold"]["bytecodes"]
+                cold_run = r["running"]["cold"]["bytecodes"]
+                cold_part = g["partial"]["cold"]["bytecodes"]
+                cold_gang = g["running"]["cold"]["bytecodes"]
+                line += (
+                    f"; read afresh: partial {cold_part:,} ({cold_part / cold_pend:.1f}x),"
+                    f" running {cold_gang:,} ({cold_gang / cold_run:.1f}x)"
                 )
             print(line)
     RESULTS.mkdir(parents=True, exist_ok=True)

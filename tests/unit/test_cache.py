@@ -328,3 +328,21 @@ def test_a_workload_marks_the_job_that_owns_it() -> None:
     feed(cache, "kueue-waiting", "job-w")
     workloads = {job_id for resource, job_id in marked if resource == "workloads"}
     assert workloads == {"job-w", "job-w-first-in-line"}
+
+
+def test_the_cache_lets_go_of_what_the_diagnosis_read_of_its_pods() -> None:
+    from kubetrain.domain.diagnosis import reading
+
+    cache = ClusterCache(http=None)
+    gone = feed(cache, "running", "job-d")
+    kept = feed(cache, "succeeded", "job-e")
+    jobs = [i for i in [*gone, *kept] if i["kind"] == "Job"]
+    _diagnoses(lambda job: cache.snapshot(["job-d", "job-e"]), jobs)
+    deleted = next(i for i in gone if i["kind"] == "Pod")
+    finished = next(i for i in kept if i["kind"] == "Pod")
+    assert {deleted["metadata"]["uid"], finished["metadata"]["uid"]} <= set(reading._glances)
+    cache.reflectors["pods"].on_event("DELETED", deleted)  # type: ignore[misc]
+    assert deleted["metadata"]["uid"] not in reading._glances
+    job = next(i for i in kept if i["kind"] == "Job")
+    cache.forget(job["metadata"]["namespace"], job["metadata"]["name"], [])
+    assert finished["metadata"]["uid"] not in reading._glances

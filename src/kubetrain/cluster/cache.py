@@ -25,6 +25,7 @@ from typing import Any
 import httpx2 as httpx
 
 from kubetrain.cluster.reflector import Obj, Reflector, interned, served_version
+from kubetrain.domain.diagnosis.reading import forget_pods
 from kubetrain.domain.manifest import LABEL_JOB_ID, LABEL_MANAGED_BY, MANAGED_BY
 from kubetrain.domain.nodes import NodeInfo, parse_node
 from kubetrain.domain.snapshot import NodeState, Snapshot, bound_requests
@@ -172,6 +173,7 @@ class ClusterCache:
                     self._pod_job.pop((ns, meta.get("name", "")), None)
                     pods = self._pods.get(job_id, {})
                     pods.pop(uid, None)
+                    forget_pods((uid,))  # what the diagnosis read of it
                     if not pods:
                         self._pods.pop(job_id, None)
                 elif job_id:
@@ -420,5 +422,7 @@ class ClusterCache:
         job_id = self._job_by_name.get((namespace, k8s_name))
         if job_id is not None:
             self._event_keys.pop(job_id, None)
-            for uid in self._pods.pop(job_id, {}):
+            pods = self._pods.pop(job_id, {})
+            for uid in pods:
                 self.reflectors["pods"].stub(uid)
+            forget_pods(pods)  # what the diagnosis read of them

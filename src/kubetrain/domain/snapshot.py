@@ -301,26 +301,40 @@ class Snapshot:
         # objects taken: given to it rather than grouped again (a gang of 256 ranks
         # has ~1,000 events). An event is about one object: each is taken once.
         taken: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
+        by_object = idx.events_by_object
 
         def take(kind: str, name: str | None) -> None:
             if name:
-                found = idx.events_by_object.get((kind, namespace, name))
+                found = by_object.get((kind, namespace, name))
                 if found and (kind, namespace, name) not in taken:
                     taken[(kind, namespace, name)] = list(found)
                     events.extend(found)
 
         take("Job", job_name)
+        # Per Pod (a gang's hundreds of ranks): its events and its claims, read inline.
+        claims: set[str] = set()
         for pod in pods:
-            take("Pod", meta_name(pod))
+            meta, spec = pod.get("metadata"), pod.get("spec")
+            name = meta.get("name") if type(meta) is dict else meta_name(pod)
+            if type(name) is str and name:
+                object_key = ("Pod", namespace, name)
+                found = by_object.get(object_key)
+                if found and object_key not in taken:
+                    taken[object_key] = list(found)
+                    events.extend(found)
+            volumes = spec.get("volumes") if type(spec) is dict else as_list(pod, "spec", "volumes")
+            if type(volumes) is list:
+                for volume in volumes:
+                    if type(volume) is not dict or "persistentVolumeClaim" in volume:
+                        claim = text(volume, "persistentVolumeClaim", "claimName")
+                        if claim:
+                            claims.add(claim)
         # Pods already deleted are named by the Job controller's events.
         for name in idx.created_pods.get(key, ()):
-            take("Pod", name)
-        claims = set()
-        for pod in pods or ([job] if job else []):
-            spec = (
-                as_map(pod, "spec") if pod is not job else as_map(job, "spec", "template", "spec")
-            )
-            for volume in as_list(spec, "volumes"):
+            if ("Pod", namespace, name) not in taken:
+                take("Pod", name)
+        if not pods and job:
+            for volume in as_list(job, "spec", "template", "spec", "volumes"):
                 if type(volume) is dict and "persistentVolumeClaim" not in volume:
                     continue  # most volumes: no claim to read
                 claim = text(volume, "persistentVolumeClaim", "claimName")

@@ -49,9 +49,12 @@ _GONE_EVENTS = {
 
 def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
-    seen = [reader.glance(pod) for pod in reader.pods]
-    views = [_attempt_fields(pod) for pod in seen]
-    known = {v["pod_name"] for v in views}
+    seen = reader.seen
+    for glance in seen:
+        if glance.fields is None:
+            glance.fields = _attempt_fields(glance)
+    rows: list[tuple[dict[str, Any], PodGlance | None]] = [(g.fields or {}, g) for g in seen]
+    known = {g.name or "" for g in seen}
     # Pods already gone (deadline, garbage collection) that the Job controller's
     # events still name are attempts too; their state is what their events said.
     # Only this Job's: an earlier Job of the name (a gang's earlier attempt) had its own.
@@ -66,39 +69,42 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
         }
         gone = [name for name in gone if name not in earlier]
     for name in dict.fromkeys(gone):
-        views.append(_gone_fields(reader, name))
-    pods_created = {pod.name: as_time(pod.created) for pod in seen}
+        rows.append((_gone_fields(reader, name), None))
     # Read only for a Pod without its own creation time (one that is gone).
     created: dict[str, datetime | None] | None = None
     epoch = datetime.min.replace(tzinfo=UTC)
 
-    def order(view: dict[str, Any]) -> tuple[datetime, str]:
+    def order(row: tuple[dict[str, Any], PodGlance | None]) -> tuple[datetime, str]:
         nonlocal created
+        view, glance = row
         name = view["pod_name"]
-        when = pods_created.get(name)
+        when = glance.created_at if glance is not None else None
         if not when:
             if created is None:
                 created = _created_at_from_events(reader)
             when = created.get(name)
         return when or epoch, name
 
-    views.sort(key=order)
-    pods = {glance.name: pod for glance, pod in zip(seen, reader.pods, strict=True)}
+    rows.sort(key=order)
     # A gang's attempt is its Job: every rank's Pod is on the Job's attempt.
     gang = reader.gang_attempt.number if reader.gang_attempt else 1
     single = reader.workers == 1
-    return tuple(
-        AttemptView(
-            **view,
-            number=number if single else gang,
-            rank=None
-            if single
-            else reader.rank_of(
-                pods.get(view["pod_name"]) or {"metadata": {"name": view["pod_name"]}}
-            ),
-        )
-        for number, view in enumerate(views, 1)
-    )
+    out = []
+    for number, (view, read) in enumerate(rows, 1):
+        if not single:
+            number = gang
+        if read is None:
+            rank = None if single else reader.rank_of({"metadata": {"name": view["pod_name"]}})
+            out.append(AttemptView(**view, number=number, rank=rank))
+            continue
+        rank = None if single else read.rank
+        if rank is None and not single:
+            rank = reader.rank_of_glance(read)
+        kept = read.view
+        if kept is None or kept.number != number or kept.rank != rank:
+            kept = read.view = AttemptView(**view, number=number, rank=rank)
+        out.append(kept)
+    return tuple(out)
 
 
 def _gone_fields(reader: _Reader, name: str) -> dict[str, Any]:
@@ -189,7 +195,7 @@ def _attempt_fields(pod: PodGlance) -> dict[str, Any]:
         "raw_message": raw_message,
         "exit_code": integer(detail, "exitCode") if ended else None,
         "termination_message": _str(detail.get("message")) if ended else None,
-        "started_at": as_time(detail.get("startedAt")),
+        "started_at": pod.started_at,
         "finished_at": as_time(detail.get("finishedAt")),
         # When the scheduler bound the Pod: its PodScheduled condition, once on a node.
         "bound_at": as_time(scheduled.get("lastTransitionTime"))

@@ -100,7 +100,7 @@ class _Seen:
     def specs(self) -> list[Mapping[str, Any]]:
         job = self.reader.k8s_job
         template = as_map(job, "spec", "template", "spec") if job is not None else {}
-        return [self.reader.glance(p).spec for p in self.pods] or [template]
+        return [g.spec for g in self.reader.seen] or [template]
 
     @cached_property
     def admitted(self) -> bool:
@@ -124,16 +124,29 @@ class _Seen:
 
     @cached_property
     def gpus(self) -> bool:
-        return any(_requests_gpu(s) for s in self.specs) or bool(self.reader.job.gpus)
+        # Pod by Pod, not `specs`: the first of a gang's ranks answers.
+        specs = (g.spec for g in self.reader.seen) if self.pods else self.specs
+        return any(_requests_gpu(s) for s in specs) or bool(self.reader.job.gpus)
 
     @cached_property
     def volumes(self) -> bool:
-        return any(_storage_volume(v) for s in self.specs for v in as_list(s, "volumes"))
+        if not self.pods:
+            return any(_storage_volume(v) for s in self.specs for v in as_list(s, "volumes"))
+        for seen in self.reader.seen:
+            if seen.storage is None:  # kept with the glance: read once per Pod version
+                seen.storage = any(_storage_volume(v) for v in as_list(seen.spec, "volumes"))
+            if seen.storage:
+                return True
+        return False
 
     @cached_property
     def preflight_ran(self) -> bool:
-        glance = self.reader.glance
-        return any(_preflight_passed(s) for p in self.pods for s in _statuses_in(glance(p).status))
+        for seen in self.reader.seen:
+            if seen.preflight is None:  # kept with the glance: read once per Pod version
+                seen.preflight = any(_preflight_passed(s) for s in _statuses_in(seen.status))
+            if seen.preflight:
+                return True
+        return False
 
     @cached_property
     def completed(self) -> bool:

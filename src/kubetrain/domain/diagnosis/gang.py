@@ -19,6 +19,7 @@ from kubetrain.domain.diagnosis.pending import _pending, restarting_sidecars
 from kubetrain.domain.diagnosis.quota import _quota
 from kubetrain.domain.diagnosis.reading import (
     GangAttempt,
+    PodGlance,
     _Finding,
     _gone,
     _Reader,
@@ -27,7 +28,7 @@ from kubetrain.domain.diagnosis.result import GangRestart, PodReport
 from kubetrain.domain.failures import GangAction, gang_action, gang_failures
 from kubetrain.domain.manifest import CONTAINER_NAME
 from kubetrain.domain.nodes import is_gpu_resource, pod_requests
-from kubetrain.domain.objects import as_list, as_map, as_time, get, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, get, meta_name, text, timestamp
 from kubetrain.domain.quantity import format_quantity
 from kubetrain.domain.states import BusinessState, Link, ReasonCode
 
@@ -67,8 +68,10 @@ class GangState:
 def _ranks(reader: _Reader) -> dict[int, Mapping[str, Any]]:
     """Each rank's newest Pod."""
     newest: dict[int, Mapping[str, Any]] = {}
-    for pod in reader.pods:  # oldest first
-        rank = reader.rank_of(pod)
+    if reader.workers == 1:
+        return newest
+    for seen, pod in zip(reader.seen, reader.pods, strict=True):  # oldest first
+        rank = seen.rank if seen.rank is not None else reader.rank_of_glance(seen)
         if rank is not None:
             newest[rank] = pod
     return newest
@@ -80,31 +83,34 @@ def _gpus(pod: object) -> Decimal:
     )
 
 
-def _gpus_held(pods: Iterable[Mapping[str, Any]]) -> Decimal:
-    """The GPUs `pods` request together. A gang's ranks share one template: their
-    requests are parsed once per distinct set of what `pod_requests` reads."""
+def _gpus_held(pods: Iterable[PodGlance]) -> Decimal:
+    """The GPUs `pods` request together, each Pod's kept with its glance. A gang's ranks
+    share one template: their requests are parsed once per distinct set of what
+    `pod_requests` reads."""
     per_spec: dict[str, Decimal] = {}
     total = Decimal(0)
     for pod in pods:
-        spec = as_map(pod, "spec")
-        key = repr(
-            (
-                [get(c, "resources") for c in as_list(spec, "containers")],
-                [
-                    (get(c, "resources"), get(c, "restartPolicy"))
-                    for c in as_list(spec, "initContainers")
-                ],
-                get(spec, "overhead"),
+        if pod.gpus is None:
+            spec = pod.spec
+            key = repr(
+                (
+                    [get(c, "resources") for c in as_list(spec, "containers")],
+                    [
+                        (get(c, "resources"), get(c, "restartPolicy"))
+                        for c in as_list(spec, "initContainers")
+                    ],
+                    get(spec, "overhead"),
+                )
             )
-        )
-        if key not in per_spec:
-            per_spec[key] = _gpus(pod)
-        total += per_spec[key]
+            if key not in per_spec:
+                per_spec[key] = _gpus({"spec": spec})
+            pod.gpus = per_spec[key]
+        total += pod.gpus
     return total
 
 
 def _listing(ranks: list[int]) -> str:
-    return ", ".join(str(r) for r in ranks)
+    return ", ".join(map(str, ranks))
 
 
 def gang_active(reader: _Reader) -> GangState:
@@ -113,11 +119,12 @@ def gang_active(reader: _Reader) -> GangState:
     newest = _ranks(reader)
     runs: dict[int, Mapping[str, Any]] = {}
     done: dict[int, Mapping[str, Any]] = {}
+    glances, known = reader.glances, reader.nodes_by_name
     for rank, pod in newest.items():
-        seen = reader.glance(pod)
+        seen = glances[id(pod)]
         node = seen.node
         if seen.running and not seen.deleting:
-            if reader.node_gone(node):
+            if node and known and node not in known:  # as `reader.node_gone`
                 # Running on a deleted node: the gang cannot go on. Pod GC fails the Pod
                 # within a minute, and then its Job: the gang restarts.
                 finding = _lost_node(reader, pod, node or "")
@@ -136,6 +143,8 @@ def gang_active(reader: _Reader) -> GangState:
         gang = _all_run(reader, runs, done)
         # A rank's native sidecar that keeps failing comes first, as for one Pod.
         for rank, pod in sorted(runs.items(), reverse=True):
+            if not glances[id(pod)].spec.get("initContainers"):
+                continue  # most Pods: no sidecars (as `restarting_sidecars` reads it)
             for finding in reversed(restarting_sidecars(reader, pod)):
                 finding.detail = f"rank {rank}: {finding.detail}"
                 gang.findings.insert(0, finding)
@@ -151,14 +160,14 @@ def gang_active(reader: _Reader) -> GangState:
     placed = {
         rank: pod
         for rank, pod in newest.items()
-        if rank != blocking and text(pod, "spec", "nodeName") and not _gone(pod)
+        if rank != blocking and (seen := glances[id(pod)]).node and not seen.gone
     }
     primary = findings[0]
     waitable = _gang_waitable(reader, primary)
     if placed:
         ranks = sorted(placed)
-        nodes = ", ".join(dict.fromkeys(text(placed[r], "spec", "nodeName") or "?" for r in ranks))
-        gpus = _gpus_held(placed[r] for r in ranks)
+        nodes = ", ".join(dict.fromkeys(glances[id(placed[r])].node or "?" for r in ranks))
+        gpus = _gpus_held(glances[id(placed[r])] for r in ranks)
         holding = f", holding {format_quantity(gpus)} GPUs idle" if gpus else ""
         waiting = [r for r in range(workers) if r not in placed and r not in done]
         verb = "waits" if len(waiting) == 1 else "wait"
@@ -187,7 +196,8 @@ def _all_run(
     reader: _Reader, runs: dict[int, Mapping[str, Any]], done: dict[int, Mapping[str, Any]]
 ) -> GangState:
     ranks = sorted(runs)
-    nodes = ", ".join(dict.fromkeys(reader.glance(runs[r]).node or "?" for r in ranks))
+    glances = reader.glances
+    nodes = ", ".join(dict.fromkeys(glances[id(runs[r])].node or "?" for r in ranks))
     where = f"rank{'s' * (len(ranks) > 1)} {_listing(ranks)} on {nodes}"
     if done:
         where += f"; rank{'s' * (len(done) > 1)} {_listing(sorted(done))} exited 0"
@@ -199,7 +209,7 @@ def _rendezvous(
 ) -> GangState:
     # The gang formed when its last rank started; not every rank has said it trains since.
     started = [
-        as_time(reader.glance(p).detail.get("startedAt")) or timestamp(p, "status", "startTime")
+        reader.glances[id(p)].started_at or timestamp(p, "status", "startTime")
         for p in runs.values()
     ]
     since = max((s for s in started if s is not None), default=None)
@@ -229,10 +239,11 @@ def _by_least_advanced(
     preflight check each runs (rendezvous-reachable waits for rank 0's port). Without
     the ranks' own reports, rank 0's (`reported_phase`) is the only one known, and
     the others count as not reported: a dump, which holds no report, says the same."""
-    phases = {rank: reader.reports.get(reader.glance(pod).name or "") for rank, pod in runs.items()}
-    training = [r for r, rep in sorted(phases.items()) if rep and rep.phase == "TRAINING"]
-    preflight = [(r, rep) for r, rep in sorted(phases.items()) if rep and rep.phase == "PREFLIGHT"]
-    silent = [r for r, rep in sorted(phases.items()) if rep is None]
+    reports, glances = reader.reports, reader.glances
+    phases = {rank: reports.get(glances[id(pod)].name or "") for rank, pod in sorted(runs.items())}
+    training = [r for r, rep in phases.items() if rep and rep.phase == "TRAINING"]
+    preflight = [(r, rep) for r, rep in phases.items() if rep and rep.phase == "PREFLIGHT"]
+    silent = [r for r, rep in phases.items() if rep is None]
     if len(training) == len(runs):
         since = max((rep.since for rep in phases.values() if rep and rep.since), default=None)
         return GangState(

@@ -7,10 +7,13 @@ Blocker, and small readers of conditions, container states and event times.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
 from functools import cached_property
+from operator import itemgetter
 from typing import Any, Literal
 
 from kubetrain.domain.diagnosis.result import AttemptView, Blocker, JobFacts, PodReport
@@ -25,7 +28,7 @@ from kubetrain.domain.manifest import (
     LABEL_ATTEMPT,
 )
 from kubetrain.domain.nodes import NodeInfo
-from kubetrain.domain.objects import as_list, as_map, get, meta_name, text, timestamp
+from kubetrain.domain.objects import as_list, as_map, as_time, get, meta_name, text, timestamp
 from kubetrain.domain.reasons import CATALOG
 from kubetrain.domain.snapshot import Snapshot, SnapshotIndex
 from kubetrain.domain.states import ReasonCode
@@ -94,18 +97,25 @@ class _Reader:
         pods = self.index.pods_by_job.get(key, [])
         # Each Pod read once for what the steps ask of it again and again (a gang's
         # hundreds of ranks); by id, as the Pods are held for the reader's life.
-        self._glances = {id(p): PodGlance(p) for p in pods}
-        if uid:
-            # A Job deleted and created again under the same name owns new Pods only.
-            owned = [p for p in pods if self._glances[id(p)].owner_uid in (uid, None)]
-            pods = owned
+        seen = list(map(glance_of, pods))
+        self.glances = dict(zip(map(id, pods), seen, strict=True))
         attempt = text(self.k8s_job, "metadata", "labels", LABEL_ATTEMPT) if self.k8s_job else None
-        if attempt:
-            # A gang restarted in place owns every attempt's Pods: the current one's only.
-            pods = [
-                p for p in pods if text(p, "metadata", "labels", LABEL_ATTEMPT) in (attempt, None)
+        if uid or attempt:
+            # A Job deleted and created again under the same name owns new Pods only; a
+            # gang restarted in place owns every attempt's Pods: the current one's only.
+            kept = [
+                (g.order, i)
+                for i, g in enumerate(seen)
+                if (not uid or g.owner_uid in (uid, None))
+                and (not attempt or g.attempt in (attempt, None))
             ]
-        self.pods: list[dict[str, Any]] = sorted(pods, key=lambda p: self._glances[id(p)].order)
+        else:
+            kept = [(g.order, i) for i, g in enumerate(seen)]
+        kept.sort()
+        order = list(map(itemgetter(1), kept))
+        self.pods: list[dict[str, Any]] = list(map(pods.__getitem__, order))
+        # The glances of `pods`, in their order.
+        self.seen: list[PodGlance] = list(map(seen.__getitem__, order))
         # Rebuilt by attempts.py right after, from the Pods and events this reader reads.
         self.attempts: tuple[AttemptView, ...] = ()
         self.fit: FitAnalysis | None = None  # set when scheduling is read
@@ -157,29 +167,32 @@ class _Reader:
     def glance(self, pod: Mapping[str, Any]) -> PodGlance:
         """What the steps read of `pod` again and again, read once per reader."""
         try:
-            return self._glances[id(pod)]
+            return self.glances[id(pod)]
         except KeyError:  # not one of the job's Pods
-            return PodGlance(pod)
+            return glance_of(pod)
 
     def rank_of(self, pod: object) -> int | None:
         """A gang Pod's index (the Job controller's annotation, else its name
         `<job>-<index>-<suffix>`); None outside a gang."""
         if self.workers == 1:
             return None
-        seen = self._glances.get(id(pod))
+        seen = self.glances.get(id(pod))
         if seen is None:
-            return self._rank_of(pod, text(pod, "metadata", "annotations", COMPLETION_INDEX))
-        if seen.rank is False:
-            seen.rank = self._rank_of(pod, seen.index)
-        return seen.rank
+            found = _index(text(pod, "metadata", "annotations", COMPLETION_INDEX))
+            return found if found is not None else self._rank_in_name(meta_name(pod))
+        return seen.rank if seen.rank is not None else self._rank_in_name(seen.name)
 
-    def _rank_of(self, pod: object, annotated: str | None) -> int | None:
-        found = _index(annotated)
-        if found is None:
-            name = meta_name(pod) or ""
-            if name.startswith(self.job.k8s_name + "-"):
-                found = _index(name[len(self.job.k8s_name) + 1 :].partition("-")[0])
-        return found
+    def rank_of_glance(self, seen: PodGlance) -> int | None:
+        """As `rank_of`, for a Pod read already."""
+        if self.workers == 1:
+            return None
+        return seen.rank if seen.rank is not None else self._rank_in_name(seen.name)
+
+    def _rank_in_name(self, name: str | None) -> int | None:
+        prefix = self.job.k8s_name + "-"
+        if name and name.startswith(prefix):
+            return _index(name[len(prefix) :].partition("-")[0])
+        return None
 
     @cached_property
     def reports(self) -> dict[str, PodReport]:
@@ -229,31 +242,44 @@ class _Reader:
 
 class PodGlance:
     """What the diagnosis reads of one Pod at several steps (its identity, where it is,
-    its main container's state, its conditions), read once."""
+    its main container's state, its conditions), read once per version of the Pod
+    (`glance_of`); what is derived from it (its attempt row, whether its preflight
+    passed) is made on first use and kept with it."""
 
     __slots__ = (
+        "attempt",
         "conditions",
         "created",
+        "created_at",
         "deleting",
         "detail",
+        "fields",
+        "gpus",
         "index",
         "message",
+        "meta",
         "name",
         "node",
         "order",
         "owner_uid",
         "phase",
+        "preflight",
         "rank",
         "reason",
         "restart_policy",
         "spec",
+        "started_at",
         "state",
         "status",
+        "storage",
         "uid",
+        "view",
     )
 
     def __init__(self, pod: Mapping[str, Any]) -> None:
         meta, spec, status = pod.get("metadata"), pod.get("spec"), pod.get("status")
+        # The objects as given: `glance_of` knows this version of the Pod by them.
+        self.meta: object = meta
         # As `as_map` reads them (inline: this runs per rank of a gang).
         if type(meta) is not dict and not isinstance(meta, Mapping):
             meta = {}
@@ -271,11 +297,17 @@ class PodGlance:
             self.created if isinstance(self.created, str) else "",
             self.name or "",
         )
+        self.created_at = as_time(self.created)
         self.deleting = isinstance(gone := get("deletionTimestamp"), str) and bool(gone)
         annotations = get("annotations")
         index = annotations.get(COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
         self.index: str | None = index if isinstance(index, str) else None
-        self.rank: int | bool | None = False  # False: not read yet (the reader's rank_of)
+        # A gang rank's index as the Job controller annotated it (the reader's `rank_of`
+        # falls back to the Pod's name).
+        self.rank: int | None = _index(self.index)
+        labels = get("labels")
+        attempt = labels.get(LABEL_ATTEMPT) if isinstance(labels, Mapping) else None
+        self.attempt: str | None = attempt if isinstance(attempt, str) else None
         get = spec.get
         self.node: str | None = node if isinstance(node := get("nodeName"), str) else None
         self.restart_policy = policy if isinstance(policy := get("restartPolicy"), str) else None
@@ -294,8 +326,15 @@ class PodGlance:
                     if type(found) is dict or isinstance(found, Mapping):
                         self.state, self.detail = key, found
                         break
+        self.started_at = as_time(self.detail.get("startedAt"))  # the main container's
         self.conditions = _conditions_in(get("conditions"))
         self.spec, self.status = spec, status
+        # Made on first use (attempts.py, evidence.py), then kept with the glance.
+        self.fields: dict[str, Any] | None = None  # its AttemptView's, less number and rank
+        self.view: AttemptView | None = None  # the last AttemptView made of it
+        self.preflight: bool | None = None  # a container ended after its preflight passed
+        self.storage: bool | None = None  # it mounts a volume that is not node-local
+        self.gpus: Decimal | None = None  # the GPUs it requests (gang.py)
 
     @property
     def gone(self) -> bool:
@@ -310,6 +349,52 @@ class PodGlance:
         return self.state == "running" or (
             self.state == "terminated" and self.restart_policy == "Never"
         )
+
+
+# The Pods read already, by uid, each as its last version read: a Pod's version is
+# read once however often it is diagnosed (a running gang is diagnosed again at every
+# event and report of any of its ranks; its other ranks have not changed). An entry
+# holds the objects it read, so the cache lets a Pod's go when it lets the Pod go
+# (`forget_pods`), and at most _KEPT_GLANCES are kept (the oldest quarter dropped).
+_glances: dict[str, PodGlance] = {}
+_glances_lock = threading.Lock()
+_KEPT_GLANCES = 16384
+
+
+def glance_of(pod: Mapping[str, Any]) -> PodGlance:
+    """`pod` read, or the glance of this very version of it read before."""
+    meta = pod.get("metadata")
+    uid = meta.get("uid") if type(meta) is dict else None
+    if type(uid) is not str or not uid:
+        return PodGlance(pod)
+    seen = _glances.get(uid)
+    if (
+        seen is not None
+        and seen.meta is meta
+        and seen.status is pod.get("status")
+        and seen.spec is pod.get("spec")
+    ):
+        return seen
+    seen = PodGlance(pod)
+    with _glances_lock:
+        if len(_glances) >= _KEPT_GLANCES:
+            for old in list(_glances)[: _KEPT_GLANCES // 4]:
+                del _glances[old]
+        _glances.pop(uid, None)  # the newest read last: dropped last
+        _glances[uid] = seen
+    return seen
+
+
+def forget_pods(uids: Iterable[str]) -> None:
+    """Let go of what was read of these Pods (deleted, or their job finished)."""
+    with _glances_lock:
+        for uid in uids:
+            _glances.pop(uid, None)
+
+
+def kept_glances() -> int:
+    """How many Pods' glances are kept (for tests and benches)."""
+    return len(_glances)
 
 
 def _str(value: object) -> str | None:
