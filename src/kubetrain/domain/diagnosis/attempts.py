@@ -85,7 +85,10 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
             when = created.get(name)
         return when or epoch, name
 
-    rows.sort(key=order)
+    if gone or not seen or seen[0].created_at is None:
+        rows.sort(key=order)
+    # else in the reader's order already: by creation time, then name (a Pod without a
+    # creation time would come first).
     # A gang's attempt is its Job: every rank's Pod is on the Job's attempt.
     gang = reader.gang_attempt.number if reader.gang_attempt else 1
     single = reader.workers == 1

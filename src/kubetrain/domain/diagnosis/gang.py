@@ -240,10 +240,18 @@ def _by_least_advanced(
     the ranks' own reports, rank 0's (`reported_phase`) is the only one known, and
     the others count as not reported: a dump, which holds no report, says the same."""
     reports, glances = reader.reports, reader.glances
-    phases = {rank: reports.get(glances[id(pod)].name or "") for rank, pod in sorted(runs.items())}
-    training = [r for r, rep in phases.items() if rep and rep.phase == "TRAINING"]
-    preflight = [(r, rep) for r, rep in phases.items() if rep and rep.phase == "PREFLIGHT"]
-    silent = [r for r, rep in phases.items() if rep is None]
+    phases: dict[int, PodReport | None] = {}
+    training: list[int] = []
+    preflight: list[tuple[int, PodReport]] = []
+    silent: list[int] = []
+    for rank, pod in sorted(runs.items()):  # one pass: a gang has hundreds of ranks
+        phases[rank] = rep = reports.get(glances[id(pod)].name or "")
+        if rep is None:
+            silent.append(rank)
+        elif rep.phase == "TRAINING":
+            training.append(rank)
+        elif rep.phase == "PREFLIGHT":
+            preflight.append((rank, rep))
     if len(training) == len(runs):
         since = max((rep.since for rep in phases.values() if rep and rep.since), default=None)
         return GangState(

@@ -35,6 +35,7 @@ from kubetrain.domain.states import ReasonCode
 
 # Most notes a diagnosis carries; a dump with thousands of bad nodes says so once.
 _MAX_NOTES = 20
+_EPOCH = datetime.min.replace(tzinfo=UTC)
 
 
 @dataclass
@@ -254,6 +255,7 @@ class PodGlance:
         "deleting",
         "detail",
         "fields",
+        "gone",
         "gpus",
         "index",
         "message",
@@ -267,6 +269,7 @@ class PodGlance:
         "rank",
         "reason",
         "restart_policy",
+        "running",
         "spec",
         "started_at",
         "state",
@@ -293,11 +296,9 @@ class PodGlance:
         self.uid: str | None = uid if isinstance(uid := get("uid"), str) else None
         self.owner_uid = _owner_uid_in(get("ownerReferences"))
         self.created: object = get("creationTimestamp")
-        self.order = (
-            self.created if isinstance(self.created, str) else "",
-            self.name or "",
-        )
         self.created_at = as_time(self.created)
+        # Oldest first, then by name; a Pod without a creation time first of all.
+        self.order = (self.created_at or _EPOCH, self.name or "")
         self.deleting = isinstance(gone := get("deletionTimestamp"), str) and bool(gone)
         annotations = get("annotations")
         index = annotations.get(COMPLETION_INDEX) if isinstance(annotations, Mapping) else None
@@ -327,6 +328,14 @@ class PodGlance:
                         self.state, self.detail = key, found
                         break
         self.started_at = as_time(self.detail.get("startedAt"))  # the main container's
+        ended = self.phase in ("Succeeded", "Failed")
+        # As `_gone`: finished, or being deleted.
+        self.gone = ended or self.deleting
+        # As `_running`.
+        self.running = not ended and (
+            self.state == "running"
+            or (self.state == "terminated" and self.restart_policy == "Never")
+        )
         self.conditions = _conditions_in(get("conditions"))
         self.spec, self.status = spec, status
         # Made on first use (attempts.py, evidence.py), then kept with the glance.
@@ -335,20 +344,6 @@ class PodGlance:
         self.preflight: bool | None = None  # a container ended after its preflight passed
         self.storage: bool | None = None  # it mounts a volume that is not node-local
         self.gpus: Decimal | None = None  # the GPUs it requests (gang.py)
-
-    @property
-    def gone(self) -> bool:
-        """As `_gone`: finished, or being deleted."""
-        return self.phase in ("Succeeded", "Failed") or self.deleting
-
-    @property
-    def running(self) -> bool:
-        """As `_running`."""
-        if self.phase in ("Succeeded", "Failed"):
-            return False
-        return self.state == "running" or (
-            self.state == "terminated" and self.restart_policy == "Never"
-        )
 
 
 # The Pods read already, by uid, each as its last version read: a Pod's version is
