@@ -65,11 +65,12 @@ def feed(
             labels["kubetrain.io/job-id"] = f"{job_id}-{owner}" if others else job_id
             labels["app.kubernetes.io/managed-by"] = "kubetrain"
         if item["kind"] == "Pod":
-            # The cluster-wide watch of bound Pods sees every Pod holding a node.
-            if bound_requests(item) is not None:
-                _deliver(cache, "bound_pods", item)
             if not mine:
-                continue  # the watch of our Pods (by label) never sees another's
+                # The cluster-wide watch of bound Pods sees every other Pod holding a
+                # node; the watch of our Pods (by label) never sees another's.
+                if bound_requests(item) is not None:
+                    _deliver(cache, "bound_pods", item)
+                continue
         _deliver(cache, RESOURCE[item["kind"]], item)
     return items
 

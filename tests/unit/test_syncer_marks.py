@@ -53,17 +53,28 @@ def _two_jobs() -> tuple[Syncer, list[float], dict[str, Any]]:
     return syncer, now, running
 
 
+def _strangers(pod: dict[str, Any], count: int) -> list[dict[str, Any]]:
+    """`count` Pods of someone else's, each a copy of `pod` holding the same room."""
+    out = []
+    for n in range(count):
+        other = copy.deepcopy(pod)
+        other["metadata"]["uid"] = f"stranger-{n}"
+        other["metadata"]["name"] = f"stranger-{n}"
+        del other["metadata"]["labels"]["kubetrain.io/job-id"]
+        out.append(other)
+    return out
+
+
 def test_room_taken_or_freed_on_a_node_marks_once_only_the_jobs_the_scheduler_could_not_place():
     syncer, now, running = _two_jobs()
     bound = syncer.cache.reflectors["bound_pods"]
     assert bound.on_event is not None
-    for _ in range(50):  # a busy cluster's Pods start and end many times a second
-        bound.on_event("MODIFIED", copy.deepcopy(running["Pod"]))
+    for pod in _strangers(running["Pod"], 50):  # a busy cluster's Pods start and end
+        bound.on_event("ADDED", pod)
         now[0] += 0.01
-    # The running Pod's own job is marked by its own Pod; the room it holds is noted.
-    assert list(syncer.dirty) == ["runs"]
+    # Another's Pods mark no job of their own; the room they hold is noted.
+    assert not syncer.dirty
     assert not syncer.background
-    syncer.dirty.clear()  # looked at: only the room it holds is left to act on
     syncer._mark_cluster_wide()
     # The job whose Pod waits for room is looked at again, once, as of the first change;
     # the running one waits on nothing that room elsewhere changes.
@@ -75,6 +86,32 @@ def test_room_taken_or_freed_on_a_node_marks_once_only_the_jobs_the_scheduler_co
     assert {t: after[t] - before[t] for t in after} == {"event": 0, "background": 1}
     syncer._mark_cluster_wide()  # nothing new: nothing more
     assert not syncer.background
+
+
+def test_our_own_pods_room_is_noted_when_its_claim_changes_and_not_otherwise():
+    syncer, now, running = _two_jobs()
+    pods = syncer.cache.reflectors["pods"]
+    assert pods.on_event is not None
+    pod = running["Pod"]
+    node = pod["spec"]["nodeName"]
+    held = syncer.cache.node_state().usage[node]
+    assert syncer.cache.reflectors["bound_pods"].label_selector == "!kubetrain.io/job-id"
+    # A change that keeps what it holds (a condition's time): its own job only.
+    same = copy.deepcopy(pod)
+    same["status"]["conditions"][0]["lastTransitionTime"] = "2026-12-02T15:59:59Z"
+    pods.on_event("MODIFIED", same)
+    assert list(syncer.dirty) == ["runs"]
+    assert syncer.cluster_changes == {}
+    syncer.dirty.clear()
+    # Finished: the room it held is freed, and noted once.
+    done = copy.deepcopy(pod)
+    done["status"]["phase"] = "Succeeded"
+    pods.on_event("MODIFIED", done)
+    pods.on_event("MODIFIED", copy.deepcopy(done))
+    assert syncer.cluster_changes == {"bound_pods": now[0]}
+    assert syncer.cache.node_state().usage.get(node) != held
+    syncer._mark_cluster_wide()
+    assert syncer.background == {"waits": 1000.0}
 
 
 def test_a_node_that_changes_marks_every_unfinished_job_and_a_heartbeat_none():

@@ -43,9 +43,10 @@ _KUEUE = ("workloads", "cluster_queues", "local_queues", "resource_flavors")
 _RESOURCES: tuple[tuple[str, str, str | None], ...] = (
     ("jobs", "/apis/batch/v1/jobs", f"{LABEL_MANAGED_BY}={MANAGED_BY}"),
     ("pods", "/api/v1/pods", LABEL_JOB_ID),
-    # Every Pod that holds resources on a node, ours or not (the scheduler counts them
-    # all; a dump holds them too): only what each requests is kept.
-    ("bound_pods", "/api/v1/pods", None),
+    # Every other Pod that holds resources on a node (the scheduler counts them all; a
+    # dump holds them too): only what each requests is kept. Ours are left out, as the
+    # watch above delivers them already: each of their changes is decoded once.
+    ("bound_pods", "/api/v1/pods", f"!{LABEL_JOB_ID}"),
     ("events", "/api/v1/events", None),
     ("nodes", "/api/v1/nodes", None),
     ("pvcs", "/api/v1/persistentvolumeclaims", None),
@@ -103,7 +104,9 @@ _KIND = {
     "resource_flavors": (f"{KUEUE_GROUP}/{KUEUE_VERSION}", "ResourceFlavor"),
 }
 
-# Called with (resource name, watch event type, object, job id or None).
+# Called with (resource name, watch event type, object, job id or None). "bound_pods"
+# says room taken or freed on a node: by another's Pod (its watch), or by one of ours
+# (said besides "pods" when the Pod's claim changed).
 Listener = Callable[[str, str, Obj, str | None], None]
 
 
@@ -168,7 +171,9 @@ class ClusterCache:
                     self._jobs[key] = obj
             elif resource == "pods":
                 uid = meta.get("uid", "")
-                self._claim(uid, None if kind == "DELETED" else bound_requests(obj))
+                room = self._claim(uid, None if kind == "DELETED" else bound_requests(obj))
+                if room and self.listener is not None:
+                    self.listener("bound_pods", kind, obj, job_id)
                 if job_id and kind == "DELETED":
                     self._pod_job.pop((ns, meta.get("name", "")), None)
                     pods = self._pods.get(job_id, {})
@@ -377,11 +382,12 @@ class ClusterCache:
             return obj
         return {"apiVersion": api_version, "kind": kind, **obj}
 
-    def _claim(self, uid: str, claim: tuple[str, dict[str, Decimal]] | None) -> None:
-        """Record what a Pod holds on its node (None: nothing, or gone)."""
+    def _claim(self, uid: str, claim: tuple[str, dict[str, Decimal]] | None) -> bool:
+        """Record what a Pod holds on its node (None: nothing, or gone); True when that
+        changed (room taken or freed)."""
         before = self._bound.get(uid)
         if before == claim:
-            return
+            return False
         if before is not None:
             self._by_node[before[0]].discard(uid)
             self._stale_usage.add(before[0])
@@ -391,6 +397,7 @@ class ClusterCache:
             self._by_node[claim[0]].add(uid)
             self._stale_usage.add(claim[0])
         self._node_state = None
+        return True
 
     def node_state(self) -> NodeState:
         """Nodes and their usage, recomputed only for what changed since the last call."""

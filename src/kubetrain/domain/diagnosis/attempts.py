@@ -9,6 +9,7 @@ container) or, when the Pod is gone, from its events.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import replace
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,6 +17,7 @@ from kubetrain.domain.diagnosis.mounts import MOUNT_EVENTS, mount_code
 from kubetrain.domain.diagnosis.reading import (
     PodGlance,
     _conditions,
+    _conditions_in,
     _event_first_time,
     _event_time,
     _Finding,
@@ -50,10 +52,8 @@ _GONE_EVENTS = {
 def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     """Every Pod of the Job as an attempt, oldest first, numbered 1..n."""
     seen = reader.seen
-    for glance in seen:
-        if glance.fields is None:
-            glance.fields = _attempt_fields(glance)
-    rows: list[tuple[dict[str, Any], PodGlance | None]] = [(g.fields or {}, g) for g in seen]
+    # A Pod's row is made from its glance (kept with it); a gone Pod's from its events.
+    rows: list[tuple[PodGlance | None, dict[str, Any] | None]] = [(g, None) for g in seen]
     known = {g.name or "" for g in seen}
     # Pods already gone (deadline, garbage collection) that the Job controller's
     # events still name are attempts too; their state is what their events said.
@@ -69,16 +69,18 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
         }
         gone = [name for name in gone if name not in earlier]
     for name in dict.fromkeys(gone):
-        rows.append((_gone_fields(reader, name), None))
+        rows.append((None, _gone_fields(reader, name)))
     # Read only for a Pod without its own creation time (one that is gone).
     created: dict[str, datetime | None] | None = None
     epoch = datetime.min.replace(tzinfo=UTC)
 
-    def order(row: tuple[dict[str, Any], PodGlance | None]) -> tuple[datetime, str]:
+    def order(row: tuple[PodGlance | None, dict[str, Any] | None]) -> tuple[datetime, str]:
         nonlocal created
-        view, glance = row
-        name = view["pod_name"]
-        when = glance.created_at if glance is not None else None
+        glance, gone_row = row
+        if glance is not None:
+            name, when = glance.name or "", glance.created_at
+        else:
+            name, when = (gone_row or {}).get("pod_name", ""), None
         if not when:
             if created is None:
                 created = _created_at_from_events(reader)
@@ -93,19 +95,23 @@ def _attempts(reader: _Reader) -> tuple[AttemptView, ...]:
     gang = reader.gang_attempt.number if reader.gang_attempt else 1
     single = reader.workers == 1
     out = []
-    for number, (view, read) in enumerate(rows, 1):
+    for number, (read, gone_row) in enumerate(rows, 1):
         if not single:
             number = gang
         if read is None:
-            rank = None if single else reader.rank_of({"metadata": {"name": view["pod_name"]}})
-            out.append(AttemptView(**view, number=number, rank=rank))
+            assert gone_row is not None
+            name = gone_row["pod_name"]
+            rank = None if single else reader.rank_of({"metadata": {"name": name}})
+            out.append(AttemptView(**gone_row, number=number, rank=rank))
             continue
         rank = None if single else read.rank
         if rank is None and not single:
             rank = reader.rank_of_glance(read)
-        kept = read.view
-        if kept is None or kept.number != number or kept.rank != rank:
-            kept = read.view = AttemptView(**view, number=number, rank=rank)
+        kept = read.view  # this Pod version's row, as the diagnosis before made it
+        if kept is None:
+            kept = read.view = AttemptView(**_attempt_fields(read), number=number, rank=rank)
+        elif kept.number != number or kept.rank != rank:
+            kept = read.view = replace(kept, number=number, rank=rank)
         out.append(kept)
     return tuple(out)
 
@@ -179,7 +185,7 @@ def _attempt_fields(pod: PodGlance) -> dict[str, Any]:
     state, detail = pod.state, pod.detail
     raw_reason = pod.reason or _str(detail.get("reason"))
     raw_message = pod.message or _str(detail.get("message"))
-    conditions = pod.conditions
+    conditions = _conditions_in(pod.status.get("conditions"))
     disruption = _true(conditions, "DisruptionTarget")
     # An eviction's own words (reason Evicted) say more than its condition's.
     if disruption is not None and pod.reason != "Evicted":

@@ -243,18 +243,16 @@ class _Reader:
 
 class PodGlance:
     """What the diagnosis reads of one Pod at several steps (its identity, where it is,
-    its main container's state, its conditions), read once per version of the Pod
+    its main container's state), read once per version of the Pod
     (`glance_of`); what is derived from it (its attempt row, whether its preflight
     passed) is made on first use and kept with it."""
 
     __slots__ = (
         "attempt",
-        "conditions",
         "created",
         "created_at",
         "deleting",
         "detail",
-        "fields",
         "gone",
         "gpus",
         "index",
@@ -336,11 +334,9 @@ class PodGlance:
             self.state == "running"
             or (self.state == "terminated" and self.restart_policy == "Never")
         )
-        self.conditions = _conditions_in(get("conditions"))
         self.spec, self.status = spec, status
         # Made on first use (attempts.py, evidence.py), then kept with the glance.
-        self.fields: dict[str, Any] | None = None  # its AttemptView's, less number and rank
-        self.view: AttemptView | None = None  # the last AttemptView made of it
+        self.view: AttemptView | None = None  # its attempt row, as last made
         self.preflight: bool | None = None  # a container ended after its preflight passed
         self.storage: bool | None = None  # it mounts a volume that is not node-local
         self.gpus: Decimal | None = None  # the GPUs it requests (gang.py)
