@@ -64,13 +64,12 @@ def feed(
             others = owner not in (None, f"kt-{name}")
             labels["kubetrain.io/job-id"] = f"{job_id}-{owner}" if others else job_id
             labels["app.kubernetes.io/managed-by"] = "kubetrain"
-        if item["kind"] == "Pod":
-            if not mine:
-                # The cluster-wide watch of bound Pods sees every other Pod holding a
-                # node; the watch of our Pods (by label) never sees another's.
-                if bound_requests(item) is not None:
-                    _deliver(cache, "bound_pods", item)
-                continue
+        if item["kind"] == "Pod" and not mine:
+            # The cluster-wide watch of bound Pods sees every other Pod holding a node;
+            # the watch of our Pods (by label) never sees another's.
+            if bound_requests(item) is not None:
+                _deliver(cache, "bound_pods", item)
+            continue
         _deliver(cache, RESOURCE[item["kind"]], item)
     return items
 
