@@ -298,8 +298,9 @@ class Snapshot:
         workloads = tuple(idx.workloads_by_job.get(key, ()))
         events: list[dict[str, Any]] = []
         # The narrowed index's events by object are the whole one's lists for the
-        # objects taken: given to it rather than grouped again (a gang of 256 ranks
-        # has ~1,000 events). An event is about one object: each is taken once.
+        # objects taken, the very lists (read only, never changed): given to it rather
+        # than grouped again (a gang of 256 ranks has ~1,000 events). An event is about
+        # one object: each is taken once.
         taken: dict[tuple[str, str, str], list[dict[str, Any]]] = defaultdict(list)
         by_object = idx.events_by_object
 
@@ -307,7 +308,7 @@ class Snapshot:
             if name:
                 found = by_object.get((kind, namespace, name))
                 if found and (kind, namespace, name) not in taken:
-                    taken[(kind, namespace, name)] = list(found)
+                    taken[(kind, namespace, name)] = found
                     events.extend(found)
 
         take("Job", job_name)
@@ -320,7 +321,7 @@ class Snapshot:
                 object_key = ("Pod", namespace, name)
                 found = by_object.get(object_key)
                 if found and object_key not in taken:
-                    taken[object_key] = list(found)
+                    taken[object_key] = found
                     events.extend(found)
             volumes = spec.get("volumes") if type(spec) is dict else as_list(pod, "spec", "volumes")
             if type(volumes) is list:
