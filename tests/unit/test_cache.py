@@ -346,3 +346,28 @@ def test_the_cache_lets_go_of_what_the_diagnosis_read_of_its_pods() -> None:
     job = next(i for i in kept if i["kind"] == "Job")
     cache.forget(job["metadata"]["namespace"], job["metadata"]["name"], [])
     assert finished["metadata"]["uid"] not in reading._glances
+
+
+def test_what_comes_after_forget_is_dropped_again():
+    # The watches run apart: the Job controller's `Completed` Event, or a last change of
+    # the Job, can arrive after the syncer recorded the job and forgot it.
+    cache = ClusterCache(http=None)
+    items = feed(cache, "succeeded", "job-f")
+    job = next(i for i in items if i["kind"] == "Job")
+    pods = [i for i in items if i["kind"] == "Pod"]
+    ns, name = job["metadata"]["namespace"], job["metadata"]["name"]
+    cache.forget(ns, name, [p["metadata"]["name"] for p in pods])
+    assert not cache.forget_again("job-f")  # nothing held since
+    late = next(i for i in items if i["kind"] == "Event")
+    cache.reflectors["events"].on_event(
+        "ADDED", {**late, "metadata": {**late["metadata"], "uid": "late"}}
+    )  # type: ignore[misc]
+    cache.reflectors["jobs"].on_event("MODIFIED", job)  # type: ignore[misc]
+    assert cache.job(ns, name) is job
+    assert cache.snapshot(["job-f"]).events
+    assert cache.forget_again("job-f")
+    assert cache.job(ns, name) is None
+    assert not cache.snapshot(["job-f"]).events
+    assert not [i for i in cache.listing()["items"] if i["metadata"]["uid"] == "late"]
+    assert set(cache.reflectors["jobs"].items[job["metadata"]["uid"]]) == {"metadata"}
+    assert "job-f" not in cache._event_keys

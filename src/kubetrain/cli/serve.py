@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from sqlalchemy import exc as sa_exc
 
+from kubetrain.cli import _allocator
 from kubetrain.cli._errors import settings_error
 from kubetrain.cluster.client import load_config
 from kubetrain.cluster.errors import ClusterConfigError
@@ -30,6 +31,7 @@ log = logging.getLogger("kubetrain.serve")
 
 
 def _serve(args: argparse.Namespace) -> int:
+    _allocator.limit_arenas()  # before any thread is made
     overrides = {
         key: value
         for key, value in (

@@ -433,3 +433,23 @@ class ClusterCache:
             for uid in pods:
                 self.reflectors["pods"].stub(uid)
             forget_pods(pods)  # what the diagnosis read of them
+
+    def forget_again(self, job_id: str) -> bool:
+        """Drop what the cache took in of a job after `forget`: an Event that came late
+        (the watches run apart: the Job controller's `Completed` often arrives after the
+        job is recorded), or a Job or Pod that changed again. Kept, they stayed for good:
+        the syncer reads no finished job again. True if anything was held."""
+        held = False
+        for involved in self._event_keys.pop(job_id, ()):
+            held |= self._events.pop(involved, None) is not None
+        key = self._job_keys.get(job_id)
+        job = self._jobs.pop(key, None) if key is not None else None
+        if job is not None:
+            held = True
+            self.reflectors["jobs"].stub(job["metadata"].get("uid", ""))
+        pods = self._pods.pop(job_id, {})
+        for uid in pods:
+            held = True
+            self.reflectors["pods"].stub(uid)
+        forget_pods(pods)  # what the diagnosis read of them
+        return held

@@ -215,9 +215,12 @@ class Syncer:
         """
         began = self.monotonic()
         SYNC_ROUND.labels("wait").observe(began - min(batch.values(), default=began))
-        records = await asyncio.to_thread(self._load, list(batch))
+        records, ended = await asyncio.to_thread(self._load, list(batch))
         loaded = self.monotonic()
         SYNC_ROUND.labels("load").observe(loaded - began)
+        for job_id in ended:
+            # Marked by what the cache took in of a finished job since it was forgotten.
+            self.cache.forget_again(job_id)
         due = [
             facts
             for facts in records
@@ -244,16 +247,20 @@ class Syncer:
         recent = self.dispatched_at.get(facts.job_id)
         return recent is None or self.monotonic() - recent > DISPATCH_GRACE
 
-    def _load(self, job_ids: list[str]) -> list[_Facts]:
-        out = []
+    def _load(self, job_ids: list[str]) -> tuple[list[_Facts], list[str]]:
+        """The facts of the jobs to diagnose, and the ids of those already finished."""
+        out, ended = [], []
         with self.db.read_only() as session:
             records = sync_facts(session, job_ids)
             progress = progress_by_job(session, list(records))
             phases = phase_reports(session, list(records))
         for job_id in job_ids:
             job = records.get(job_id)
-            if job is None or job.business_state.terminal:
-                continue  # never left; the dispatcher deletes a cancelled job's Job
+            if job is None:
+                continue  # not in the database
+            if job.business_state.terminal:
+                ended.append(job_id)  # the dispatcher deletes a cancelled job's Job
+                continue
             k8s_name = job.k8s_job_name or job_name(job.id)
             present = self.cache.job(job.namespace, k8s_name) is not None
             if job.business_state == BusinessState.CREATED and not present:
@@ -282,7 +289,7 @@ class Syncer:
                     cancel_on_non_finite_loss=job.cancel_on_non_finite_loss,
                 )
             )
-        return out
+        return out, ended
 
     def _apply(
         self, due: list[_Facts], snapshot: Snapshot, marked: dict[str, float]
