@@ -371,3 +371,24 @@ def test_what_comes_after_forget_is_dropped_again():
     assert not [i for i in cache.listing()["items"] if i["metadata"]["uid"] == "late"]
     assert set(cache.reflectors["jobs"].items[job["metadata"]["uid"]]) == {"metadata"}
     assert "job-f" not in cache._event_keys
+
+
+def test_a_pod_unchanged_between_the_syncers_rounds_is_read_once() -> None:
+    """Each round diagnoses from a new snapshot of the cache (`snapshot`): an unchanged
+    Pod's reading is the one kept from the round before; a Pod's new version is read anew."""
+    from kubetrain.domain.diagnosis import reading
+
+    cache = ClusterCache(http=None)
+    items = feed(cache, "gang-running", "job-g")
+    jobs = [i for i in items if i["kind"] == "Job"]
+    pods = [i for i in items if i["kind"] == "Pod"]
+    first = _diagnoses(lambda job: cache.snapshot(["job-g"]), jobs)
+    kept = {p["metadata"]["uid"]: reading._glances[p["metadata"]["uid"]] for p in pods}
+    assert _diagnoses(lambda job: cache.snapshot(["job-g"]), jobs) == first
+    assert all(reading._glances[uid] is glance for uid, glance in kept.items())
+    changed = json.loads(json.dumps(pods[0]))  # a watch's new version: new objects
+    changed["metadata"]["resourceVersion"] = "999999"
+    cache.reflectors["pods"].on_event("MODIFIED", changed)  # type: ignore[misc]
+    _diagnoses(lambda job: cache.snapshot(["job-g"]), jobs)
+    assert reading._glances[pods[0]["metadata"]["uid"]] is not kept[pods[0]["metadata"]["uid"]]
+    assert reading._glances[pods[1]["metadata"]["uid"]] is kept[pods[1]["metadata"]["uid"]]
