@@ -10,6 +10,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import logging
 import os
 import shutil
 import socket
@@ -29,11 +30,13 @@ from kubetrain.testbed import kueue as kueue_mod
 from kubetrain.testbed import pki as pki_mod
 from kubetrain.testbed import realnode as real
 from kubetrain.testbed.build import BINARIES, Binaries, installed
-from kubetrain.testbed.images import build_images
+from kubetrain.testbed.images import Image, build_images
 from kubetrain.testbed.kueue_build import KueueBuild
 from kubetrain.testbed.kueue_build import installed as kueue_installed
 from kubetrain.testbed.pools import POOL_LABEL, Pool, load_pool
 from kubetrain.testbed.postgres import Postgres
+
+log = logging.getLogger(__name__)
 
 # Start order; stopped in reverse.
 COMPONENTS = ("etcd", "kube-apiserver", "kube-controller-manager", "kube-scheduler", "kwok")
@@ -437,7 +440,7 @@ class Testbed:
         # Imported again (idempotent, the archives are cached): a node that came back
         # without its sandbox image was seen to fail every Pod after it ("failed to get
         # sandbox image localhost/kubetrain-pause:testbed").
-        real.import_images(node, build_images(Binaries(Path(state.bin_dir))))
+        self._import_images(state, node, build_images(Binaries(Path(state.bin_dir))), deadline)
         self._start_kubelet(state, node)
         client = Client(config=KubeConfig.from_file(self.kubeconfig))
         while time.monotonic() < deadline:
@@ -844,7 +847,11 @@ class Testbed:
         for node in state.real_nodes:
             self._wait_containerd(state, node, deadline)
         with ThreadPoolExecutor(max_workers=4) as pool_exec:
-            list(pool_exec.map(lambda n: real.import_images(n, images), state.real_nodes))
+            list(
+                pool_exec.map(
+                    lambda n: self._import_images(state, n, images, deadline), state.real_nodes
+                )
+            )
         for node in state.real_nodes:
             self._start_kubelet(state, node)
 
@@ -884,6 +891,22 @@ class Testbed:
                     + (f" ({said})" if said else "")
                 )
             time.sleep(0.05)
+
+    def _import_images(
+        self, state: State, node: real.RealNode, images: list[Image], deadline: float
+    ) -> None:
+        """The images into the node's containerd. A dial that containerd refuses after it
+        answered (seen once in CI, when a lost node was started again) waits for it to
+        answer again, or says its log if it exited, and imports again, twice at most."""
+        for tries_left in (2, 1, 0):
+            try:
+                real.import_images(node, images)
+                return
+            except real.RealNodeError as exc:
+                if not tries_left or "connection refused" not in str(exc):
+                    raise
+                log.warning("%s; waiting for its containerd to answer again", exc)
+                self._wait_containerd(state, node, deadline)
 
     def _start_kubelet(self, state: State, node: real.RealNode) -> None:
         """The node's kubelet and device plugin, in its containerd's mount namespace."""
