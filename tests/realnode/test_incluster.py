@@ -186,8 +186,7 @@ def test_leader_pod_deleted_mid_training_the_job_succeeds_once(client: Client, r
     assert any(line.startswith(f"step {STEPS} loss ") for line in lines)
     assert client.why(job.id, project).reason == "COMPLETED"
     # Its Pod reported every step to the in-cluster Service (kube-proxy routed them).
-    assert done.progress is not None
-    assert done.progress["step"] == STEPS
+    assert_every_step_reported(client, job.id, project, done.progress)
 
     # The Lease went to the replica that was not deleted (or the one that replaced it).
     new_holder = lease_holder(real_kube)
@@ -248,14 +247,23 @@ def test_a_rolling_update_with_a_job_running_loses_nothing(
 
     done = client.wait(job.id, project, timeout=240, poll_interval=1)
     assert done.state == "SUCCEEDED", (done.state, done.reason)
-    assert done.progress is not None
-    assert done.progress["step"] == STEPS
+    assert_every_step_reported(client, job.id, project, done.progress)
     jobs = list(real_kube.list(KubeJob, namespace=project, labels={LABEL_JOB_ID: job.id}))
     assert done.attempt == 1
     assert len(jobs) == 1
     after = {p.metadata.name for p in kubetrain_pods(real_kube)}
     assert not before & after  # every replica was replaced
     assert pod_of(lease_holder(real_kube), kubetrain_pods(real_kube)) in after
+
+
+def assert_every_step_reported(
+    client: Client, job_id: str, project: str, progress: dict[str, Any] | None
+) -> None:
+    """The job's progress reached its last step; if not, what its Pod's reporter said
+    (its warnings, on the container's log: an answer it got, a failure to send)."""
+    if (progress or {}).get("step") != STEPS:
+        said = [line for line in client.logs(job_id, project) if line.startswith("kubetrain:")]
+        pytest.fail(f"progress {progress}, not step {STEPS}; the Pod's reporter said: {said}")
 
 
 def exec_kubectl(testbed: Testbed, *args: str) -> str:
