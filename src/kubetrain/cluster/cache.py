@@ -429,10 +429,7 @@ class ClusterCache:
         job_id = self._job_by_name.get((namespace, k8s_name))
         if job_id is not None:
             self._event_keys.pop(job_id, None)
-            pods = self._pods.pop(job_id, {})
-            for uid in pods:
-                self.reflectors["pods"].stub(uid)
-            forget_pods(pods)  # what the diagnosis read of them
+            self._stub_pods(job_id)
 
     def forget_again(self, job_id: str) -> bool:
         """Drop what the cache took in of a job after `forget`: an Event that came late
@@ -447,9 +444,13 @@ class ClusterCache:
         if job is not None:
             held = True
             self.reflectors["jobs"].stub(job["metadata"].get("uid", ""))
+        return self._stub_pods(job_id) or held
+
+    def _stub_pods(self, job_id: str) -> bool:
+        """The job's Pods let go but for their stubs, and what the diagnosis read of
+        them; True if any was held."""
         pods = self._pods.pop(job_id, {})
         for uid in pods:
-            held = True
             self.reflectors["pods"].stub(uid)
-        forget_pods(pods)  # what the diagnosis read of them
-        return held
+        forget_pods(pods)
+        return bool(pods)

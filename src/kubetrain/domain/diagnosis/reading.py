@@ -181,7 +181,7 @@ class _Reader:
         if seen is None:
             found = _index(text(pod, "metadata", "annotations", COMPLETION_INDEX))
             return found if found is not None else self._rank_in_name(meta_name(pod))
-        return seen.rank if seen.rank is not None else self._rank_in_name(seen.name)
+        return self.rank_of_glance(seen)
 
     def rank_of_glance(self, seen: PodGlance) -> int | None:
         """As `rank_of`, for a Pod read already."""
