@@ -3,17 +3,24 @@
 from __future__ import annotations
 
 import os
+import urllib.request
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import AsyncClient as adapter_async_client
-from lightkube.config.client_adapter import ConnectionParams
+from lightkube.config.client_adapter import ConnectionParams, verify_cluster
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
 from kubetrain.cluster.errors import ClusterConfigError
 
 FIELD_MANAGER = "kubetrain"
+# Connections the typed client keeps open between requests. httpx keeps 20, and the
+# dispatcher's round sends 50 creates at once (`Dispatcher.dispatch_once`): each round
+# closed 30 and opened 30 again, each with a TLS handshake on both sides (a client
+# certificate's too), which the API server pays on the same cores as the creates.
+KEEP_ALIVE = 64
 
 # The client objects the rooms above hold and pass back in, named here so that they
 # never import the client library themselves.
@@ -60,7 +67,25 @@ def _load(kubeconfig: str | os.PathLike[str] | None) -> SingleConfig | None:
 
 
 def typed_client(config: SingleConfig) -> AsyncClient:
-    return AsyncClient(config=config, field_manager=FIELD_MANAGER)
+    return AsyncClient(config=config, field_manager=FIELD_MANAGER, transport=_transport(config))
+
+
+def _transport(config: SingleConfig) -> httpx.AsyncHTTPTransport | None:
+    """The kubeconfig's TLS, as lightkube would set it, with connections kept for a
+    whole dispatch round (a transport given to the client brings its own TLS). None
+    where the environment names a proxy for the server: httpx goes through it only
+    without a transport of ours, with its own 20 connections kept."""
+    if config.user is None:
+        return None  # lightkube refuses such a config in its own words
+    server = urlsplit(str(config.cluster.server))
+    proxies = urllib.request.getproxies_environment()
+    if (proxies.get(server.scheme) or proxies.get("all")) and not (
+        urllib.request.proxy_bypass(server.hostname or "")
+    ):
+        return None
+    context = verify_cluster(config.cluster, config.user, config.abs_file)
+    limits = httpx.Limits(max_connections=100, max_keepalive_connections=KEEP_ALIVE)
+    return httpx.AsyncHTTPTransport(verify=context, limits=limits)
 
 
 def http_client(config: SingleConfig) -> httpx.AsyncClient:
