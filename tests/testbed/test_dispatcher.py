@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -274,3 +275,99 @@ def test_a_database_failing_in_the_preparation_leaves_no_claim_behind(
     assert calls == [1, 1]
     assert dispatcher.created == 1
     assert stored(db, job_id).business_state == BusinessState.QUEUED
+
+
+def test_through_a_backlog_the_next_claim_and_the_last_record_overlap_a_rounds_creates(
+    db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
+) -> None:
+    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(7)]
+    claim, create_, record = Dispatcher._claim, Dispatcher._create, Dispatcher._record
+    seen: list[str] = []
+    in_flight = 0
+
+    def claiming(self: Dispatcher, limit: int) -> Any:
+        seen.append(f"claim with {in_flight} in flight")
+        return claim(self, limit)
+
+    def recording(self: Dispatcher, outcomes: Any) -> None:
+        # In its thread: a record that overlaps the next round sees its creates start
+        # (written before the next round, it would wait here for nothing).
+        waited = time.monotonic() + 1.0
+        while not in_flight and time.monotonic() < waited:
+            time.sleep(0.01)
+        seen.append(f"record of {len(outcomes)} with {in_flight} in flight")
+        record(self, outcomes)
+
+    async def creating(self: Dispatcher, job: Any) -> Any:
+        nonlocal in_flight
+        in_flight += 1
+        try:
+            await asyncio.sleep(0.3)  # the API server's answer, slowed: the database overlaps
+            return await create_(self, job)
+        finally:
+            in_flight -= 1
+
+    monkeypatch.setattr(Dispatcher, "_claim", claiming)
+    monkeypatch.setattr(Dispatcher, "_record", recording)
+    monkeypatch.setattr(Dispatcher, "_create", creating)
+    dispatched: list[str] = []
+
+    async def run() -> list[bool]:
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
+            rounds = [await dispatcher.dispatch_once(3, overlap=True) for _ in range(3)]
+            await dispatcher.dispatch_once(3)  # claims nothing; waits for the last record
+            return rounds
+
+    # Rounds of 3, 3 and 1: the first two full, so each took the next one's claim
+    # while its own creates waited; the last, not full, took none. Each round's record
+    # was written while the next round's creates were in flight (the last's, with none
+    # left). A claim and a record in their threads at once come in either order.
+    assert asyncio.run(run()) == [True, True, False]
+    assert sorted(seen) == sorted(
+        [
+            "claim with 0 in flight",
+            "claim with 3 in flight",
+            "record of 3 with 3 in flight",
+            "claim with 3 in flight",
+            "record of 3 with 1 in flight",
+            "record of 1 with 0 in flight",
+            "claim with 0 in flight",
+        ]
+    )
+    assert sorted(dispatched) == sorted(jobs)  # each once
+    for job_id in jobs:
+        assert stored(db, job_id).business_state == BusinessState.QUEUED
+        assert get(kube, K8sJob, job_name(job_id), namespace) is not None
+
+
+def test_an_overlapped_record_that_fails_is_written_with_the_next_rounds(
+    db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
+) -> None:
+    jobs = [submit(db, namespace, f"unwritten-{i}") for i in range(4)]
+    record = Dispatcher._record
+    written: list[int] = []
+
+    def fails_once(self: Dispatcher, outcomes: Any) -> None:
+        written.append(len(outcomes))
+        if len(written) == 1:  # the database goes away while the next round's creates go
+            raise sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        record(self, outcomes)
+
+    monkeypatch.setattr(Dispatcher, "_record", fails_once)
+    dispatched: list[str] = []
+
+    async def run() -> Dispatcher:
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
+            assert await dispatcher.dispatch_once(2, overlap=True)
+            assert await dispatcher.dispatch_once(2, overlap=True)
+            # The second round's record writes the first round's outcomes with its own.
+            await dispatcher.dispatch_once(2)
+            return dispatcher
+
+    dispatcher = asyncio.run(run())
+    assert written == [2, 4]
+    assert sorted(dispatched) == sorted(jobs)  # each once
+    assert dispatcher.created == 4  # written, none created again
+    for job_id in jobs:
+        job = stored(db, job_id)
+        assert (job.business_state, job.k8s_job_name) == (BusinessState.QUEUED, job_name(job_id))

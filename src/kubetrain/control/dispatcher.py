@@ -19,7 +19,10 @@ with the preparation of every claimed job (its manifest), and the
 record of every outcome. The Kubernetes calls run concurrently between them,
 with no transaction open. Transactions per job would cost each job thread
 hand-offs and turns on SQLite's one writer. Outcomes the database failed to
-record are kept and written first by the next round.
+record are kept and written first by the next round. Through a backlog (a round
+that claimed a full batch), the loop takes the next round's claim while this
+round's calls are in flight, and records a round's outcomes while the next
+round's calls are: the API server is not left idle while the database works.
 """
 
 from __future__ import annotations
@@ -116,6 +119,9 @@ class _Deleted:
 
 
 _Outcome = _Created | _Failed | _Deleted | _Waiting
+# A round's claim: how many jobs it claimed, their preparations, and the Jobs to delete
+# (job id, namespace, name).
+_Claim = tuple[int, list[_Prepared], list[tuple[str, str, str]]]
 
 
 class Dispatcher:
@@ -143,6 +149,10 @@ class Dispatcher:
         self._failing = False
         self._namespaces: set[str] = set()
         self._unrecorded: list[_Outcome] = []  # what a round did but could not write
+        # The next round's claim, taken while a full round's calls were in flight, and
+        # the last round's record, written while the next round's calls are.
+        self._next_claim: asyncio.Future[_Claim] | None = None
+        self._recording: asyncio.Future[None] | None = None
         # Gang restarts waiting for the ended attempt's Pods: since when (wall clock, for
         # the history; monotonic, for the length), and the Pods first seen left.
         self._waits: dict[str, tuple[datetime, float, list[str]]] = {}
@@ -154,6 +164,18 @@ class Dispatcher:
         self.wake.set()
 
     async def run(self) -> None:
+        try:
+            await self._loop()
+        finally:
+            # Stopped (the Lease lost): a claim or a record still in its thread is not
+            # waited for. A claim's jobs are held until the next term releases them first
+            # thing; a record not written leaves its Jobs to be found again by their names.
+            for pending in (self._next_claim, self._recording):
+                if pending is not None:
+                    pending.cancel()
+            self._next_claim = self._recording = None
+
+    async def _loop(self) -> None:
         released = False
         while True:
             try:
@@ -165,7 +187,9 @@ class Dispatcher:
                     released = True
                     if count:
                         log.info("%d jobs held since before this term are due now", count)
-                busy = await self.dispatch_once()
+                busy = await self.dispatch_once(overlap=True)
+                if not busy:
+                    await self._recorded()  # before it waits: the last round's outcomes
             except sa_exc.SQLAlchemyError as exc:
                 # The database is down or restarting: the records wait there, so
                 # wait for it rather than end the process. The class only: the
@@ -180,27 +204,38 @@ class Dispatcher:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_interval)
 
-    async def dispatch_once(self, limit: int = 50) -> bool:
+    async def dispatch_once(self, limit: int = 50, *, overlap: bool = False) -> bool:
         """Create the Jobs of due records and delete those of cancelled ones;
-        True when a full batch was claimed (more may be waiting)."""
-        if self._unrecorded:
+        True when a full batch was claimed (more may be waiting). `overlap` (the loop):
+        a full batch's calls run while the next round's claim is taken, and its outcomes
+        are written while the next round's calls run (`_recorded` waits for them)."""
+        if self._unrecorded and self._recording is None:
             await self._record_outcomes([])  # first what the last round could not write
-        claimed, prepared, deletes = await asyncio.to_thread(self._claim, limit)
+        claim, self._next_claim = self._next_claim, None
+        claimed, prepared, deletes = await (claim or asyncio.to_thread(self._claim, limit))
         created, unreachable = self.created, self._unreachable
         # return_exceptions: an unexpected error in one job's calls must not lose the
         # outcomes of the others; it is raised once those are recorded.
-        results = await asyncio.gather(
+        calls = asyncio.gather(
             *(self._create(job) for job in prepared),
             *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
             return_exceptions=True,
         )
-        await self._record_outcomes([r for r in results if isinstance(r, _Outcome)])
+        if overlap and (claimed == limit or len(deletes) == limit):
+            # Claimed jobs are held (claimed_until): the next claim cannot take these.
+            self._next_claim = asyncio.ensure_future(asyncio.to_thread(self._claim, limit))
+        results = await calls
+        outcomes = [r for r in results if isinstance(r, _Outcome)]
+        self._recording = asyncio.ensure_future(self._record_after(self._recording, outcomes))
+        if not overlap or any(isinstance(result, BaseException) for result in results):
+            await self._recorded()
         for result in results:
             if isinstance(result, BaseException):
                 raise result
         if self.created > created and self._failing:
             # The API server answers again: the jobs that failed meanwhile need not sit
-            # out backoffs grown during the outage. None of our claims is in flight now.
+            # out backoffs grown during the outage (once those failures are written).
+            await self._recorded()
             released = await asyncio.to_thread(self._retry_backed_off)
             log.info("creates succeed again: %d backed-off jobs retried now", released)
             self._failing = False
@@ -208,6 +243,23 @@ class Dispatcher:
         if self._unreachable > unreachable and self.created == created:
             self._failing = True
         return claimed == limit or len(deletes) == limit
+
+    async def _recorded(self) -> None:
+        """Waits for the last round's record; its database failure is raised here (its
+        outcomes, and those of any round before it not written, kept for the next write)."""
+        recording, self._recording = self._recording, None
+        if recording is not None:
+            await recording
+
+    async def _record_after(
+        self, last: asyncio.Future[None] | None, outcomes: list[_Outcome]
+    ) -> None:
+        """Writes a round's outcomes once the last round's are written, in order. A last
+        record that failed left its outcomes to this one (`_record_outcomes`)."""
+        if last is not None:
+            with contextlib.suppress(sa_exc.SQLAlchemyError):
+                await last
+        await self._record_outcomes(outcomes)
 
     async def _record_outcomes(self, outcomes: list[_Outcome]) -> None:
         """Writes these outcomes, after any an earlier round could not write. A database
@@ -236,7 +288,7 @@ class Dispatcher:
         with self.db.transaction() as session:
             return retry_backed_off_now(session)
 
-    def _claim(self, limit: int) -> tuple[int, list[_Prepared], list[tuple[str, str, str]]]:
+    def _claim(self, limit: int) -> _Claim:
         """Claims due jobs and prepares them (`_prepare`) in one transaction: a database
         that fails before its commit leaves no claim behind, where a claim committed on
         its own would hold its jobs for the claim's hold (60 s) with nothing created.
