@@ -122,6 +122,22 @@ def one_round(db: Database, testbed: Testbed, dispatched: list[str]) -> Dispatch
     return asyncio.run(run())
 
 
+def first_record_fails(monkeypatch: pytest.MonkeyPatch) -> list[int]:
+    """The database goes away after a round's creates, for its record only; returns how
+    many outcomes each record was given."""
+    record = Dispatcher._record
+    written: list[int] = []
+
+    def fails_once(self: Dispatcher, outcomes: Any) -> None:
+        written.append(len(outcomes))
+        if len(written) == 1:
+            raise sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
+        record(self, outcomes)
+
+    monkeypatch.setattr(Dispatcher, "_record", fails_once)
+    return written
+
+
 def stored(db: Database, job_id: str) -> Any:
     with db.read_only() as session:
         job = get_job_any_project(session, job_id)
@@ -218,16 +234,7 @@ def test_outcomes_a_failed_write_could_not_record_are_written_by_the_next_round(
     db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
 ) -> None:
     job_id = submit(db, namespace, "unrecorded")
-    record = Dispatcher._record
-    written: list[int] = []
-
-    def fails_once(self: Dispatcher, outcomes: Any) -> None:
-        written.append(len(outcomes))
-        if len(written) == 1:  # the database goes away after the create, before the record
-            raise sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
-        record(self, outcomes)
-
-    monkeypatch.setattr(Dispatcher, "_record", fails_once)
+    written = first_record_fails(monkeypatch)
     dispatched: list[str] = []
 
     async def run() -> Dispatcher:
@@ -344,16 +351,7 @@ def test_an_overlapped_record_that_fails_is_written_with_the_next_rounds(
     db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
 ) -> None:
     jobs = [submit(db, namespace, f"unwritten-{i}") for i in range(4)]
-    record = Dispatcher._record
-    written: list[int] = []
-
-    def fails_once(self: Dispatcher, outcomes: Any) -> None:
-        written.append(len(outcomes))
-        if len(written) == 1:  # the database goes away while the next round's creates go
-            raise sa_exc.OperationalError("COMMIT", {}, Exception("server closed the connection"))
-        record(self, outcomes)
-
-    monkeypatch.setattr(Dispatcher, "_record", fails_once)
+    written = first_record_fails(monkeypatch)  # while the next round's creates go
     dispatched: list[str] = []
 
     async def run() -> Dispatcher:
