@@ -1,12 +1,13 @@
-"""Dispatcher rounds against the testbed's API server and a real database (SQLite and
+"""The dispatcher against the testbed's API server and a real database (SQLite and
 PostgreSQL): each claimed job of a round ends in its own state, and the round's
-database work is the same two transactions however many jobs it holds."""
+database work is the same two transactions however many jobs it holds; through a
+backlog, each call's slot is refilled as it ends, and the claims and the writes go on
+beside the calls, a failed one losing nothing."""
 
 from __future__ import annotations
 
 import asyncio
 import copy
-import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager, contextmanager
 from typing import Any
@@ -284,62 +285,58 @@ def test_a_database_failing_in_the_preparation_leaves_no_claim_behind(
     assert stored(db, job_id).business_state == BusinessState.QUEUED
 
 
-def test_through_a_backlog_the_next_claim_and_the_last_record_overlap_a_rounds_creates(
+def test_a_flow_refills_each_slot_as_its_call_ends_and_claims_and_writes_meanwhile(
     db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
 ) -> None:
-    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(7)]
+    jobs = [submit(db, namespace, f"flow-{i}") for i in range(7)]
+    slow = set(jobs[:2])  # of the first claim's three, two answer late
     claim, create_, record = Dispatcher._claim, Dispatcher._create, Dispatcher._record
     seen: list[str] = []
-    in_flight = 0
+    in_flight: set[str] = set()
+    most = 0
 
     def claiming(self: Dispatcher, limit: int) -> Any:
-        seen.append(f"claim with {in_flight} in flight")
-        return claim(self, limit)
+        taken = claim(self, limit)
+        seen.append(f"claim of {taken[0]} with {len(in_flight)} in flight")
+        return taken
 
     def recording(self: Dispatcher, outcomes: Any) -> None:
-        # In its thread: a record that overlaps the next round sees its creates start
-        # (written before the next round, it would wait here for nothing).
-        waited = time.monotonic() + 1.0
-        while not in_flight and time.monotonic() < waited:
-            time.sleep(0.01)
-        seen.append(f"record of {len(outcomes)} with {in_flight} in flight")
+        seen.append(f"record with {len(in_flight)} in flight")
         record(self, outcomes)
 
     async def creating(self: Dispatcher, job: Any) -> Any:
-        nonlocal in_flight
-        in_flight += 1
+        nonlocal most
+        seen.append(f"create with {len(in_flight)} in flight")
+        in_flight.add(job.job_id)
+        most = max(most, len(in_flight))
         try:
-            await asyncio.sleep(0.3)  # the API server's answer, slowed: the database overlaps
+            await asyncio.sleep(1.5 if job.job_id in slow else 0.1)
             return await create_(self, job)
         finally:
-            in_flight -= 1
+            in_flight.discard(job.job_id)
 
     monkeypatch.setattr(Dispatcher, "_claim", claiming)
     monkeypatch.setattr(Dispatcher, "_record", recording)
     monkeypatch.setattr(Dispatcher, "_create", creating)
     dispatched: list[str] = []
 
-    async def run() -> list[bool]:
+    async def run() -> bool:
         async with dispatcher_on(db, testbed, dispatched) as dispatcher:
-            rounds = [await dispatcher.dispatch_once(3, overlap=True) for _ in range(3)]
-            await dispatcher.dispatch_once(3)  # claims nothing; waits for the last record
-            return rounds
+            return await dispatcher._flow(3)
 
-    # Rounds of 3, 3 and 1: the first two full, so each took the next one's claim
-    # while its own creates waited; the last, not full, took none. Each round's record
-    # was written while the next round's creates were in flight (the last's, with none
-    # left). A claim and a record in their threads at once come in either order.
-    assert asyncio.run(run()) == [True, True, False]
-    assert sorted(seen) == sorted(
-        [
-            "claim with 0 in flight",
-            "claim with 3 in flight",
-            "record of 3 with 3 in flight",
-            "claim with 3 in flight",
-            "record of 3 with 1 in flight",
-            "record of 1 with 0 in flight",
-            "claim with 0 in flight",
-        ]
+    assert asyncio.run(run()) is False  # ended on a claim that was not full
+    assert most == 3  # never more calls in flight than the limit
+    # The first claim's fast job ended while its two slow ones went on: its slot was
+    # refilled at once, where a round would have waited for the slow ones.
+    creates = [line for line in seen if line.startswith("create")]
+    assert creates[:4] == [f"create with {n} in flight" for n in (0, 1, 2, 2)]
+    # The next claims and the records were made while calls were in flight.
+    assert any(
+        line.startswith("claim of 3 with") and not line.endswith(" 0 in flight")
+        for line in seen[4:]
+    )
+    assert any(
+        line.startswith("record with") and not line.endswith(" 0 in flight") for line in seen
     )
     assert sorted(dispatched) == sorted(jobs)  # each once
     for job_id in jobs:
@@ -347,25 +344,62 @@ def test_through_a_backlog_the_next_claim_and_the_last_record_overlap_a_rounds_c
         assert get(kube, K8sJob, job_name(job_id), namespace) is not None
 
 
-def test_an_overlapped_record_that_fails_is_written_with_the_next_rounds(
+def test_a_record_that_fails_in_a_flow_is_written_with_the_next(
     db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
 ) -> None:
     jobs = [submit(db, namespace, f"unwritten-{i}") for i in range(4)]
-    written = first_record_fails(monkeypatch)  # while the next round's creates go
+    written = first_record_fails(monkeypatch)  # while other calls are in flight
+    create_ = Dispatcher._create
+
+    async def one_by_one(self: Dispatcher, job: Any) -> Any:
+        await asyncio.sleep(0.2 * jobs.index(job.job_id))  # each ends on its own
+        return await create_(self, job)
+
+    monkeypatch.setattr(Dispatcher, "_create", one_by_one)
     dispatched: list[str] = []
 
     async def run() -> Dispatcher:
         async with dispatcher_on(db, testbed, dispatched) as dispatcher:
-            assert await dispatcher.dispatch_once(2, overlap=True)
-            assert await dispatcher.dispatch_once(2, overlap=True)
-            # The second round's record writes the first round's outcomes with its own.
-            await dispatcher.dispatch_once(2)
+            await dispatcher._flow(4)  # the last write succeeded: nothing raised
             return dispatcher
 
     dispatcher = asyncio.run(run())
-    assert written == [2, 4]
+    assert len(written) >= 2
+    assert written[1] > 1  # the failed one's outcome with the next's
+    assert sum(written[1:]) == 4  # after the failure, each outcome written once
     assert sorted(dispatched) == sorted(jobs)  # each once
     assert dispatcher.created == 4  # written, none created again
     for job_id in jobs:
         job = stored(db, job_id)
         assert (job.business_state, job.k8s_job_name) == (BusinessState.QUEUED, job_name(job_id))
+
+
+def test_a_claim_the_database_fails_ends_the_flow_once_the_calls_made_are_written(
+    db: Database, testbed: Testbed, kube: Client, namespace: str, monkeypatch
+) -> None:
+    jobs = [submit(db, namespace, f"claimed-{i}") for i in range(3)]
+    later = submit(db, namespace, "later")  # due, but its claim fails
+    claim = Dispatcher._claim
+    claims = 0
+
+    def second_fails(self: Dispatcher, limit: int) -> Any:
+        nonlocal claims
+        claims += 1
+        if claims == 2:
+            raise sa_exc.OperationalError("SELECT", {}, Exception("server closed the connection"))
+        return claim(self, limit)
+
+    monkeypatch.setattr(Dispatcher, "_claim", second_fails)
+    dispatched: list[str] = []
+
+    async def run() -> None:
+        async with dispatcher_on(db, testbed, dispatched) as dispatcher:
+            with pytest.raises(sa_exc.OperationalError):
+                await dispatcher._flow(3)
+            assert sorted(dispatched) == sorted(jobs)  # the first claim's, written
+            await dispatcher._flow(3)  # the database answers again: the rest
+
+    asyncio.run(run())
+    for job_id in [*jobs, later]:
+        assert stored(db, job_id).business_state == BusinessState.QUEUED
+    assert dispatched[-1] == later

@@ -6,32 +6,34 @@ The API only commits the record (an outbox) and returns; this loop creates
 the Job. Creation is idempotent by the deterministic name, so a crash between
 the create and the commit that records it repeats nothing. While the API
 server is unreachable or refuses, the job stays CREATED/JOB_NOT_CREATED with
-the raw error, and is retried with backoff; the first create that succeeds
-after a round in which every create failed (an outage) makes all the backed-off
+the raw error, and is retried with backoff; the first Job made after a batch of
+outcomes that were all unanswered creates (an outage) makes all the backed-off
 jobs due at once.
 
 Each Job is one request (a gang's two: the Job and its headless Service): the
 Pods prove who they are to the reports endpoint with a projected ServiceAccount
 token the kubelet makes, so no Secret is made per Job.
 
-A round takes two short transactions, however many jobs it claims: the claim
-with the preparation of every claimed job (its manifest), and the
-record of every outcome. The Kubernetes calls run concurrently between them,
-with no transaction open. Transactions per job would cost each job thread
-hand-offs and turns on SQLite's one writer. Outcomes the database failed to
-record are kept and written first by the next round. Through a backlog (a round
-that claimed a full batch), the loop takes the next round's claim while this
-round's calls are in flight, and records a round's outcomes while the next
-round's calls are: the API server is not left idle while the database works.
+Up to 50 calls are in flight at once, each slot refilled from the claimed jobs as
+soon as its call ends (rounds that waited for their slowest call left the API
+server idle). The database's work goes on beside the calls, in short transactions
+of many jobs each: a claim takes up to 50 due jobs with their preparation (their
+manifests), taken while calls are in flight once fewer than 50 claimed jobs wait
+to start; outcomes are written in batches of what ended while the last batch was
+written. No transaction is open during a call. Transactions per job would cost each
+job thread hand-offs and turns on SQLite's one writer. Outcomes the database failed
+to write are kept and written with the next batch.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
-from collections.abc import Callable, Sequence
+from collections import deque
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
@@ -111,6 +113,7 @@ class _Failed:
     job_id: str
     raw_reason: str
     raw_message: str
+    unreachable: bool = False  # no API server answered: an outage, not a refusal
 
 
 @dataclass(frozen=True, slots=True)
@@ -119,6 +122,7 @@ class _Deleted:
 
 
 _Outcome = _Created | _Failed | _Deleted | _Waiting
+BATCH = 50  # calls in flight at once, and jobs a claim takes at most
 # A round's claim: how many jobs it claimed, their preparations, and the Jobs to delete
 # (job id, namespace, name).
 _Claim = tuple[int, list[_Prepared], list[tuple[str, str, str]]]
@@ -144,15 +148,11 @@ class Dispatcher:
         self.wake = asyncio.Event()
         self.created = 0
         self.failures = 0
-        self._unreachable = 0  # creates that failed for want of an answering API server
-        # The last round that tried saw only such failures and no create: an outage.
+        # The last write of outcomes held creates that no API server answered and no Job
+        # made: an outage, which the first Job made after it ends (`_record_after`).
         self._failing = False
         self._namespaces: set[str] = set()
-        self._unrecorded: list[_Outcome] = []  # what a round did but could not write
-        # The next round's claim, taken while a full round's calls were in flight, and
-        # the last round's record, written while the next round's calls are.
-        self._next_claim: asyncio.Future[_Claim] | None = None
-        self._recording: asyncio.Future[None] | None = None
+        self._unrecorded: list[_Outcome] = []  # what was done but could not be written
         # Gang restarts waiting for the ended attempt's Pods: since when (wall clock, for
         # the history; monotonic, for the length), and the Pods first seen left.
         self._waits: dict[str, tuple[datetime, float, list[str]]] = {}
@@ -164,20 +164,10 @@ class Dispatcher:
         self.wake.set()
 
     async def run(self) -> None:
-        try:
-            await self._loop()
-        finally:
-            # Stopped (the Lease lost): a claim or a record still in its thread is not
-            # waited for. A claim's jobs are held until the next term releases them first
-            # thing; a record not written leaves its Jobs to be found again by their names.
-            for pending in (self._next_claim, self._recording):
-                if pending is not None:
-                    pending.cancel()
-            self._next_claim = self._recording = None
-
-    async def _loop(self) -> None:
         released = False
         while True:
+            # Cleared before the flow's claims: what the API commits meanwhile wakes the next.
+            self.wake.clear()
             try:
                 if not released:
                     # This term's first act: what the dispatcher before us claimed is
@@ -187,9 +177,7 @@ class Dispatcher:
                     released = True
                     if count:
                         log.info("%d jobs held since before this term are due now", count)
-                busy = await self.dispatch_once(overlap=True)
-                if not busy:
-                    await self._recorded()  # before it waits: the last round's outcomes
+                await self._flow(BATCH)
             except sa_exc.SQLAlchemyError as exc:
                 # The database is down or restarting: the records wait there, so
                 # wait for it rather than end the process. The class only: the
@@ -198,74 +186,105 @@ class Dispatcher:
                 log.warning("dispatch round failed, retried: %s", type(exc).__name__)
                 await asyncio.sleep(self.poll_interval)
                 continue
-            if busy:
-                continue
-            self.wake.clear()
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_interval)
 
-    async def dispatch_once(self, limit: int = 50, *, overlap: bool = False) -> bool:
-        """Create the Jobs of due records and delete those of cancelled ones;
-        True when a full batch was claimed (more may be waiting). `overlap` (the loop):
-        a full batch's calls run while the next round's claim is taken, and its outcomes
-        are written while the next round's calls run (`_recorded` waits for them)."""
-        if self._unrecorded and self._recording is None:
-            await self._record_outcomes([])  # first what the last round could not write
-        claim, self._next_claim = self._next_claim, None
-        claimed, prepared, deletes = await (claim or asyncio.to_thread(self._claim, limit))
-        created, unreachable = self.created, self._unreachable
-        # return_exceptions: an unexpected error in one job's calls must not lose the
-        # outcomes of the others; it is raised once those are recorded.
-        calls = asyncio.gather(
-            *(self._create(job) for job in prepared),
-            *(self._delete(job_id, namespace, name) for job_id, namespace, name in deletes),
-            return_exceptions=True,
-        )
-        if overlap and (claimed == limit or len(deletes) == limit):
-            # Claimed jobs are held (claimed_until): the next claim cannot take these.
-            self._next_claim = asyncio.ensure_future(asyncio.to_thread(self._claim, limit))
-        results = await calls
-        outcomes = [r for r in results if isinstance(r, _Outcome)]
-        self._recording = asyncio.ensure_future(self._record_after(self._recording, outcomes))
-        if not overlap or any(isinstance(result, BaseException) for result in results):
-            await self._recorded()
-        for result in results:
-            if isinstance(result, BaseException):
-                raise result
-        if self.created > created and self._failing:
-            # The API server answers again: the jobs that failed meanwhile need not sit
-            # out backoffs grown during the outage (once those failures are written).
-            await self._recorded()
-            released = await asyncio.to_thread(self._retry_backed_off)
-            log.info("creates succeed again: %d backed-off jobs retried now", released)
-            self._failing = False
-            return True
-        if self._unreachable > unreachable and self.created == created:
-            self._failing = True
-        return claimed == limit or len(deletes) == limit
+    async def dispatch_once(self, limit: int = BATCH) -> bool:
+        """One round: claim what is due (up to `limit` creates and as many deletes), make
+        the calls, write their outcomes; True when a full batch was claimed (more may be
+        waiting)."""
+        return await self._flow(limit, once=True)
 
-    async def _recorded(self) -> None:
-        """Waits for the last round's record; its database failure is raised here (its
-        outcomes, and those of any round before it not written, kept for the next write)."""
-        recording, self._recording = self._recording, None
-        if recording is not None:
-            await recording
+    async def _flow(self, limit: int, *, once: bool = False) -> bool:
+        """Creates the Jobs of due records and deletes those of cancelled ones, `limit`
+        calls in flight, each slot refilled from the claimed jobs as soon as its call
+        ends: rounds that waited for their slowest call left the API server idle. The
+        next claim is taken while calls are in flight, once fewer than `limit` claimed
+        jobs wait to start; outcomes are written while calls are in flight, each record
+        after the last, in batches of what ended meanwhile. Ends when a claim was not full
+        (`once`: after one claim), every call has ended and every outcome is written;
+        returns whether the last claim was full. A claim the database fails ends the
+        flow once the calls started have ended, their outcomes written or kept."""
+        if self._unrecorded:
+            await self._record_outcomes([])  # first what the last flow could not write
+        calls: set[asyncio.Future[_Outcome | None]] = set()
+        claimed: deque[Callable[[], Awaitable[_Outcome | None]]] = deque()
+        claim: asyncio.Future[_Claim] | None = None
+        recording: asyncio.Future[None] | None = None
+        ended: list[_Outcome] = []
+        raised: list[BaseException] = []  # raised once the other outcomes are written
+        full, claims = True, 0
+        try:
+            while True:
+                if claim is None and full and not (once and claims) and len(claimed) < limit:
+                    claim = asyncio.ensure_future(asyncio.to_thread(self._claim, limit))
+                    claims += 1
+                while claimed and len(calls) < limit:
+                    calls.add(asyncio.ensure_future(claimed.popleft()()))
+                # One round (`once`) writes once, when its calls have all ended.
+                last = not (calls or claimed or claim)
+                if ended and (recording is None or recording.done()) and (last or not once):
+                    recording = asyncio.ensure_future(self._record_after(recording, ended))
+                    ended = []
+                going = {f for f in (claim, recording) if f is not None and not f.done()}
+                if not calls and not going:
+                    break
+                await asyncio.wait({*calls, *going}, return_when=asyncio.FIRST_COMPLETED)
+                if claim is not None and claim.done():
+                    try:
+                        count, prepared, deletes = claim.result()
+                        full = count == limit or len(deletes) == limit
+                    except sa_exc.SQLAlchemyError as exc:
+                        raised.append(exc)
+                        prepared, deletes, full = [], [], False
+                    claim = None
+                    claimed.extend(functools.partial(self._create, job) for job in prepared)
+                    claimed.extend(functools.partial(self._delete, *gone) for gone in deletes)
+                for call in [call for call in calls if call.done()]:
+                    calls.discard(call)
+                    if (error := call.exception()) is not None:
+                        raised.append(error)
+                    elif (outcome := call.result()) is not None:
+                        ended.append(outcome)
+            if recording is not None:
+                await recording  # the last record: its failure is raised (outcomes kept)
+        except BaseException:
+            # Stopped (the Lease lost) or failed: calls and a claim still going are not
+            # waited for. A claim's jobs are held until the next term releases them first
+            # thing; a Job made but not written is found again by its name.
+            for going_on in (*calls, claim, recording):
+                if going_on is not None:
+                    going_on.cancel()
+            raise
+        for error in raised:
+            raise error
+        return full
 
     async def _record_after(
         self, last: asyncio.Future[None] | None, outcomes: list[_Outcome]
     ) -> None:
-        """Writes a round's outcomes once the last round's are written, in order. A last
-        record that failed left its outcomes to this one (`_record_outcomes`)."""
+        """Writes outcomes once the last record is written, in order (a last record that
+        failed left its outcomes to this one: `_record_outcomes`). A write with Jobs made
+        after one with only unanswered creates ends an outage: the jobs backed off meanwhile
+        are made due now, once this write has given its own failures their backoff."""
         if last is not None:
             with contextlib.suppress(sa_exc.SQLAlchemyError):
                 await last
         await self._record_outcomes(outcomes)
+        created = any(isinstance(o, _Created) for o in outcomes)
+        if created and self._failing:
+            released = await asyncio.to_thread(self._retry_backed_off)
+            log.info("creates succeed again: %d backed-off jobs retried now", released)
+            self._failing = False
+            self.wake.set()  # they are due: claimed by the next flow, not after a poll
+        elif not created and any(isinstance(o, _Failed) and o.unreachable for o in outcomes):
+            self._failing = True
 
     async def _record_outcomes(self, outcomes: list[_Outcome]) -> None:
-        """Writes these outcomes, after any an earlier round could not write. A database
-        that fails the write (down, restarting) raises, and they are kept for the next
-        round: the Jobs exist, and their jobs need not wait out the claim's hold (60 s)
-        to be found again."""
+        """Writes these outcomes, after any an earlier write could not. A database that
+        fails the write (down, restarting) raises, and they are kept for the next write:
+        the Jobs exist, and their jobs need not wait out the claim's hold (60 s) to be
+        found again."""
         pending = [*self._unrecorded, *outcomes]
         if not pending:
             return
@@ -366,7 +385,6 @@ class Dispatcher:
             # The API server did not answer, or answered that it cannot now: an outage,
             # unlike a refusal of this one Job (a quota, a conflict) that retrying
             # sooner would not help.
-            self._unreachable += exc.unreachable
             raw_reason, raw_message = exc.reason, exc.message
             DISPATCHER_FAILURES.labels(raw_reason).inc()
             log.warning(
@@ -375,7 +393,7 @@ class Dispatcher:
                 raw_message,
                 extra={"job_id": job_id, "namespace": namespace},
             )
-            return _Failed(job_id, raw_reason, raw_message)
+            return _Failed(job_id, raw_reason, raw_message, bool(exc.unreachable))
         self._waits.pop(job_id, None)
         self.created += 1
         DISPATCHER_CREATED.inc()
