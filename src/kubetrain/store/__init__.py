@@ -52,6 +52,7 @@ from kubetrain.store.jobs import (
     lock_job,
     lock_jobs,
     request_cancel,
+    submit_and_commit,
     submit_job,
 )
 from kubetrain.store.metrics import JobCounts
@@ -191,6 +192,7 @@ __all__ = [
     "retry_backed_off_now",
     "revoke_token",
     "step_series",
+    "submit_and_commit",
     "submit_job",
     "use_is_stale",
     "web_session_token",
