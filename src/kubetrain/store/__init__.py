@@ -9,7 +9,8 @@ production database. Both are tested for real.
         submission = submit_job(session, project=..., name=..., owner=..., ...)
 
 Repository functions take a `Session` in a transaction the caller owns and never
-commit; time comes in as `now` (default: the current UTC time). Importing the
+commit (but `submit_and_commit(db, ...)`, the API's submission in a transaction
+of its own); time comes in as `now` (default: the current UTC time). Importing the
 package registers store/metrics.py's listeners, which count each stay in a
 business state once its transaction commits.
 """

@@ -1,9 +1,11 @@
 """Jobs: submission with idempotency, lookups and pages, one job's business changes.
 
-All functions take a `Session` inside a transaction the caller owns
+All functions but one take a `Session` inside a transaction the caller owns
 (`with db.transaction() as session: ...`), so several changes can commit
-together. None of them commits. The rules of a change are transitions.py's,
-which the syncer's batches (sync.py) apply too.
+together, and none of them commits. The one, `submit_and_commit`, is the API's
+submission: a transaction of its own on the driver's cursor (store/_driver.py),
+with the same statements as `submit_job`. The rules of a change are
+transitions.py's, which the syncer's batches (sync.py) apply too.
 
 Every writer of a job's state or history first locks the job's row (`SELECT ...
 FOR UPDATE` on PostgreSQL; SQLite's write transactions are serialised already),
