@@ -10,8 +10,8 @@ same run:
   from another source tree (e.g. /work/main/src, the code before a change),
   in rounds alternating with this tree's (`--rounds`), each on its own fresh
   database: before/after in the same conditions;
-* raw `store.submit_job` inserts in this process, N threads, one transaction
-  each: the database's floor.
+* raw `store.submit_and_commit` inserts (the API's store call) in this process,
+  N threads, one transaction each: the database's floor.
 
 Each HTTP phase also reports the server's CPU time per answer (from /proc):
 on a shared, noisy machine the rates move with the other work, that figure
@@ -42,7 +42,7 @@ from _plots import paired_bars
 from _serve import Serve, training_job
 
 from kubetrain.domain.spec import parse_training_job, spec_digest
-from kubetrain.store import Database, submit_job
+from kubetrain.store import Database, submit_and_commit
 
 TARGET_PER_S = 200
 
@@ -147,17 +147,16 @@ def raw_phase(database_url: str, threads: int, per_thread: int) -> dict[str, Any
 
         def make(index: int) -> Callable[[int], None]:
             def insert(i: int) -> None:
-                with db.transaction() as session:
-                    submit_job(
-                        session,
-                        project="raw",
-                        name=f"r-{run}-{index}-{i}",
-                        owner="bench",
-                        namespace="raw",
-                        spec=spec,
-                        digest=digest,
-                        idempotency_key=f"{run}-{index}-{i}",
-                    )
+                submit_and_commit(
+                    db,
+                    project="raw",
+                    name=f"r-{run}-{index}-{i}",
+                    owner="bench",
+                    namespace="raw",
+                    spec=spec,
+                    digest=digest,
+                    idempotency_key=f"{run}-{index}-{i}",
+                )
 
             return insert
 
@@ -208,7 +207,7 @@ def bench_database(
     if args.baseline_src:
         out["baseline_submit"] = _median(out["baseline_rounds"])
     # The servers are stopped, so the raw inserts have the machine (and the database) alone.
-    out["raw_submit_job"] = raw_phase(urls[0], args.threads, args.per_thread)
+    out["raw_submit"] = raw_phase(urls[0], args.threads, args.per_thread)
     return out
 
 
@@ -261,7 +260,7 @@ def main() -> None:
         "healthz": "GET /healthz (HTTP floor)",
         "submit": "POST jobs",
         "baseline_submit": "POST jobs, baseline",
-        "raw_submit_job": "store.submit_job in-process",
+        "raw_submit": "store.submit_and_commit in-process",
     }
     rows = []
     for kind, phases in report["databases"].items():

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import threading
 from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime
 
+import psycopg
 import pytest
-from sqlalchemy import func, select, text
+from sqlalchemy import exc as sa_exc
+from sqlalchemy import func, insert, select, text
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -19,9 +22,15 @@ from kubetrain.store import (
     Transition,
     TransitionKind,
     job_history,
+    submit_and_commit,
     submit_job,
 )
+from kubetrain.store import db as db_module
+from kubetrain.store import jobs as jobs_module
+from kubetrain.store import webhooks as webhooks_module
 from kubetrain.store._unique import insert_unless_exists
+from kubetrain.store.models import WebhookDelivery
+from kubetrain.store.webhooks import create_webhook
 from tests.store.builders import SPEC, T0, at, digest_of, new_job
 
 pytestmark = pytest.mark.db
@@ -192,3 +201,217 @@ def test_a_caller_digest_decides_what_counts_as_the_same_spec(db: Database) -> N
             session, project="ai-training", name="train", owner="alice", namespace="ai-training",
             spec=one, idempotency_key="k", digest="other", now=T0,
         )  # fmt: skip
+
+
+# -- submit_and_commit: the API's path, on the driver's cursor ----------------------
+
+
+def commit(
+    db: Database,
+    spec: dict[str, object],
+    key: str | None,
+    project: str = "ai-training",
+    now: datetime = T0,
+) -> Submission:
+    return submit_and_commit(
+        db,
+        project=project,
+        name="train",
+        owner="alice",
+        namespace=project,
+        spec=spec,
+        idempotency_key=key,
+        digest=digest_of(spec),
+        now=now,
+    )
+
+
+def test_the_driver_stores_what_sqlalchemy_would_store(db: Database) -> None:
+    """The values as stored (read back raw, past SQLAlchemy's types: SQLite's text of a
+    time, the JSON's text), of the job and its first history row, are those of rows
+    inserted with the same values through the session's execution; NULLs stay NULL."""
+    first = commit(db, SPEC, "k-1")
+    assert not first.replayed
+    job = first.job
+    columns = [c.name for c in Job.__table__.c if c.name != "diagnosis"]
+    with db.transaction() as session:
+        values = {name: getattr(job, name) for name in columns}
+        session.execute(
+            insert(Job).values({**values, "id": "by-sqlalchemy", "idempotency_key": "2"})
+        )
+        session.execute(
+            insert(Transition).values(
+                job_id="by-sqlalchemy", at=T0, source=Source.API, kind=TransitionKind.BUSINESS,
+                to_state=BusinessState.CREATED, to_reason=ReasonCode.JOB_NOT_CREATED,
+            )
+        )  # fmt: skip
+    with db.read_only() as session:
+        jobs = {row.id: dict(row._mapping) for row in session.execute(text("SELECT * FROM jobs"))}
+        rows = {
+            row.job_id: dict(row._mapping)
+            for row in session.execute(text("SELECT * FROM transitions"))
+        }
+    mine, theirs = jobs[job.id], jobs["by-sqlalchemy"]
+    assert {**mine, "id": None, "idempotency_key": None} == {
+        **theirs,
+        "id": None,
+        "idempotency_key": None,
+    }
+    assert mine["diagnosis"] is None
+    assert {**rows[job.id], "id": None, "job_id": None} == {
+        **rows["by-sqlalchemy"],
+        "id": None,
+        "job_id": None,
+    }
+    assert rows[job.id]["detail"] is None
+    # The job handed back holds what the row holds, with nothing left to load.
+    assert (job.business_state, job.reason, job.current_attempt, job.diagnosis) == (
+        BusinessState.CREATED,
+        ReasonCode.JOB_NOT_CREATED,
+        0,
+        None,
+    )
+    assert (job.created_at, job.next_dispatch_at, job.spec) == (T0, T0, SPEC)
+    assert job.spec_digest == digest_of(SPEC)
+
+
+def test_submit_and_commit_replays_the_same_spec_and_refuses_another(db: Database) -> None:
+    first = commit(db, {"a": 1, "b": {"c": 2}}, "key-1")
+    again = commit(db, {"b": {"c": 2}, "a": 1}, "key-1", now=at(5))
+    assert (again.replayed, again.job.id) == (True, first.job.id)
+    assert again.job.created_at == T0  # the first job, read back
+    with pytest.raises(IdempotencyConflict) as caught:
+        commit(db, {"a": 2}, "key-1")
+    assert caught.value.existing_job_id == first.job.id
+    other = commit(db, {"a": 2}, "key-1", project="team-b")  # keys are per project
+    assert not other.replayed
+    no_key = {commit(db, SPEC, None).job.id for _ in range(2)}
+    assert len(no_key) == 2
+    with db.read_only() as session:
+        assert count(session, Job) == 4
+        assert count(session, Transition) == 4  # no row for a replay or a conflict
+
+
+def test_twenty_concurrent_submit_and_commits_with_one_key_make_one_job(db: Database) -> None:
+    clients = 20
+    barrier = threading.Barrier(clients)
+
+    def client(_: int) -> tuple[str, bool]:
+        barrier.wait()
+        result = commit(db, SPEC, "retry-storm")
+        return result.job.id, result.replayed
+
+    with ThreadPoolExecutor(clients) as pool:
+        results = list(pool.map(client, range(clients)))
+    assert len({job_id for job_id, _ in results}) == 1
+    assert sorted(replayed for _, replayed in results) == [False] + [True] * (clients - 1)
+    with db.read_only() as session:
+        assert (count(session, Job), count(session, Transition)) == (1, 1)
+
+
+@pytest.mark.parametrize("path", ["submit_and_commit", "submit_job"])
+def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path: str) -> None:
+    with db.transaction() as session:
+        hooks = {
+            create_webhook(
+                session, project="ai-training", url=f"https://hooks.example/{i}", events=[],
+                created_by="admin", now=T0,
+            )[0].id
+            for i in range(2)
+        }  # fmt: skip
+        create_webhook(
+            session, project="team-b", url="https://hooks.example/b", events=[],
+            created_by="admin", now=T0,
+        )  # fmt: skip
+    if path == "submit_and_commit":
+        job_id = commit(db, SPEC, "k").job.id
+        replay = commit(db, SPEC, "k")
+        quiet = commit(db, SPEC, None, project="team-c").job.id
+    else:
+        with db.transaction() as session:
+            job_id = submit(session, SPEC, "k").job.id
+            replay = submit(session, SPEC, "k")
+            quiet = submit(session, SPEC, None, project="team-c").job.id
+    assert replay.replayed
+    with db.read_only() as session:
+        [row] = job_history(session, "ai-training", job_id)
+        queued = session.execute(
+            select(
+                WebhookDelivery.webhook_id, WebhookDelivery.transition_id, WebhookDelivery.event_key
+            )
+        ).all()
+        assert job_history(session, "team-c", quiet)  # written, with nothing to deliver
+    assert {hook for hook, _, _ in queued} == hooks  # the project's, not team-b's
+    assert {transition for _, transition, _ in queued} == {row.id}
+    keys = [key for _, _, key in queued]
+    assert len(set(keys)) == 2
+    assert all(len(key) == 32 and int(key, 16) >= 0 for key in keys)
+
+
+def test_a_failed_submit_and_commit_writes_nothing_and_leaves_a_sqlalchemy_error(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A driver error mid-transaction rolls the whole submission back and leaves as
+    SQLAlchemy's error (what the API's handlers answer); the pool's connection is
+    fine for the next one."""
+    real = webhooks_module.deliveries
+
+    def broken(row_id: int, hooks: object) -> list[dict[str, object]]:
+        return [{**row, "webhook_id": "no-such-webhook"} for row in real(row_id, ["x"])]
+
+    with db.transaction() as session:
+        create_webhook(
+            session, project="ai-training", url="https://hooks.example/", events=[],
+            created_by="admin", now=T0,
+        )  # fmt: skip
+    monkeypatch.setattr(jobs_module, "deliveries", broken)
+    with pytest.raises(sa_exc.IntegrityError):  # the delivery's foreign key
+        commit(db, SPEC, "k")
+    monkeypatch.undo()
+    with db.read_only() as session:
+        assert (count(session, Job), count(session, Transition)) == (0, 0)
+    assert not commit(db, SPEC, "k").replayed
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_submit_and_commit_queues_on_the_writer_lock_and_fails_as_locked(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_S", 0.2)
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.transaction():
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        with pytest.raises(sa_exc.OperationalError, match="database is locked"):
+            commit(db, SPEC, "k")
+    finally:
+        release.set()
+        holder.join()
+    assert not commit(db, SPEC, "k").replayed
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_lost_postgresql_connection_is_a_503_error_and_replaced(db: Database) -> None:
+    """A pooled connection whose server process went away (used a moment ago: not
+    pinged) fails the submission as SQLAlchemy would fail it, invalidated (the API's
+    503), and is replaced: the next submission goes through."""
+    commit(db, SPEC, "first")
+    with db.transaction() as session:
+        pid = session.execute(text("SELECT pg_backend_pid()")).scalar()
+    url = db.url.set(drivername="postgresql").render_as_string(hide_password=False)
+    with psycopg.connect(url, autocommit=True) as killer:
+        killer.execute("SELECT pg_terminate_backend(%s)", [pid])
+    with pytest.raises(sa_exc.DBAPIError) as caught:
+        commit(db, SPEC, "lost")
+    assert isinstance(caught.value, sa_exc.OperationalError)
+    assert caught.value.connection_invalidated
+    assert not commit(db, SPEC, "lost").replayed
+    with db.read_only() as session:
+        assert count(session, Job) == 2

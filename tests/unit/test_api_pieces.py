@@ -26,6 +26,9 @@ def test_json_is_read_strictly() -> None:
         parse_json(b'{"a": {"b": 1, "b": 2, "c": 3, "c": 4}, "d": [{"e": 1, "e": 1}]}')
     assert duplicate.value.status == 422
     assert [e.field for e in duplicate.value.errors] == ["a.b", "a.c", "d[0].e"]
+    with pytest.raises(ProblemError) as thrice:  # each repetition named, the last value kept
+        parse_json(b'[{"x": 1}, {"x": 1, "x": 2, "x": 3}]')
+    assert [e.field for e in thrice.value.errors] == ["[1].x", "[1].x"]
     for bad in (b"{", b"NaN", b'{"x": Infinity}', b"\xc3\x28", b"1" * 5000, b"[" * 100_000):
         with pytest.raises(ProblemError) as refused:
             parse_json(bad)

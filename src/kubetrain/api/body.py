@@ -117,17 +117,16 @@ class _Ambiguous(dict[str, Any]):
     duplicates: list[str]
 
 
-def _objects(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
-    result: dict[str, Any] = {}
-    duplicates = []
-    for key, value in pairs:
-        if key in result:
-            duplicates.append(key)
-        result[key] = value
-    if not duplicates:
-        return result
+def _ambiguous(result: dict[str, Any], pairs: list[tuple[str, Any]]) -> _Ambiguous:
+    """`result` (the object `pairs` decode to: the last value of a key given twice), with
+    each repeated key named once per repetition."""
     ambiguous = _Ambiguous(result)
-    ambiguous.duplicates = duplicates
+    ambiguous.duplicates = []
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            ambiguous.duplicates.append(key)
+        seen.add(key)
     return ambiguous
 
 
@@ -166,8 +165,18 @@ def parse_json(raw: bytes) -> Any:
         raise ProblemError(
             400, f"the body is not UTF-8 (byte {exc.start})", type=MALFORMED_BODY
         ) from None
+    ambiguous = False
+
+    def objects(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+        nonlocal ambiguous
+        result = dict(pairs)  # in C; a key given twice leaves it shorter
+        if len(result) == len(pairs):
+            return result
+        ambiguous = True
+        return _ambiguous(result, pairs)
+
     try:
-        document = json.loads(text, object_pairs_hook=_objects, parse_constant=_no_constants)
+        document = json.loads(text, object_pairs_hook=objects, parse_constant=_no_constants)
     except json.JSONDecodeError as exc:
         raise ProblemError(
             400,
@@ -178,7 +187,8 @@ def parse_json(raw: bytes) -> Any:
         raise ProblemError(
             400, f"the body is not usable JSON: {exc}", type=MALFORMED_BODY
         ) from None
-    if duplicates := _duplicate_fields(document):
+    # The walk only where a key was given twice (it cost as much as the decoding).
+    if ambiguous and (duplicates := _duplicate_fields(document)):
         # Well-formed JSON, but ambiguous: which value was meant is not ours to guess.
         raise validation_error(duplicates, "a JSON object gives a key twice; give each key once")
     return document

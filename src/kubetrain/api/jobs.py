@@ -90,7 +90,7 @@ from kubetrain.store import (
     resolve_job_dataset,
     resume_lineage,
     step_series,
-    submit_job,
+    submit_and_commit,
 )
 from kubetrain.store.usage import attempt_usage
 
@@ -343,32 +343,35 @@ def _submit(
 ) -> tuple[JobStatus, bool]:
     """Validate and store a submission; the job's status and whether it was a replay."""
     training_job, namespace, _ = _checked(context, project, body)
-    with context.db.transaction() as session:
-        try:
-            submission = submit_job(
-                session,
-                project=project,
-                name=training_job.metadata.name,
-                owner=caller.name,
-                namespace=namespace,
-                spec=training_job.model_dump(mode="json"),
-                idempotency_key=idempotency_key,
-                digest=training_job_digest(training_job),
-                source=Source.API,
-            )
-        except IdempotencyConflict as exc:
-            raise ProblemError(
-                409,
-                f"the Idempotency-Key was used for job {exc.existing_job_id} with another "
-                "TrainingJob; use a new key for a new job",
-                type=IDEMPOTENCY_CONFLICT,
-                title="Idempotency-Key reused with another job",
-                job_id=exc.existing_job_id,
-            ) from None
-        status = _status(session, submission.job)
+    try:
+        submission = submit_and_commit(
+            context.db,
+            project=project,
+            name=training_job.metadata.name,
+            owner=caller.name,
+            namespace=namespace,
+            spec=training_job.model_dump(mode="json"),
+            idempotency_key=idempotency_key,
+            digest=training_job_digest(training_job),
+            source=Source.API,
+        )
+    except IdempotencyConflict as exc:
+        raise ProblemError(
+            409,
+            f"the Idempotency-Key was used for job {exc.existing_job_id} with another "
+            "TrainingJob; use a new key for a new job",
+            type=IDEMPOTENCY_CONFLICT,
+            title="Idempotency-Key reused with another job",
+            job_id=exc.existing_job_id,
+        ) from None
+    job = submission.job
     if not submission.replayed:
         context.changed()
-    return status, submission.replayed
+        return JobStatus.of(job, None), False  # a new job has no attempt
+    if not job.current_attempt:
+        return JobStatus.of(job, None), True
+    with context.db.read_only() as session:
+        return _status(session, job), True
 
 
 @router.get(

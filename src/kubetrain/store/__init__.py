@@ -9,7 +9,8 @@ production database. Both are tested for real.
         submission = submit_job(session, project=..., name=..., owner=..., ...)
 
 Repository functions take a `Session` in a transaction the caller owns and never
-commit; time comes in as `now` (default: the current UTC time). Importing the
+commit (but `submit_and_commit(db, ...)`, the API's submission in a transaction
+of its own); time comes in as `now` (default: the current UTC time). Importing the
 package registers store/metrics.py's listeners, which count each stay in a
 business state once its transaction commits.
 """
@@ -52,6 +53,7 @@ from kubetrain.store.jobs import (
     lock_job,
     lock_jobs,
     request_cancel,
+    submit_and_commit,
     submit_job,
 )
 from kubetrain.store.metrics import JobCounts
@@ -191,6 +193,7 @@ __all__ = [
     "retry_backed_off_now",
     "revoke_token",
     "step_series",
+    "submit_and_commit",
     "submit_job",
     "use_is_stale",
     "web_session_token",

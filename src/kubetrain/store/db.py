@@ -27,7 +27,7 @@ import sqlite3
 import threading
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -37,9 +37,11 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import URL, Connection, Engine, create_engine, event, make_url
 from sqlalchemy import exc as sa_exc
-from sqlalchemy.engine.interfaces import DBAPIConnection
+from sqlalchemy.engine.interfaces import DBAPIConnection, DBAPICursor
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
+
+from kubetrain.store._driver import wrap_errors
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for the lock before failing
@@ -105,9 +107,42 @@ class Database:
     @contextmanager
     def transaction(self) -> Iterator[Session]:
         """A session in one read-write transaction: committed on exit, rolled back on error."""
+        with self._writing(), self._sessions() as session, session.begin():
+            yield session
+
+    @contextmanager
+    def driver_transaction(self) -> Iterator[DBAPICursor]:
+        """`transaction` on a pooled connection's driver cursor, for statements compiled
+        once (store/_driver.py): the submission path, where the session's begin and commit
+        cost more than its statements. Committed on exit, rolled back on error; the
+        driver's errors leave as SQLAlchemy's."""
+        with self._writing():
+            connection = self.engine.raw_connection()
+            try:
+                with wrap_errors(self.engine, connection):
+                    cursor = connection.cursor()
+                    try:
+                        if self.dialect == "sqlite":
+                            cursor.execute("BEGIN IMMEDIATE")  # as `_begin` does
+                        yield cursor
+                    except BaseException:
+                        # The first error is the one to tell; a connection too broken to
+                        # roll back is then the pool's to reset or replace.
+                        with suppress(self.engine.dialect.loaded_dbapi.Error):
+                            connection.rollback()
+                        raise
+                    finally:
+                        cursor.close()
+                    connection.commit()
+            finally:
+                connection.close()  # back to the pool
+
+    @contextmanager
+    def _writing(self) -> Iterator[None]:
+        """A write transaction's turn: SQLite's writers queue on `_writer` (the module's
+        docstring says why); PostgreSQL's need none."""
         if self._writer is None:
-            with self._sessions() as session, session.begin():
-                yield session
+            yield
             return
         if not self._writer.acquire(timeout=SQLITE_BUSY_TIMEOUT_S):
             # What SQLite itself would say after its busy timeout (the API answers 503).
@@ -115,8 +150,7 @@ class Database:
                 "BEGIN IMMEDIATE", None, sqlite3.OperationalError("database is locked")
             )
         try:
-            with self._sessions() as session, session.begin():
-                yield session
+            yield
         finally:
             self._writer.release()
 

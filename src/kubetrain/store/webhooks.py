@@ -4,7 +4,9 @@ Every business history row gets, in the transaction that writes it, one
 delivery row per webhook of the job's project (`enqueue_deliveries`: the batch
 writers call it; the one-job path notes its rows with `note_business_rows`, and
 a listener queues them all at once when the transaction commits, so a round of
-the dispatcher looks up the webhooks once, not once per job). A delivery row goes once the receiver
+the dispatcher looks up the webhooks once, not once per job; a submission writes
+its first row's with its own statements, `deliveries` and `delivery_insert`). A
+delivery row goes once the receiver
 answered 2xx, in its own short transaction: a crash in between delivers that
 event again (at least once; its id, made from the row's random key, stays the
 same). So a new webhook hears what happens after its creation, and a history
@@ -15,14 +17,12 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Iterable, Sequence
 from datetime import UTC, datetime
-from functools import cache
 from typing import Any
 
 from sqlalchemy import (
-    Connection,
-    Select,
+    Insert,
     bindparam,
     delete,
     event,
@@ -49,10 +49,11 @@ __all__ = [
     "count_webhooks",
     "create_webhook",
     "delete_webhook",
+    "deliveries",
+    "delivery_insert",
     "drop_deliveries",
     "due_webhooks",
     "enqueue_deliveries",
-    "enqueue_new_job",
     "installation_id",
     "list_webhooks",
     "note_business_rows",
@@ -127,33 +128,30 @@ def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> i
         hooks.setdefault(job_id, []).append(hook_id)
     if not hooks:
         return 0
-    queued = [
-        {"webhook_id": hook_id, "transition_id": row_id, "event_key": secrets.token_hex(16)}
-        for row_id, job_id in rows
-        for hook_id in hooks.get(job_id, ())
-    ]
+    queued = [row for row_id, job_id in rows for row in deliveries(row_id, hooks.get(job_id, ()))]
     session.execute(insert(WebhookDelivery), queued)
     return len(queued)
 
 
-def enqueue_new_job(connection: Connection, row_id: int, project: str) -> int:
-    """`enqueue_deliveries` for a new job's first history row, whose project is known:
-    the project's webhooks read by one plain statement on the caller's connection (the
-    submission path's; most projects have none, and that read is all it costs then)."""
-    hooks = connection.execute(_project_hooks(), {"project": project}).scalars().all()
-    if not hooks:
-        return 0
-    queued = [
+def deliveries(row_id: int, hooks: Iterable[str]) -> list[dict[str, Any]]:
+    """The outbox rows of one business history row for these webhooks: one each, with
+    its random event key (the event's id, the same on every try)."""
+    return [
         {"webhook_id": hook_id, "transition_id": row_id, "event_key": secrets.token_hex(16)}
         for hook_id in hooks
     ]
-    connection.execute(insert(WebhookDelivery), queued)
-    return len(queued)
 
 
-@cache
-def _project_hooks() -> Select[str]:
-    return select(Webhook.id).where(Webhook.project == bindparam("project"))
+def delivery_insert() -> Insert:
+    """One outbox row (`deliveries`), every column a bind: for a submission's statements,
+    which are compiled once (store/jobs.py)."""
+    columns = WebhookDelivery.__table__.c
+    return insert(WebhookDelivery).values(
+        {name: bindparam(name, type_=columns[name].type) for name in _DELIVERY_COLUMNS}
+    )
+
+
+_DELIVERY_COLUMNS = ("webhook_id", "transition_id", "event_key")
 
 
 # session.info key: the business history rows the one-job path wrote in this transaction.
