@@ -11,6 +11,7 @@ import argparse
 import asyncio
 import logging
 import sys
+from collections.abc import Callable
 from typing import Any
 
 from pydantic import ValidationError
@@ -87,10 +88,23 @@ def _serve(args: argparse.Namespace) -> int:
         )
     reviewer = TokenReviewer(config, settings.status_token_audience) if config else None
     try:
-        asyncio.run(_run(settings, db, control, reviewer, api=not args.no_api))
+        with asyncio.Runner(loop_factory=event_loop_factory()) as runner:
+            runner.run(_run(settings, db, control, reviewer, api=not args.no_api))
     finally:
         db.dispose()
     return 0
+
+
+def event_loop_factory() -> Callable[[], asyncio.AbstractEventLoop] | None:
+    """uvloop's event loop where it is installed (a dependency on Linux and macOS), else
+    asyncio's own. One interpreter runs the API, the watches, the syncer and the
+    dispatcher's calls; uvloop's loop and transports, in C, leave it more time for them
+    (docs/benchmarks.md: the dispatcher through a backlog)."""
+    try:
+        import uvloop
+    except ImportError:
+        return None
+    return uvloop.new_event_loop
 
 
 def open_database(url: str) -> Database:
