@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
@@ -415,3 +416,19 @@ def test_a_lost_postgresql_connection_is_a_503_error_and_replaced(db: Database) 
     assert not commit(db, SPEC, "lost").replayed
     with db.read_only() as session:
         assert count(session, Job) == 2
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_server_that_refuses_connections_is_a_503_error(db: Database) -> None:
+    """No connection can be made (the server stopped, as the reliability tests stop it):
+    the submission fails as SQLAlchemy's OperationalError (the API's 503), not as the
+    driver's own error (a 500)."""
+    with socket.socket() as probe:  # a port on which nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = Database(db.url.set(port=port).render_as_string(hide_password=False))
+    try:
+        with pytest.raises(sa_exc.OperationalError, match="Connection refused"):
+            commit(refused, SPEC, "refused")
+    finally:
+        refused.dispose()

@@ -84,6 +84,20 @@ def execute_many(
     cursor.executemany(statement.sql, parameters)
 
 
+def connect(engine: Engine) -> PoolProxiedConnection:
+    """A pooled connection; one that cannot be made (the server down, refusing) fails as
+    SQLAlchemy's error, as `engine.connect()` fails (`raw_connection` leaves the driver's)."""
+    dialect = engine.dialect
+    base = dialect.loaded_dbapi.Error
+    try:
+        return engine.raw_connection()
+    except base as exc:
+        lost = dialect.is_disconnect(exc, None, None)
+        raise sa_exc.DBAPIError.instance(
+            None, None, exc, base, connection_invalidated=lost, dialect=dialect
+        ) from exc
+
+
 @contextmanager
 def wrap_errors(engine: Engine, connection: PoolProxiedConnection) -> Iterator[None]:
     """The driver's errors on `connection` as SQLAlchemy's (`OperationalError`,

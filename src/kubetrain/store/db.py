@@ -41,7 +41,7 @@ from sqlalchemy.engine.interfaces import DBAPIConnection, DBAPICursor
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import ConnectionPoolEntry
 
-from kubetrain.store._driver import wrap_errors
+from kubetrain.store._driver import connect, wrap_errors
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 SQLITE_BUSY_TIMEOUT_S = 30  # a writer waits this long for the lock before failing
@@ -117,7 +117,7 @@ class Database:
         cost more than its statements. Committed on exit, rolled back on error; the
         driver's errors leave as SQLAlchemy's."""
         with self._writing():
-            connection = self.engine.raw_connection()
+            connection = connect(self.engine)
             try:
                 with wrap_errors(self.engine, connection):
                     cursor = connection.cursor()
