@@ -1,11 +1,13 @@
 """Small constructors for the store tests: a fixed clock, a job in any business state,
-and what the syncer records of its Pods and diagnosis."""
+what the syncer records of its Pods and diagnosis, and a writer held by another thread."""
 
 from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterator, Mapping
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any, cast
 
@@ -14,6 +16,7 @@ from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
+    Database,
     Job,
     PodObservation,
     Source,
@@ -58,6 +61,28 @@ FITTING_REASON = {state: path[-1][1] for state, path in PATHS.items() if path} |
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+@contextmanager
+def writer_held(db: Database) -> Iterator[None]:
+    """Another thread holds a write transaction (a job written in it) until the block ends:
+    on SQLite, the Database's writer lock that this process's writers queue on."""
+    holding, release = threading.Event(), threading.Event()
+
+    def hold() -> None:
+        with db.transaction() as session:
+            new_job(session, name="holder")
+            holding.set()
+            release.wait(10)
+
+    holder = threading.Thread(target=hold)
+    holder.start()
+    try:
+        assert holding.wait(10)
+        yield
+    finally:
+        release.set()
+        holder.join()
 
 
 def new_job(

@@ -14,7 +14,7 @@ from sqlalchemy.exc import InternalError, OperationalError
 
 from kubetrain.store import Database, default_sqlite_url, get_job, lock_job, normalize_url
 from kubetrain.store import db as db_module
-from tests.store.builders import T0, new_job
+from tests.store.builders import T0, new_job, writer_held
 
 pytestmark = pytest.mark.db
 
@@ -127,23 +127,12 @@ def test_a_sqlite_writer_waits_for_this_process_writer_lock_then_fails_as_locked
     """Writers of one process queue on the Database's lock, not in SQLite's polling busy
     handler; one that waits past the busy timeout fails as SQLite would (the API's 503)."""
     monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_S", 0.2)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with db.transaction() as session:
-            new_job(session)
-            holding.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(10)
-        with pytest.raises(OperationalError, match="database is locked"), db.transaction():
-            pass
-    finally:
-        release.set()
-        holder.join()
+    with (
+        writer_held(db),
+        pytest.raises(OperationalError, match="database is locked"),
+        db.transaction(),
+    ):
+        pass
     with db.transaction() as session:  # free again
         new_job(session, name="after")
 

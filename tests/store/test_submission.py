@@ -32,7 +32,7 @@ from kubetrain.store import webhooks as webhooks_module
 from kubetrain.store._unique import insert_unless_exists
 from kubetrain.store.models import WebhookDelivery
 from kubetrain.store.webhooks import create_webhook
-from tests.store.builders import SPEC, T0, at, digest_of, new_job
+from tests.store.builders import SPEC, T0, at, digest_of, new_job, writer_held
 
 pytestmark = pytest.mark.db
 
@@ -379,22 +379,8 @@ def test_submit_and_commit_queues_on_the_writer_lock_and_fails_as_locked(
     db: Database, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_S", 0.2)
-    holding, release = threading.Event(), threading.Event()
-
-    def hold() -> None:
-        with db.transaction():
-            holding.set()
-            release.wait(10)
-
-    holder = threading.Thread(target=hold)
-    holder.start()
-    try:
-        assert holding.wait(10)
-        with pytest.raises(sa_exc.OperationalError, match="database is locked"):
-            commit(db, SPEC, "k")
-    finally:
-        release.set()
-        holder.join()
+    with writer_held(db), pytest.raises(sa_exc.OperationalError, match="database is locked"):
+        commit(db, SPEC, "k")
     assert not commit(db, SPEC, "k").replayed
 
 

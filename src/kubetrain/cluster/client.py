@@ -16,10 +16,10 @@ from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 from kubetrain.cluster.errors import ClusterConfigError
 
 FIELD_MANAGER = "kubetrain"
-# Connections the typed client keeps open between requests. httpx keeps 20, and the
-# dispatcher's round sends 50 creates at once (`Dispatcher.dispatch_once`): each round
-# closed 30 and opened 30 again, each with a TLS handshake on both sides (a client
-# certificate's too), which the API server pays on the same cores as the creates.
+# Connections the typed client keeps open between requests: at least the dispatcher's
+# calls in flight (`dispatcher.BATCH`, 50). httpx keeps 20, so rounds of 50 creates
+# closed 30 connections and opened 30 again, each with a TLS handshake on both sides (a
+# client certificate's too), which the API server pays on the same cores as the creates.
 KEEP_ALIVE = 64
 
 # The client objects the rooms above hold and pass back in, named here so that they
@@ -71,8 +71,8 @@ def typed_client(config: SingleConfig) -> AsyncClient:
 
 
 def _transport(config: SingleConfig) -> httpx.AsyncHTTPTransport | None:
-    """The kubeconfig's TLS, as lightkube would set it, with connections kept for a
-    whole dispatch round (a transport given to the client brings its own TLS). None
+    """The kubeconfig's TLS, as lightkube would set it, with connections kept for all
+    the dispatcher's calls in flight (a transport given to the client brings its own TLS). None
     where the environment names a proxy for the server: httpx goes through it only
     without a transport of ours, with its own 20 connections kept."""
     if config.user is None:

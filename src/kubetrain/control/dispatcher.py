@@ -7,8 +7,8 @@ the Job. Creation is idempotent by the deterministic name, so a crash between
 the create and the commit that records it repeats nothing. While the API
 server is unreachable or refuses, the job stays CREATED/JOB_NOT_CREATED with
 the raw error, and is retried with backoff; the first Job made after a batch of
-outcomes that were all unanswered creates (an outage) makes all the backed-off
-jobs due at once.
+outcomes with unanswered creates and no Job made (an outage) makes all the
+backed-off jobs due at once.
 
 Each Job is one request (a gang's two: the Job and its headless Service): the
 Pods prove who they are to the reports endpoint with a projected ServiceAccount
@@ -123,8 +123,8 @@ class _Deleted:
 
 _Outcome = _Created | _Failed | _Deleted | _Waiting
 BATCH = 50  # calls in flight at once, and jobs a claim takes at most
-# A round's claim: how many jobs it claimed, their preparations, and the Jobs to delete
-# (job id, namespace, name).
+# A claim: how many jobs it claimed, their preparations, and the Jobs to delete (job id,
+# namespace, name).
 _Claim = tuple[int, list[_Prepared], list[tuple[str, str, str]]]
 
 
@@ -265,8 +265,9 @@ class Dispatcher:
     ) -> None:
         """Writes outcomes once the last record is written, in order (a last record that
         failed left its outcomes to this one: `_record_outcomes`). A write with Jobs made
-        after one with only unanswered creates ends an outage: the jobs backed off meanwhile
-        are made due now, once this write has given its own failures their backoff."""
+        after one with unanswered creates and no Job made ends an outage: the jobs backed
+        off meanwhile are made due now, once this write has given its own failures their
+        backoff."""
         if last is not None:
             with contextlib.suppress(sa_exc.SQLAlchemyError):
                 await last

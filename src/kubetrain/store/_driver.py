@@ -88,14 +88,10 @@ def connect(engine: Engine) -> PoolProxiedConnection:
     """A pooled connection; one that cannot be made (the server down, refusing) fails as
     SQLAlchemy's error, as `engine.connect()` fails (`raw_connection` leaves the driver's)."""
     dialect = engine.dialect
-    base = dialect.loaded_dbapi.Error
     try:
         return engine.raw_connection()
-    except base as exc:
-        lost = dialect.is_disconnect(exc, None, None)
-        raise sa_exc.DBAPIError.instance(
-            None, None, exc, base, connection_invalidated=lost, dialect=dialect
-        ) from exc
+    except dialect.loaded_dbapi.Error as exc:
+        raise _as_sqlalchemys(exc, dialect, lost=dialect.is_disconnect(exc, None, None)) from exc
 
 
 @contextmanager
@@ -105,14 +101,17 @@ def wrap_errors(engine: Engine, connection: PoolProxiedConnection) -> Iterator[N
     connection is lost also invalidates it and the pool's older connections, as
     SQLAlchemy does, so that they are replaced rather than failing one by one."""
     dialect = engine.dialect
-    base = dialect.loaded_dbapi.Error
     try:
         yield
-    except base as exc:
+    except dialect.loaded_dbapi.Error as exc:
         lost = connection.is_valid and dialect.is_disconnect(exc, connection.dbapi_connection, None)
         if lost:
             engine.pool._invalidate(connection, exc)  # what Connection's error handling calls
-        wrapped = sa_exc.DBAPIError.instance(
-            None, None, exc, base, connection_invalidated=lost, dialect=dialect
-        )
-        raise wrapped from exc
+        raise _as_sqlalchemys(exc, dialect, lost=lost) from exc
+
+
+def _as_sqlalchemys(exc: Exception, dialect: Dialect, *, lost: bool) -> sa_exc.StatementError:
+    """The driver's error as SQLAlchemy's class for it (`OperationalError`, ...)."""
+    return sa_exc.DBAPIError.instance(
+        None, None, exc, dialect.loaded_dbapi.Error, connection_invalidated=lost, dialect=dialect
+    )
