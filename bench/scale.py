@@ -17,7 +17,8 @@ before the next step starts. Per step, in the same run:
   as deployed, so its Jobs carry the Pods' projected token. Within a step the
   dispatcher cannot outrun the submissions, so after the ramp --backlog jobs
   are committed in one transaction and the dispatcher's rate through that
-  backlog is measured against the bare client's for as many jobs;
+  backlog is measured against the bare client's for as many jobs, and the
+  propagation of the backlog's jobs (below) once they have SUCCEEDED;
 * propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
   each against when a bare watch in this process saw the Pod Running or the Job
   Complete; both from the API server's own timestamps (container `startedAt`,
@@ -152,6 +153,19 @@ def transitions(db: Database, state: str) -> dict[str, float]:
     for job_id, at in rows:
         out[job_id] = min(out.get(job_id, at.timestamp()), at.timestamp())
     return out
+
+
+def all_succeeded(
+    db: Database, ids: list[str], jobs: BareWatch, deadline: float
+) -> dict[str, float]:
+    """When each job went SUCCEEDED, once all have and the bare watch saw every Job
+    complete, or at `deadline` (monotonic) with those that have."""
+    while True:
+        succeeded = transitions(db, "SUCCEEDED")
+        done = all(j in succeeded for j in ids) and all(j in jobs.seen for j in ids)
+        if done or time.monotonic() >= deadline:
+            return succeeded
+        time.sleep(1)
 
 
 def submit(server: Serve, names: list[str], threads: int, run: str) -> dict[str, float]:
@@ -298,13 +312,7 @@ def step(
     submit_s = time.monotonic() - began
     ids = list(submitted)
     print(f"  {len(ids)} submitted in {submit_s:.1f} s", flush=True)
-    deadline = time.monotonic() + args.timeout
-    succeeded: dict[str, float] = {}
-    while time.monotonic() < deadline:
-        succeeded = transitions(db, "SUCCEEDED")
-        if all(j in succeeded for j in ids) and all(j in jobs.seen for j in ids):
-            break
-        time.sleep(2)
+    succeeded = all_succeeded(db, ids, jobs, time.monotonic() + args.timeout)
     all_done_s = time.monotonic() - began
     finished = sum(j in succeeded for j in ids)
     cpu1, rss = process_sample(server.proc.pid)
@@ -416,7 +424,7 @@ def main() -> int:
                 break
         if args.backlog:
             print(f"backlog: {args.backlog} jobs committed at once", flush=True)
-            report["backlog"] = backlog(args, db, testbed)
+            report["backlog"] = backlog(args, db, testbed, watches)
         server_log = server.log.read_text(errors="replace")
     report["server_log_errors"] = sum('"ERROR"' in line for line in server_log.splitlines())
     verdict = judge(report)
@@ -429,11 +437,18 @@ def main() -> int:
     return 0 if all(s["finished"] == s["jobs_added"] for s in report["steps"]) else 1
 
 
-def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[str, Any]:
+def backlog(
+    args: argparse.Namespace,
+    db: Database,
+    testbed: Testbed,
+    watches: tuple[BareWatch, BareWatch],
+) -> dict[str, Any]:
     """The dispatcher's own throughput: `--backlog` jobs committed to the outbox in one
     transaction (what a burst of submissions leaves behind when it outruns the
     dispatcher), Jobs created per second from the first to the last QUEUED; then a
-    bare client creating as many Jobs."""
+    bare client creating as many Jobs. Then, once the backlog's jobs have SUCCEEDED,
+    their propagation beside the bare watches': the syncer's rounds wait for a backlog
+    (control/runner.py, BACKLOG_FIRST), and this is what that costs them."""
     with db.read_only() as session:
         # The namespace the server gave the ramp's jobs (from its settings).
         ours = select(Job.namespace).where(Job.project == PROJECT).limit(1)
@@ -464,6 +479,8 @@ def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[st
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     count = min(args.backlog, args.bare_max)
     bare = bare_creates(testbed, count, args.status_url, workers=args.workers)
+    pods, jobs = watches
+    succeeded = all_succeeded(db, ids, jobs, deadline)
     result = {
         "jobs": args.backlog,
         "workers": args.workers,
@@ -471,6 +488,8 @@ def backlog(args: argparse.Namespace, db: Database, testbed: Testbed) -> dict[st
         "first_queued_after_commit_s": round(times[0] - committed, 2) if times else None,
         "dispatch_per_s": round(rate, 1),
         "bare_create_per_s": round(bare, 1),
+        "running": lags(ids, transitions(db, "RUNNING"), pods),
+        "succeeded": lags(ids, succeeded, jobs),
     }
     print(f"  {result}", flush=True)
     return result
@@ -521,6 +540,14 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
             f"bare client {b['bare_create_per_s']}/s "
             f"({b['dispatch_per_s'] / b['bare_create_per_s']:.2f} of it)"
         )
+        if "running" in b:  # not judged: what the backlog's priority costs the syncer
+            lines.append(
+                "  its jobs' propagation, p50/p99 s, DB (bare watch): RUNNING "
+                f"{b['running']['db']['p50_s']}/{b['running']['db']['p99_s']} "
+                f"({b['running']['watch']['p50_s']}/{b['running']['watch']['p99_s']}), "
+                f"SUCCEEDED {b['succeeded']['db']['p50_s']}/{b['succeeded']['db']['p99_s']} "
+                f"({b['succeeded']['watch']['p50_s']}/{b['succeeded']['watch']['p99_s']})"
+            )
     if len(steps) > 1:
         first, last = steps[0], steps[-1]
         growth = {

@@ -403,3 +403,38 @@ def test_a_claim_the_database_fails_ends_the_flow_once_the_calls_made_are_writte
     for job_id in [*jobs, later]:
         assert stored(db, job_id).business_state == BusinessState.QUEUED
     assert dispatched[-1] == later
+
+
+def test_a_flow_is_behind_while_its_claims_are_full_and_caught_up_after(
+    db: Database, testbed: Testbed, namespace: str, monkeypatch
+) -> None:
+    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(5)]
+    claim, create_ = Dispatcher._claim, Dispatcher._create
+    seen: list[str] = []
+
+    def claiming(self: Dispatcher, limit: int) -> Any:
+        taken = claim(self, limit)
+        seen.append(f"claim of {taken[0]}")
+        return taken
+
+    async def creating(self: Dispatcher, job: Any) -> Any:
+        # What a syncer's round would meet as each call starts.
+        seen.append("caught up" if self.caught_up.is_set() else "behind")
+        return await create_(self, job)
+
+    monkeypatch.setattr(Dispatcher, "_claim", claiming)
+    monkeypatch.setattr(Dispatcher, "_create", creating)
+
+    async def run() -> bool:
+        async with dispatcher_on(db, testbed) as dispatcher:
+            assert dispatcher.caught_up.is_set()  # nothing claimed yet
+            await dispatcher._flow(3)
+            return dispatcher.caught_up.is_set()
+
+    assert asyncio.run(run())  # the flow ended: caught up
+    # The claim of 3 (full) put it behind for its calls; the claim of 2 caught it up.
+    assert seen[:4] == ["claim of 3", "behind", "behind", "behind"]
+    assert seen.index("claim of 2") < len(seen) - 2
+    assert seen[seen.index("claim of 2") + 1 :] == ["caught up", "caught up"]
+    for job_id in jobs:
+        assert stored(db, job_id).business_state == BusinessState.QUEUED

@@ -22,7 +22,9 @@ manifests), taken while calls are in flight once fewer than 50 claimed jobs wait
 to start; outcomes are written in batches of what ended while the last batch was
 written. No transaction is open during a call. Transactions per job would cost each
 job thread hand-offs and turns on SQLite's one writer. Outcomes the database failed
-to write are kept and written with the next batch.
+to write are kept and written with the next batch. While a flow works through a
+backlog (its last claim was full), the syncer's rounds wait for it (`caught_up`,
+bounded by control/runner.py's BACKLOG_FIRST): they share one interpreter.
 """
 
 from __future__ import annotations
@@ -146,6 +148,10 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.on_dispatched = on_dispatched
         self.wake = asyncio.Event()
+        # Clear while a flow works through a backlog (its last claim was full: more jobs
+        # were due than a claim takes), for `backlog_through`.
+        self.caught_up = asyncio.Event()
+        self.caught_up.set()
         self.created = 0
         self.failures = 0
         # The last write of outcomes held creates that no API server answered and no Job
@@ -188,6 +194,12 @@ class Dispatcher:
                 continue
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self.wake.wait(), self.poll_interval)
+
+    async def backlog_through(self, at_most: float) -> None:
+        """Returns once no backlog is being worked through, or after `at_most` seconds."""
+        if not self.caught_up.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self.caught_up.wait(), at_most)
 
     async def dispatch_once(self, limit: int = BATCH) -> bool:
         """One round: claim what is due (up to `limit` creates and as many deletes), make
@@ -238,6 +250,10 @@ class Dispatcher:
                         raised.append(exc)
                         prepared, deletes, full = [], [], False
                     claim = None
+                    if full:
+                        self.caught_up.clear()
+                    else:
+                        self.caught_up.set()
                     claimed.extend(functools.partial(self._create, job) for job in prepared)
                     claimed.extend(functools.partial(self._delete, *gone) for gone in deletes)
                 for call in [call for call in calls if call.done()]:
@@ -256,6 +272,8 @@ class Dispatcher:
                 if going_on is not None:
                     going_on.cancel()
             raise
+        finally:
+            self.caught_up.set()
         for error in raised:
             raise error
         return full

@@ -34,6 +34,12 @@ from kubetrain.store import Database
 
 log = logging.getLogger(__name__)
 
+# Seconds a syncer's round waits at most for the dispatcher's backlog to be through.
+# Creating the Jobs of waiting jobs comes first: the syncer's rounds record what the
+# Jobs already made went through, and on one interpreter they took the dispatcher's
+# turns (docs/benchmarks.md). The bound keeps the syncer going through a long backlog.
+BACKLOG_FIRST = 2.0
+
 
 def default_identity() -> str:
     return f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:6]}"
@@ -108,6 +114,10 @@ class ControlLoops:
                 problems.append(f"the watch of {name} has not listed yet")
         return problems
 
+    async def _dispatch_first(self) -> None:
+        if self.dispatcher is not None:
+            await self.dispatcher.backlog_through(BACKLOG_FIRST)
+
     async def run(self) -> None:
         self._loop = asyncio.get_running_loop()
         http = http_client(self.config)
@@ -127,22 +137,30 @@ class ControlLoops:
         finally:
             await http.aclose()
 
-    async def _work(self, http: HttpClient, client: TypedClient) -> None:
-        # Fresh caches for every term as leader: a standby's view may be stale.
+    def _term(
+        self, http: HttpClient, client: TypedClient
+    ) -> tuple[ClusterCache, Syncer, Dispatcher]:
+        """The caches and loops of one term as leader: fresh each term, since a
+        standby's view may be stale."""
         cache = self.cache = ClusterCache(http)
-        self.syncer = Syncer(
+        syncer = self.syncer = Syncer(
             self.db,
             cache,
             resync_interval=self.resync_interval,
             stall_after=self.stall_after,
             on_cancelled=self.notify,  # the dispatcher deletes a cancelled job's Job
+            yield_to=self._dispatch_first,
         )
-        self.dispatcher = Dispatcher(
+        dispatcher = self.dispatcher = Dispatcher(
             self.db,
             client,
             render_options=self.render_options,
-            on_dispatched=self.syncer.note_dispatched,
+            on_dispatched=syncer.note_dispatched,
         )
+        return cache, syncer, dispatcher
+
+    async def _work(self, http: HttpClient, client: TypedClient) -> None:
+        cache, syncer, dispatcher = self._term(http, client)
         log.info("control loops running as %s", self.identity)
         try:
             async with webhook_poster(
@@ -152,7 +170,7 @@ class ControlLoops:
             ) as post:
                 self.notifier = Notifier(self.db, post, max_in_flight=self.webhook_max_in_flight)
                 await asyncio.gather(
-                    cache.run(), self.syncer.run(), self.dispatcher.run(), self.notifier.run()
+                    cache.run(), syncer.run(), dispatcher.run(), self.notifier.run()
                 )
         finally:
             self.cache = None  # a standby's view would go stale

@@ -14,7 +14,7 @@ import asyncio
 import itertools
 import logging
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
@@ -81,10 +81,13 @@ class Syncer:
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         monotonic: Callable[[], float] = time.monotonic,
         on_cancelled: Callable[[], None] | None = None,
+        yield_to: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """`clock` dates what the syncer writes; `monotonic` times marks, lags, the
         dispatch grace and the rounds' stages. `on_cancelled` (on the event loop): the
-        syncer cancelled a stalled job (spec.cancelAfterStall), whose Job is to delete."""
+        syncer cancelled a stalled job (spec.cancelAfterStall), whose Job is to delete.
+        `yield_to` is awaited before each round: the process's other work that goes
+        first (the dispatcher's backlog, whose wait it bounds)."""
         self.db = db
         self.cache = cache
         self.resync_interval = resync_interval
@@ -92,6 +95,7 @@ class Syncer:
         self.clock = clock
         self.monotonic = monotonic
         self.on_cancelled = on_cancelled
+        self.yield_to = yield_to
         # job id -> monotonic time first marked. Jobs a watch event of their own
         # marked go first; the resync's and cluster-wide changes' marks (every
         # unfinished job at once) fill the rest of a round, so that they never
@@ -195,6 +199,8 @@ class Syncer:
                 self.wake.clear()
                 await self.wake.wait()
                 continue  # what woke it may be a cluster-wide change, to mark first
+            if self.yield_to is not None:
+                await self.yield_to()
             batch = self._next_batch()
             try:
                 failed = await self.sync_batch(batch)
