@@ -20,6 +20,7 @@ from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
 from kubetrain.cluster.client import load_config, typed_client
+from kubetrain.control import dispatcher as dispatcher_module
 from kubetrain.control.dispatcher import Dispatcher
 from kubetrain.domain.manifest import LABEL_JOB_ID, RenderOptions, job_name, render_job
 from kubetrain.domain.spec import parse_training_job
@@ -405,21 +406,22 @@ def test_a_claim_the_database_fails_ends_the_flow_once_the_calls_made_are_writte
     assert dispatched[-1] == later
 
 
-def test_a_flow_is_behind_while_its_claims_are_full_and_caught_up_after(
+def test_a_flow_is_behind_after_full_claims_in_a_row_and_caught_up_after(
     db: Database, testbed: Testbed, namespace: str, monkeypatch
 ) -> None:
-    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(5)]
+    monkeypatch.setattr(dispatcher_module, "BACKLOG_CLAIMS", 2)  # at a limit of 2: 4 jobs
+    jobs = [submit(db, namespace, f"backlog-{i}") for i in range(5)]  # claims of 2, 2, 1
     claim, create_ = Dispatcher._claim, Dispatcher._create
-    seen: list[str] = []
+    claims: list[list[str]] = []
+    met: dict[str, bool] = {}  # job id -> caught up as its call started
 
     def claiming(self: Dispatcher, limit: int) -> Any:
         taken = claim(self, limit)
-        seen.append(f"claim of {taken[0]}")
+        claims.append([prepared.job_id for prepared in taken[1]])
         return taken
 
     async def creating(self: Dispatcher, job: Any) -> Any:
-        # What a syncer's round would meet as each call starts.
-        seen.append("caught up" if self.caught_up.is_set() else "behind")
+        met[job.job_id] = self.caught_up.is_set()  # what a syncer's round would meet
         return await create_(self, job)
 
     monkeypatch.setattr(Dispatcher, "_claim", claiming)
@@ -428,13 +430,14 @@ def test_a_flow_is_behind_while_its_claims_are_full_and_caught_up_after(
     async def run() -> bool:
         async with dispatcher_on(db, testbed) as dispatcher:
             assert dispatcher.caught_up.is_set()  # nothing claimed yet
-            await dispatcher._flow(3)
+            await dispatcher._flow(2)
             return dispatcher.caught_up.is_set()
 
     assert asyncio.run(run())  # the flow ended: caught up
-    # The claim of 3 (full) put it behind for its calls; the claim of 2 caught it up.
-    assert seen[:4] == ["claim of 3", "behind", "behind", "behind"]
-    assert seen.index("claim of 2") < len(seen) - 2
-    assert seen[seen.index("claim of 2") + 1 :] == ["caught up", "caught up"]
+    assert [len(c) for c in claims] == [2, 2, 1]
+    first, second, last = claims
+    assert all(met[job_id] for job_id in first)  # one full claim is no backlog
+    assert not met[second[0]]  # the second full claim in a row: behind, the syncer waits
+    assert met[last[0]]  # a claim that is not full: caught up
     for job_id in jobs:
         assert stored(db, job_id).business_state == BusinessState.QUEUED

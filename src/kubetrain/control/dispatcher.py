@@ -23,8 +23,9 @@ to start; outcomes are written in batches of what ended while the last batch was
 written. No transaction is open during a call. Transactions per job would cost each
 job thread hand-offs and turns on SQLite's one writer. Outcomes the database failed
 to write are kept and written with the next batch. While a flow works through a
-backlog (its last claim was full), the syncer's rounds wait for it (`caught_up`,
-bounded by control/runner.py's BACKLOG_FIRST): they share one interpreter.
+backlog (`BACKLOG_CLAIMS` full claims in a row), the syncer's rounds wait for it
+(`caught_up`, each at most control/runner.py's BACKLOG_FIRST): they share one
+interpreter.
 """
 
 from __future__ import annotations
@@ -125,6 +126,10 @@ class _Deleted:
 
 _Outcome = _Created | _Failed | _Deleted | _Waiting
 BATCH = 50  # calls in flight at once, and jobs a claim takes at most
+# Full claims in a row that make a backlog (200 jobs at BATCH 50): then the Jobs to
+# create go before the syncer's rounds (`caught_up`). Fewer are the ordinary queue
+# of a busy API, which the syncer keeps pace with.
+BACKLOG_CLAIMS = 4
 # A claim: how many jobs it claimed, their preparations, and the Jobs to delete (job id,
 # namespace, name).
 _Claim = tuple[int, list[_Prepared], list[tuple[str, str, str]]]
@@ -148,8 +153,8 @@ class Dispatcher:
         self.poll_interval = poll_interval
         self.on_dispatched = on_dispatched
         self.wake = asyncio.Event()
-        # Clear while a flow works through a backlog (its last claim was full: more jobs
-        # were due than a claim takes), for `backlog_through`.
+        # Clear while a flow works through a backlog (`BACKLOG_CLAIMS` full claims in a
+        # row, the last one included), for `backlog_through`.
         self.caught_up = asyncio.Event()
         self.caught_up.set()
         self.created = 0
@@ -225,7 +230,7 @@ class Dispatcher:
         recording: asyncio.Future[None] | None = None
         ended: list[_Outcome] = []
         raised: list[BaseException] = []  # raised once the other outcomes are written
-        full, claims = True, 0
+        full, claims, in_a_row = True, 0, 0
         try:
             while True:
                 if claim is None and full and not (once and claims) and len(claimed) < limit:
@@ -250,7 +255,8 @@ class Dispatcher:
                         raised.append(exc)
                         prepared, deletes, full = [], [], False
                     claim = None
-                    if full:
+                    in_a_row = in_a_row + 1 if full else 0
+                    if in_a_row >= BACKLOG_CLAIMS:
                         self.caught_up.clear()
                     else:
                         self.caught_up.set()

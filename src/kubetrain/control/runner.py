@@ -38,7 +38,7 @@ log = logging.getLogger(__name__)
 # Creating the Jobs of waiting jobs comes first: the syncer's rounds record what the
 # Jobs already made went through, and on one interpreter they took the dispatcher's
 # turns (docs/benchmarks.md). The bound keeps the syncer going through a long backlog.
-BACKLOG_FIRST = 2.0
+BACKLOG_FIRST = 1.0
 
 
 def default_identity() -> str:
