@@ -363,6 +363,7 @@ async def _submit(
         await run_in_threadpool(_dataset_version, context, training_job)
     else:
         _dataset_version(context, training_job)
+    spec = training_job.model_dump(mode="json")
     try:
         submission = await context.submissions.submit(
             NewSubmission(
@@ -370,9 +371,9 @@ async def _submit(
                 name=training_job.metadata.name,
                 owner=caller.name,
                 namespace=namespace,
-                spec=training_job.model_dump(mode="json"),
+                spec=spec,
                 idempotency_key=idempotency_key,
-                digest=training_job_digest(training_job),
+                digest=training_job_digest(training_job, spec),
                 source=Source.API,
             )
         )
