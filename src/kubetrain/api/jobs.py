@@ -389,9 +389,9 @@ async def _submit(
     job = submission.job
     if not submission.replayed:
         context.changed()
-        return JobStatus.of(job, None), False  # a new job has no attempt
+        return JobStatus.unchecked(job), False  # a new job has no attempt
     if not job.current_attempt:
-        return JobStatus.of(job, None), True
+        return JobStatus.unchecked(job), True
     return await run_in_threadpool(_replayed_status, context, job), True
 
 
