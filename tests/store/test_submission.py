@@ -318,7 +318,7 @@ def test_twenty_concurrent_submit_and_commits_with_one_key_make_one_job(db: Data
         assert (count(session, Job), count(session, Transition)) == (1, 1)
 
 
-@pytest.mark.parametrize("path", ["submit_and_commit", "submit_job"])
+@pytest.mark.parametrize("path", ["submit_and_commit", "submit_job", "one_batch"])
 def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path: str) -> None:
     with db.transaction() as session:
         hooks = {
@@ -336,6 +336,13 @@ def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path:
         job_id = commit(db, SPEC, "k").job.id
         replay = commit(db, SPEC, "k")
         quiet = commit(db, SPEC, None, project="team-c").job.id
+    elif path == "one_batch":
+        batch = [queued(SPEC, "k"), queued(SPEC, "k"), queued(SPEC, None, project="team-c")]
+        first, again, other = submit_many_and_commit(db, batch)
+        assert isinstance(first, Submission)
+        assert isinstance(again, Submission)
+        assert isinstance(other, Submission)
+        job_id, replay, quiet = first.job.id, again, other.job.id
     else:
         with db.transaction() as session:
             job_id = submit(session, SPEC, "k").job.id
@@ -344,15 +351,15 @@ def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path:
     assert replay.replayed
     with db.read_only() as session:
         [row] = job_history(session, "ai-training", job_id)
-        queued = session.execute(
+        delivered = session.execute(
             select(
                 WebhookDelivery.webhook_id, WebhookDelivery.transition_id, WebhookDelivery.event_key
             )
         ).all()
         assert job_history(session, "team-c", quiet)  # written, with nothing to deliver
-    assert {hook for hook, _, _ in queued} == hooks  # the project's, not team-b's
-    assert {transition for _, transition, _ in queued} == {row.id}
-    keys = [key for _, _, key in queued]
+    assert {hook for hook, _, _ in delivered} == hooks  # the project's, not team-b's
+    assert {transition for _, transition, _ in delivered} == {row.id}
+    keys = [key for _, _, key in delivered]
     assert len(set(keys)) == 2
     assert all(len(key) == 32 and int(key, 16) >= 0 for key in keys)
 
