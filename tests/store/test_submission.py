@@ -11,7 +11,7 @@ from datetime import datetime
 import psycopg
 import pytest
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import func, insert, make_url, select, text
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -547,3 +547,14 @@ def test_a_postgresql_server_that_refuses_connections_fails_every_submission_of_
     assert [told(each) for each in outcomes] == ["OperationalError"] * 2
     with db.read_only() as session:
         assert count(session, Job) == 0
+
+
+def test_each_statement_knows_whether_it_returns_rows() -> None:
+    """Known when compiled, not asked of the cursor after each execution."""
+    for url in ("postgresql+psycopg://", "sqlite://"):
+        dialect = make_url(url).get_dialect()()
+        statements = jobs_module._compile_statements(dialect)
+        assert statements.hooks.returns_rows
+        assert not statements.delivery.returns_rows
+        for each in (statements.job_and_first_row, statements.job, statements.first_row):
+            assert each is None or each.returns_rows  # an INSERT's RETURNING, a SELECT
