@@ -42,7 +42,7 @@ from _plots import paired_bars
 from _serve import Serve, training_job
 
 from kubetrain.domain.spec import parse_training_job, spec_digest
-from kubetrain.store import Database, submit_and_commit
+from kubetrain.store import Database, NewSubmission, submit_and_commit
 
 TARGET_PER_S = 200
 
@@ -149,13 +149,15 @@ def raw_phase(database_url: str, threads: int, per_thread: int) -> dict[str, Any
             def insert(i: int) -> None:
                 submit_and_commit(
                     db,
-                    project="raw",
-                    name=f"r-{run}-{index}-{i}",
-                    owner="bench",
-                    namespace="raw",
-                    spec=spec,
-                    digest=digest,
-                    idempotency_key=f"{run}-{index}-{i}",
+                    NewSubmission(
+                        project="raw",
+                        name=f"r-{run}-{index}-{i}",
+                        owner="bench",
+                        namespace="raw",
+                        spec=spec,
+                        digest=digest,
+                        idempotency_key=f"{run}-{index}-{i}",
+                    ),
                 )
 
             return insert

@@ -16,6 +16,7 @@ from starlette.routing import Match
 
 from kubetrain.api import create_app
 from kubetrain.api.jobs import PlainSubmitRoute
+from kubetrain.api.schemas import JobStatus
 from kubetrain.settings import ServerSettings
 from kubetrain.store import Database, Job, Transition, job_history
 from kubetrain.store.models import Role
@@ -63,6 +64,22 @@ def test_a_new_job_is_201_with_its_location_and_wakes_the_dispatcher(
         assert stored.spec["metadata"]["project"] == PROJECT  # filled in from the path
         [row] = job_history(session, PROJECT, body["id"])
     assert (row.to_state, row.to_reason, row.source) == ("CREATED", "JOB_NOT_CREATED", "api")
+
+
+def test_the_answer_is_the_checked_status_of_the_stored_job(
+    client: TestClient, tokens: Tokens, db: Database
+) -> None:
+    """The answers of a submission and of its replay, built without pydantic's checks
+    (`JobStatus.unchecked`), are the checked `JobStatus` of the job as stored."""
+    first = submit(client, tokens, key="k")
+    again = submit(client, tokens, key="k")
+    with db.read_only() as session:
+        stored = session.get(Job, first.json()["id"])
+        assert stored is not None
+        expected = json.loads(JobStatus.of(stored, None).model_dump_json(by_alias=True))
+    assert (first.status_code, again.status_code) == (201, 200)
+    assert first.json() == expected
+    assert again.json() == expected
 
 
 def test_the_same_key_and_job_is_the_same_job_and_another_job_is_409(

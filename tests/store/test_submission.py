@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import socket
 import threading
+import time
 from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime
 
 import psycopg
 import pytest
 from sqlalchemy import exc as sa_exc
-from sqlalchemy import func, insert, select, text
+from sqlalchemy import func, insert, make_url, select, text
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.states import BusinessState, ReasonCode
@@ -18,6 +19,7 @@ from kubetrain.store import (
     Database,
     IdempotencyConflict,
     Job,
+    NewSubmission,
     Source,
     Submission,
     Transition,
@@ -25,6 +27,7 @@ from kubetrain.store import (
     job_history,
     submit_and_commit,
     submit_job,
+    submit_many_and_commit,
 )
 from kubetrain.store import db as db_module
 from kubetrain.store import jobs as jobs_module
@@ -207,6 +210,21 @@ def test_a_caller_digest_decides_what_counts_as_the_same_spec(db: Database) -> N
 # -- submit_and_commit: the API's path, on the driver's cursor ----------------------
 
 
+def queued(
+    spec: dict[str, object], key: str | None, project: str = "ai-training", now: datetime = T0
+) -> NewSubmission:
+    return NewSubmission(
+        project=project,
+        name="train",
+        owner="alice",
+        namespace=project,
+        spec=spec,
+        digest=digest_of(spec),
+        idempotency_key=key,
+        now=now,
+    )
+
+
 def commit(
     db: Database,
     spec: dict[str, object],
@@ -214,17 +232,7 @@ def commit(
     project: str = "ai-training",
     now: datetime = T0,
 ) -> Submission:
-    return submit_and_commit(
-        db,
-        project=project,
-        name="train",
-        owner="alice",
-        namespace=project,
-        spec=spec,
-        idempotency_key=key,
-        digest=digest_of(spec),
-        now=now,
-    )
+    return submit_and_commit(db, queued(spec, key, project, now))
 
 
 def test_the_driver_stores_what_sqlalchemy_would_store(db: Database) -> None:
@@ -310,7 +318,7 @@ def test_twenty_concurrent_submit_and_commits_with_one_key_make_one_job(db: Data
         assert (count(session, Job), count(session, Transition)) == (1, 1)
 
 
-@pytest.mark.parametrize("path", ["submit_and_commit", "submit_job"])
+@pytest.mark.parametrize("path", ["submit_and_commit", "submit_job", "one_batch"])
 def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path: str) -> None:
     with db.transaction() as session:
         hooks = {
@@ -328,6 +336,13 @@ def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path:
         job_id = commit(db, SPEC, "k").job.id
         replay = commit(db, SPEC, "k")
         quiet = commit(db, SPEC, None, project="team-c").job.id
+    elif path == "one_batch":
+        batch = [queued(SPEC, "k"), queued(SPEC, "k"), queued(SPEC, None, project="team-c")]
+        first, again, other = submit_many_and_commit(db, batch)
+        assert isinstance(first, Submission)
+        assert isinstance(again, Submission)
+        assert isinstance(other, Submission)
+        job_id, replay, quiet = first.job.id, again, other.job.id
     else:
         with db.transaction() as session:
             job_id = submit(session, SPEC, "k").job.id
@@ -336,17 +351,33 @@ def test_a_new_job_is_queued_for_each_webhook_of_its_project(db: Database, path:
     assert replay.replayed
     with db.read_only() as session:
         [row] = job_history(session, "ai-training", job_id)
-        queued = session.execute(
+        delivered = session.execute(
             select(
                 WebhookDelivery.webhook_id, WebhookDelivery.transition_id, WebhookDelivery.event_key
             )
         ).all()
         assert job_history(session, "team-c", quiet)  # written, with nothing to deliver
-    assert {hook for hook, _, _ in queued} == hooks  # the project's, not team-b's
-    assert {transition for _, transition, _ in queued} == {row.id}
-    keys = [key for _, _, key in queued]
+    assert {hook for hook, _, _ in delivered} == hooks  # the project's, not team-b's
+    assert {transition for _, transition, _ in delivered} == {row.id}
+    keys = [key for _, _, key in delivered]
     assert len(set(keys)) == 2
     assert all(len(key) == 32 and int(key, 16) >= 0 for key in keys)
+
+
+def deliveries_refused(db: Database, monkeypatch: pytest.MonkeyPatch, project: str) -> None:
+    """A webhook in `project`, and its submissions' delivery rows made to name no
+    webhook: a foreign key the database refuses, failing those submissions alone."""
+    real = webhooks_module.deliveries
+
+    def broken(row_id: int, hooks: object) -> list[dict[str, object]]:
+        return [{**row, "webhook_id": "no-such-webhook"} for row in real(row_id, ["x"])]
+
+    with db.transaction() as session:
+        create_webhook(
+            session, project=project, url="https://hooks.example/", events=[],
+            created_by="admin", now=T0,
+        )  # fmt: skip
+    monkeypatch.setattr(jobs_module, "deliveries", broken)
 
 
 def test_a_failed_submit_and_commit_writes_nothing_and_leaves_a_sqlalchemy_error(
@@ -355,17 +386,7 @@ def test_a_failed_submit_and_commit_writes_nothing_and_leaves_a_sqlalchemy_error
     """A driver error mid-transaction rolls the whole submission back and leaves as
     SQLAlchemy's error (what the API's handlers answer); the pool's connection is
     fine for the next one."""
-    real = webhooks_module.deliveries
-
-    def broken(row_id: int, hooks: object) -> list[dict[str, object]]:
-        return [{**row, "webhook_id": "no-such-webhook"} for row in real(row_id, ["x"])]
-
-    with db.transaction() as session:
-        create_webhook(
-            session, project="ai-training", url="https://hooks.example/", events=[],
-            created_by="admin", now=T0,
-        )  # fmt: skip
-    monkeypatch.setattr(jobs_module, "deliveries", broken)
+    deliveries_refused(db, monkeypatch, "ai-training")
     with pytest.raises(sa_exc.IntegrityError):  # the delivery's foreign key
         commit(db, SPEC, "k")
     monkeypatch.undo()
@@ -418,3 +439,122 @@ def test_a_postgresql_server_that_refuses_connections_is_a_503_error(db: Databas
             commit(refused, SPEC, "refused")
     finally:
         refused.dispose()
+
+
+# -- submit_many_and_commit: a batch in one transaction (the API's group commit) ------
+
+
+def told(outcome: Submission | Exception) -> str:
+    """An outcome in words: new, the replay or conflict of which job, or the error."""
+    if isinstance(outcome, IdempotencyConflict):
+        return f"conflict with {outcome.existing_job_id}"
+    if isinstance(outcome, Exception):
+        return type(outcome).__name__
+    return f"replay of {outcome.job.id}" if outcome.replayed else "new"
+
+
+def test_a_batch_gives_what_the_same_submissions_one_after_another_give(db: Database) -> None:
+    """New jobs, a key taken before the batch (replay and conflict), and one key twice
+    within the batch (the second a replay of the first, a third with another spec a
+    conflict), all in one transaction."""
+    before = commit(db, SPEC, "old")
+    outcomes = submit_many_and_commit(
+        db,
+        [
+            queued(SPEC, "a"),
+            queued(SPEC, None),
+            queued(SPEC, "old"),  # replay of the earlier job
+            queued({"x": 1}, "old"),  # conflict with it
+            queued({"y": 1}, "twice"),
+            queued({"y": 1}, "twice"),  # replay of the batch's own job
+            queued({"y": 2}, "twice"),  # conflict with it
+            queued(SPEC, "a", project="team-b"),  # keys are per project
+        ],
+    )
+    new, no_key, replay, _, first, _, _, other = outcomes
+    assert isinstance(replay, Submission)
+    assert isinstance(first, Submission)
+    assert [told(each) for each in outcomes] == [
+        "new",
+        "new",
+        f"replay of {before.job.id}",
+        f"conflict with {before.job.id}",
+        "new",
+        f"replay of {first.job.id}",
+        f"conflict with {first.job.id}",
+        "new",
+    ]
+    with db.read_only() as session:
+        assert (count(session, Job), count(session, Transition)) == (5, 5)
+        for each in (new, no_key, first, other):
+            assert isinstance(each, Submission)
+            assert len(job_history(session, each.job.project, each.job.id)) == 1
+
+
+def test_one_failing_submission_fails_only_itself(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submission whose statements fail (here its project's webhook delivery row, made
+    to name no webhook: a foreign key the database refuses) rolls the batch back; each
+    is then written alone: the others are stored, it alone fails, nothing of it half
+    written."""
+    deliveries_refused(db, monkeypatch, "hooked")
+    outcomes = submit_many_and_commit(
+        db, [queued(SPEC, "1"), queued(SPEC, "2", project="hooked"), queued(SPEC, "3")]
+    )
+    monkeypatch.undo()
+    one, _, three = outcomes
+    assert [told(each) for each in outcomes] == ["new", "IntegrityError", "new"]
+    assert isinstance(one, Submission)
+    assert isinstance(three, Submission)
+    with db.read_only() as session:
+        stored = set(session.scalars(select(Job.id)))
+        assert stored == {one.job.id, three.job.id}
+        assert count(session, Transition) == 2
+        assert not session.scalars(select(WebhookDelivery)).all()
+
+
+@pytest.mark.parametrize("backend", ["sqlite"], indirect=True)
+def test_a_locked_database_fails_the_whole_batch_once_and_writes_nothing(
+    db: Database, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database unreachable (here SQLite's writer lock held past the busy timeout):
+    every submission of the batch gets the error (the API's 503) after one timeout,
+    not one timeout each, and nothing is written."""
+    monkeypatch.setattr(db_module, "SQLITE_BUSY_TIMEOUT_S", 0.3)
+    with writer_held(db):
+        began = time.monotonic()
+        outcomes = submit_many_and_commit(db, [queued(SPEC, str(i)) for i in range(5)])
+        waited = time.monotonic() - began
+    assert [told(each) for each in outcomes] == ["OperationalError"] * 5
+    assert waited < 1.0
+    with db.read_only() as session:
+        assert session.scalars(select(Job.name)).all() == ["holder"]
+
+
+@pytest.mark.parametrize("backend", ["postgresql"], indirect=True)
+def test_a_postgresql_server_that_refuses_connections_fails_every_submission_of_a_batch(
+    db: Database,
+) -> None:
+    with socket.socket() as probe:  # a port on which nothing listens
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    refused = Database(db.url.set(port=port).render_as_string(hide_password=False))
+    try:
+        outcomes = submit_many_and_commit(refused, [queued(SPEC, "1"), queued(SPEC, "2")])
+    finally:
+        refused.dispose()
+    assert [told(each) for each in outcomes] == ["OperationalError"] * 2
+    with db.read_only() as session:
+        assert count(session, Job) == 0
+
+
+def test_each_statement_knows_whether_it_returns_rows() -> None:
+    """Known when compiled, not asked of the cursor after each execution."""
+    for url in ("postgresql+psycopg://", "sqlite://"):
+        dialect = make_url(url).get_dialect()()
+        statements = jobs_module._compile_statements(dialect)
+        assert statements.hooks.returns_rows
+        assert not statements.delivery.returns_rows
+        for each in (statements.job_and_first_row, statements.job, statements.first_row):
+            assert each is None or each.returns_rows  # an INSERT's RETURNING, a SELECT

@@ -1060,6 +1060,14 @@ def test_the_digest_sees_every_change(path, value):
     assert digest(put(full(), path, value)) != digest(full())
 
 
+def test_the_digest_of_a_dump_made_already_is_the_same_and_leaves_it_unchanged():
+    job = parse_training_job(put(full(), "spec.resources.limits", {"cpu": "8", "memory": "32Gi"}))
+    dumped = job.model_dump(mode="json")
+    before = copy.deepcopy(dumped)
+    assert spec_digest(job, dumped) == spec_digest(job)
+    assert dumped == before  # the API stores this very dump as the job's spec
+
+
 def test_a_job_without_stall_after_keeps_the_digest_it_had_before_the_field():
     # The field is left out of the normalised job, not written as null.
     assert "stallAfter" not in _normalized(parse_training_job(full()))["spec"]

@@ -12,6 +12,7 @@ from fastapi import Request
 
 from kubetrain.api.principal import Principal
 from kubetrain.api.streams import StreamSlots
+from kubetrain.api.submissions import SubmissionWriter
 from kubetrain.api.token_cache import VerifiedTokens
 from kubetrain.cluster.logs import PodLogs
 from kubetrain.cluster.tokenreview import PodIdentity, TokenReviewer
@@ -50,6 +51,11 @@ class ApiContext:
     pod_tokens: TokenReviewer | None = None
     # The Pods those tokens were found bound to in the last seconds, by the token's hash.
     pods: VerifiedTokens[PodIdentity] = field(default_factory=VerifiedTokens)
+    # The submissions' queue and writer thread (api/submissions.py), on `db`.
+    submissions: SubmissionWriter = field(init=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "submissions", SubmissionWriter(self.db))  # frozen
 
     def reported(self, job_id: str) -> None:
         """Tell the syncer a Pod of the job reported a new phase (it may now be TRAINING)."""

@@ -76,6 +76,7 @@ from kubetrain.store import (
     IdempotencyConflict,
     InvalidCursor,
     Job,
+    NewSubmission,
     Source,
     apply_business_change,
     count_checkpoints,
@@ -90,7 +91,6 @@ from kubetrain.store import (
     resolve_job_dataset,
     resume_lineage,
     step_series,
-    submit_and_commit,
 )
 from kubetrain.store.usage import attempt_usage
 
@@ -201,11 +201,9 @@ async def submit(
         return JSONResponse(
             await run_in_threadpool(_dry_run, context, caller, project, body, snapshot)
         )
-    # async, with the work in one worker thread: a plain `def` costs a second
-    # thread hop, FastAPI then checking the returned model in the pool too.
-    status, replayed = await run_in_threadpool(
-        _submit, context, caller, project, body, idempotency_key
-    )
+    # async: the checks on the event loop, the write by the submission writer
+    # (api/submissions.py); a plain `def` would cost a thread hop besides.
+    status, replayed = await _submit(context, caller, project, body, idempotency_key)
     path = router.prefix.format(project=quote(project, safe=""))
     response.headers["Location"] = f"{path}/{quote(status.id, safe='')}"
     if replayed:
@@ -241,7 +239,7 @@ async def submit_plain(request: Request) -> Response:
     caller = await _may_submit(project, caller, context)
     body = await json_body(request)
     key = request.headers.get("idempotency-key")
-    status, replayed = await run_in_threadpool(_submit, context, caller, project, body, key)
+    status, replayed = await _submit(context, caller, project, body, key)
     path = router.prefix.format(project=quote(project, safe=""))
     return Response(
         status.model_dump_json(by_alias=True),
@@ -273,6 +271,12 @@ def _checked(
 ) -> tuple[TrainingJob, str, DatasetVersion | None]:
     """A submission validated (a real one and a dry run alike): the TrainingJob, its
     namespace and its dataset's version; the 422 naming the fields otherwise."""
+    training_job, namespace = _parsed(context, project, body)
+    return training_job, namespace, _dataset_version(context, training_job)
+
+
+def _parsed(context: ApiContext, project: str, body: Any) -> tuple[TrainingJob, str]:
+    """`_checked` but for the dataset: CPU only, fit for the event loop."""
     try:
         training_job = parse_training_job(body, project=project)
     except SpecError as exc:
@@ -282,19 +286,29 @@ def _checked(
     except ValueError as exc:
         problem = FieldProblem("metadata.project", f"{project!r} maps to no usable {exc}")
         raise validation_error([problem], "the project has no usable namespace") from None
+    return training_job, namespace
+
+
+def _reads_registry(training_job: TrainingJob) -> bool:
+    """Whether `_dataset_version` reads the database (a registry dataset)."""
     dataset = training_job.spec.dataset
-    version = None
+    return dataset is not None and dataset.claim is None
+
+
+def _dataset_version(context: ApiContext, training_job: TrainingJob) -> DatasetVersion | None:
+    """The job's dataset's version; the 422 if it is not registered."""
+    dataset = training_job.spec.dataset
     try:
         if dataset is not None and dataset.claim is not None:
-            version = resolve_dataset(dataset, None)  # its own claim: the registry is not read
-        elif dataset is not None:
+            return resolve_dataset(dataset, None)  # its own claim: the registry is not read
+        if dataset is not None:
             # The registry's versions never change, so a read before the write is
             # safe and keeps the write transaction short.
             with context.db.read_only() as session:
-                version = resolve_job_dataset(session, dataset)
+                return resolve_job_dataset(session, dataset)
     except SpecError as exc:
         raise validation_error(exc.problems, "the job's dataset is not registered") from None
-    return training_job, namespace, version
+    return None
 
 
 def _dry_run(
@@ -338,22 +352,30 @@ def _dry_run(
     }
 
 
-def _submit(
+async def _submit(
     context: ApiContext, caller: Principal, project: str, body: Any, idempotency_key: str | None
 ) -> tuple[JobStatus, bool]:
-    """Validate and store a submission; the job's status and whether it was a replay."""
-    training_job, namespace, _ = _checked(context, project, body)
+    """Validate and store a submission; the job's status and whether it was a replay.
+    The checks run on the event loop (but a registry dataset's read), the write with
+    the other submissions queued at the time (api/submissions.py)."""
+    training_job, namespace = _parsed(context, project, body)
+    if _reads_registry(training_job):
+        await run_in_threadpool(_dataset_version, context, training_job)
+    else:
+        _dataset_version(context, training_job)
+    spec = training_job.model_dump(mode="json")
     try:
-        submission = submit_and_commit(
-            context.db,
-            project=project,
-            name=training_job.metadata.name,
-            owner=caller.name,
-            namespace=namespace,
-            spec=training_job.model_dump(mode="json"),
-            idempotency_key=idempotency_key,
-            digest=training_job_digest(training_job),
-            source=Source.API,
+        submission = await context.submissions.submit(
+            NewSubmission(
+                project=project,
+                name=training_job.metadata.name,
+                owner=caller.name,
+                namespace=namespace,
+                spec=spec,
+                idempotency_key=idempotency_key,
+                digest=training_job_digest(training_job, spec),
+                source=Source.API,
+            )
         )
     except IdempotencyConflict as exc:
         raise ProblemError(
@@ -367,11 +389,15 @@ def _submit(
     job = submission.job
     if not submission.replayed:
         context.changed()
-        return JobStatus.of(job, None), False  # a new job has no attempt
+        return JobStatus.unchecked(job), False  # a new job has no attempt
     if not job.current_attempt:
-        return JobStatus.of(job, None), True
+        return JobStatus.unchecked(job), True
+    return await run_in_threadpool(_replayed_status, context, job), True
+
+
+def _replayed_status(context: ApiContext, job: Job) -> JobStatus:
     with context.db.read_only() as session:
-        return _status(session, job), True
+        return _status(session, job)
 
 
 @router.get(

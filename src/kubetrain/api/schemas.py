@@ -163,6 +163,13 @@ class JobStatus(BaseModel):
     def of(cls, job: Job, attempt: Attempt | None) -> JobStatus:
         return cls(**cls.fields_of(job, attempt))
 
+    @classmethod
+    def unchecked(cls, job: Job) -> JobStatus:
+        """`of(job, None)` without pydantic's checks of each field, for the job a
+        submission has just written or read back: its values are the store's own, of
+        the right types already. Half the cost of a submission's answer (~70 -> ~35 us)."""
+        return cls.model_construct(**cls.fields_of(job, None))
+
 
 def _size(spec: dict[str, Any]) -> dict[str, int]:
     """Workers and GPUs per worker, as submitted (validated then; defaults when absent)."""

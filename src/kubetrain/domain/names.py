@@ -10,7 +10,6 @@ those of k8s.io/apimachinery/pkg/util/validation; every one is matched with
 from __future__ import annotations
 
 import re
-import unicodedata
 
 __all__ = [
     "DNS1123_LABEL_MAX",
@@ -133,20 +132,24 @@ def c_identifier_problem(value: str) -> str | None:
     return None
 
 
+# Unicode's Cc (C0, DEL and C1; fixed by Unicode's stability policy) and Cs (the
+# surrogates), as one character class: a search in C, where a loop asking
+# `unicodedata.category` of each character was ~1.5 % of a submission's server CPU.
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f\ud800-\udfff]")
+_CONTROL_BUT_TAB_NEWLINE = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f\ud800-\udfff]")
+
+
 def control_character_problem(value: str, *, multiline: bool = False) -> str | None:
     """Control characters and lone surrogates: they garble logs and terminals, and break UTF-8.
 
     `multiline` admits tab and newline, for free text such as a shell script in
     `args` (YAML block scalars are common there).
     """
-    for index, char in enumerate(value):
-        if multiline and char in "\t\n":
-            continue
-        category = unicodedata.category(char)
-        if category in ("Cc", "Cs"):
-            allowed = " (tab and newline are allowed here)" if multiline else ""
-            return f"contains the control character U+{ord(char):04X} at {index}{allowed}"
-    return None
+    found = (_CONTROL_BUT_TAB_NEWLINE if multiline else _CONTROL).search(value)
+    if found is None:
+        return None
+    allowed = " (tab and newline are allowed here)" if multiline else ""
+    return f"contains the control character U+{ord(found.group()):04X} at {found.start()}{allowed}"
 
 
 def relative_path_problem(value: str, max_length: int = 1024) -> str | None:

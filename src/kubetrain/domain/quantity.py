@@ -75,6 +75,13 @@ def parse_quantity(text: str | int | float) -> Decimal:
         raise QuantityError("expected a quantity such as 500m, 16Gi or 8, got a boolean")
     if not isinstance(text, str | int | float):
         raise QuantityError(f"expected a quantity string, got {type(text).__name__}")
+    return _parsed(text)
+
+
+# Kept per spelling: a submission's few amounts (cpu, memory, a cache's size) are
+# parsed when validated and again for its digest, and they repeat across jobs.
+@lru_cache(maxsize=1024, typed=True)
+def _parsed(text: str | int | float) -> Decimal:
     raw = quantity_text(text)
     if not raw or len(raw) > _MAX_LENGTH:
         raise QuantityError(

@@ -9,10 +9,10 @@ production database. Both are tested for real.
         submission = submit_job(session, project=..., name=..., owner=..., ...)
 
 Repository functions take a `Session` in a transaction the caller owns and never
-commit (but `submit_and_commit(db, ...)`, the API's submission in a transaction
-of its own); time comes in as `now` (default: the current UTC time). Importing the
-package registers store/metrics.py's listeners, which count each stay in a
-business state once its transaction commits.
+commit (but `submit_and_commit(db, ...)` and `submit_many_and_commit(db, ...)`, the
+API's submissions in a transaction of their own); time comes in as `now` (default:
+the current UTC time). Importing the package registers store/metrics.py's listeners,
+which count each stay in a business state once its transaction commits.
 """
 
 from kubetrain.store.datasets import (
@@ -36,6 +36,7 @@ from kubetrain.store.errors import (
 from kubetrain.store.jobs import (
     MAX_PAGE_SIZE,
     JobPage,
+    NewSubmission,
     Submission,
     apply_business_change,
     apply_locked_business_change,
@@ -55,6 +56,7 @@ from kubetrain.store.jobs import (
     request_cancel,
     submit_and_commit,
     submit_job,
+    submit_many_and_commit,
 )
 from kubetrain.store.metrics import JobCounts
 from kubetrain.store.models import (
@@ -129,6 +131,7 @@ __all__ = [
     "JobCounts",
     "JobNotFound",
     "JobPage",
+    "NewSubmission",
     "PodObservation",
     "Progress",
     "Report",
@@ -195,6 +198,7 @@ __all__ = [
     "step_series",
     "submit_and_commit",
     "submit_job",
+    "submit_many_and_commit",
     "use_is_stale",
     "web_session_token",
 ]

@@ -2,9 +2,9 @@
 
 All functions but one take a `Session` inside a transaction the caller owns
 (`with db.transaction() as session: ...`), so several changes can commit
-together, and none of them commits. The one, `submit_and_commit`, is the API's
-submission: a transaction of its own on the driver's cursor (store/_driver.py),
-with the same statements as `submit_job`. The rules of a change are
+together, and none of them commits. The exception, `submit_many_and_commit`, is the
+API's submissions: a batch of them in a transaction of its own on the driver's cursor
+(store/_driver.py), with the same statements as `submit_job`. The rules of a change are
 transitions.py's, which the syncer's batches (sync.py) apply too.
 
 Every writer of a job's state or history first locks the job's row (`SELECT ...
@@ -35,6 +35,7 @@ from sqlalchemy import (
     select,
     tuple_,
 )
+from sqlalchemy import exc as sa_exc
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine.interfaces import DBAPICursor
 from sqlalchemy.orm import (
@@ -144,16 +145,18 @@ def submit_job(
         insert,
         lambda: _by_key(session, project, idempotency_key),
         _new_job_values(
-            project=project,
-            name=name,
-            owner=owner,
-            namespace=namespace,
-            spec=spec,
-            digest=digest,
-            idempotency_key=idempotency_key,
-            job_id=job_id,
-            source=source,
-            now=now,
+            NewSubmission(
+                project=project,
+                name=name,
+                owner=owner,
+                namespace=namespace,
+                spec=spec,
+                digest=digest,
+                idempotency_key=idempotency_key,
+                source=source,
+                now=now,
+            ),
+            job_id,
         ),
     )
     if not submission.replayed:
@@ -161,26 +164,79 @@ def submit_job(
     return submission
 
 
-def submit_and_commit(
-    db: Database,
-    *,
-    project: str,
-    name: str,
-    owner: str,
-    namespace: str,
-    spec: Mapping[str, Any],
-    idempotency_key: str | None = None,
-    source: Source = Source.API,
-    digest: str,
-    now: datetime | None = None,
-) -> Submission:
-    """`submit_job` in a transaction of its own, committed on return: the API's path.
+@dataclass(frozen=True, slots=True)
+class NewSubmission:
+    """One submission for `submit_and_commit` and `submit_many_and_commit`: what
+    `submit_job` takes."""
 
-    Its statements run on the driver's cursor (store/_driver.py), which takes a
-    third of the CPU of the same statements through an ORM session. The job
-    returned is detached; a replayed one is read after the insert found its key
-    taken, in a read-only transaction of its own (the winner has committed then).
+    project: str
+    name: str
+    owner: str
+    namespace: str
+    spec: Mapping[str, Any]
+    digest: str
+    idempotency_key: str | None = None
+    source: Source = Source.API
+    now: datetime | None = None
+
+
+def submit_and_commit(db: Database, submission: NewSubmission) -> Submission:
+    """`submit_job` in a transaction of its own, committed on return: one submission
+    through `submit_many_and_commit`, its error raised."""
+    [outcome] = submit_many_and_commit(db, [submission])
+    if isinstance(outcome, Exception):
+        raise outcome
+    return outcome
+
+
+def submit_many_and_commit(
+    db: Database, batch: Sequence[NewSubmission]
+) -> list[Submission | Exception]:
+    """Each submission's outcome, in order: its `Submission`, or the error it alone would
+    have met (`IdempotencyConflict`, SQLAlchemy's). The API's path (api/submissions.py
+    queues its requests here, a batch at a time).
+
+    All the batch's inserts commit in one transaction (one `BEGIN IMMEDIATE`/`COMMIT`
+    and one turn of SQLite's writer lock; one BEGIN and one COMMIT on PostgreSQL), on
+    the driver's cursor (store/_driver.py, a third of the CPU of the same statements
+    through an ORM session). The result is what the same submissions one after another
+    would give: a key taken by an earlier submission of the batch (or by anyone) is
+    looked up after the commit, a replay when its spec is the same and a conflict
+    otherwise. A failing statement rolls the whole batch back; then, unless the
+    database is unreachable (`OperationalError`: each alone would fail the same way,
+    SQLite's only after its busy timeout), each is written alone, so that one bad
+    submission fails only itself and nothing is ever half-written. A replayed job is
+    read in a read-only transaction of its own (the winner has committed then) and
+    returned detached, as a new one is.
     """
+    if not batch:
+        return []
+    rows = [_new_job_values(submission, None)() for submission in batch]
+    try:
+        with db.driver_transaction() as cursor:
+            statements = _statements(db.engine.dialect)
+            inserted = [_insert_new_job(cursor, statements, job, first) for job, first in rows]
+    except sa_exc.OperationalError as exc:
+        return [exc] * len(batch)
+    except Exception as exc:
+        if len(batch) == 1:
+            return [exc]
+        return [outcome for one in batch for outcome in submit_many_and_commit(db, [one])]
+    outcomes: list[Submission | Exception] = []
+    for submission, (job, _), new in zip(batch, rows, inserted, strict=True):
+        if new:
+            outcomes.append(Submission(_as_loaded(job), replayed=False))
+            continue
+        try:
+            outcomes.append(_taken(db, submission, job))
+        except Exception as exc:  # its own outcome; the others' stand
+            outcomes.append(exc)
+    return outcomes
+
+
+def _taken(db: Database, submission: NewSubmission, tried: dict[str, Any]) -> Submission:
+    """The outcome of a submission whose insert (`tried`: its values) found its key
+    taken: the key's job read back, as `_submit` goes on after a taken key."""
 
     def insert(values: dict[str, Any], first_row: dict[str, Any]) -> bool:
         with db.driver_transaction() as cursor:
@@ -188,24 +244,9 @@ def submit_and_commit(
 
     def existing() -> Job | None:
         with db.read_only() as session:
-            return _by_key(session, project, idempotency_key)
+            return _by_key(session, submission.project, submission.idempotency_key)
 
-    return _submit(
-        insert,
-        existing,
-        _new_job_values(
-            project=project,
-            name=name,
-            owner=owner,
-            namespace=namespace,
-            spec=spec,
-            digest=digest,
-            idempotency_key=idempotency_key,
-            job_id=None,
-            source=source,
-            now=now,
-        ),
-    )
+    return _submit(insert, existing, _new_job_values(submission, None), taken=tried)
 
 
 NewValues = Callable[[], tuple[dict[str, Any], dict[str, Any]]]
@@ -215,9 +256,12 @@ def _submit(
     insert: Callable[[dict[str, Any], dict[str, Any]], bool],
     existing: Callable[[], Job | None],
     new_values: NewValues,
+    *,
+    taken: dict[str, Any] | None = None,
 ) -> Submission:
     """Insert the job (`insert(job's values, first history row's)`: False if its key is
     taken, and nothing written), or else find the job that holds the key (`existing`).
+    `taken`: the values of a first insert made already, which found the key taken.
 
     `INSERT ... ON CONFLICT (project, key) DO NOTHING` lets the constraint decide
     without a lookup first or a savepoint (on PostgreSQL it waits for a concurrent
@@ -225,9 +269,12 @@ def _submit(
     sees the winner).
     """
     for _ in range(INSERT_TRIES):
-        values, first_row = new_values()
-        if insert(values, first_row):
-            return Submission(_as_loaded(values), replayed=False)
+        if taken is None:
+            values, first_row = new_values()
+            if insert(values, first_row):
+                return Submission(_as_loaded(values), replayed=False)
+        else:
+            values, taken = taken, None
         key = values["idempotency_key"]
         assert key is not None  # without a key nothing can conflict
         found = existing()
@@ -245,43 +292,32 @@ def _by_key(session: Session, project: str, idempotency_key: str | None) -> Job 
     ).one_or_none()
 
 
-def _new_job_values(
-    *,
-    project: str,
-    name: str,
-    owner: str,
-    namespace: str,
-    spec: Mapping[str, Any],
-    digest: str,
-    idempotency_key: str | None,
-    job_id: str | None,
-    source: Source,
-    now: datetime | None,
-) -> NewValues:
+def _new_job_values(submission: NewSubmission, job_id: str | None) -> NewValues:
     """What each try inserts: every column of the new job (but `diagnosis`: None would be
     stored as JSON null, not NULL, so the object handed back has nothing left to load),
     with a fresh id unless `job_id` is given, and its first history row's columns (the
     others are NULL)."""
-    now = _now(now)
-    spec_copy = json.loads(json.dumps(spec))  # detach from the caller's mutable object
+    now = _now(submission.now)
+    spec_copy = json.loads(json.dumps(submission.spec))  # detach from the caller's object
     first_row = {
         "first_at": now,
-        "first_source": source,
+        "first_source": submission.source,
         "first_kind": TransitionKind.BUSINESS,
         "first_to_state": BusinessState.CREATED,
         "first_to_reason": ReasonCode.JOB_NOT_CREATED,
     }
+    project, key = submission.project, submission.idempotency_key
 
     def values() -> tuple[dict[str, Any], dict[str, Any]]:
         job = {
             "id": job_id or str(uuid.uuid4()),
             "project": project,
-            "name": name,
-            "owner": owner,
+            "name": submission.name,
+            "owner": submission.owner,
             "spec": spec_copy,
-            "spec_digest": digest,
-            "idempotency_key": idempotency_key,
-            "namespace": namespace,
+            "spec_digest": submission.digest,
+            "idempotency_key": key,
+            "namespace": submission.namespace,
             "k8s_job_name": None,
             "business_state": BusinessState.CREATED,
             "reason": ReasonCode.JOB_NOT_CREATED,

@@ -13,10 +13,16 @@ from kubetrain.domain.spec.models import TrainingJob
 __all__ = ["spec_digest"]
 
 
-def _normalized(job: TrainingJob) -> dict[str, Any]:
-    """The job with each value in one spelling: equal amounts, equal output."""
-    data: dict[str, Any] = job.model_dump(mode="json")
-    resources = data["spec"]["resources"]
+def _normalized(job: TrainingJob, dumped: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The job with each value in one spelling: equal amounts, equal output. `dumped`:
+    the job's `model_dump(mode="json")` if the caller has it (it is not changed)."""
+    if dumped is None:
+        dumped = job.model_dump(mode="json")
+    # Copied along the paths changed below, the rest shared (only read).
+    data = {**dumped, "spec": {**dumped["spec"]}}
+    resources = data["spec"]["resources"] = {**data["spec"]["resources"]}
+    resources["requests"] = {**resources["requests"]}
+    resources["limits"] = {**resources["limits"]}
     resources["requests"]["cpu"] = canonical_cpu(job.spec.resources.requests.cpu)
     resources["requests"]["memory"] = canonical_bytes(job.spec.resources.requests.memory)
     limits = job.spec.resources.limits
@@ -25,7 +31,8 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
     if limits.memory is not None:
         resources["limits"]["memory"] = canonical_bytes(limits.memory)
     if job.spec.cache is not None:
-        data["spec"]["cache"]["size"] = canonical_bytes(job.spec.cache.size)
+        size = canonical_bytes(job.spec.cache.size)
+        data["spec"]["cache"] = {**data["spec"]["cache"], "size": size}
     if job.spec.max_runtime is not None:
         data["spec"]["maxRuntime"] = f"{duration_seconds(job.spec.max_runtime)}s"
     if job.spec.stall_after is None:
@@ -48,14 +55,15 @@ def _normalized(job: TrainingJob) -> dict[str, Any]:
     return data
 
 
-def spec_digest(job: TrainingJob) -> str:
+def spec_digest(job: TrainingJob, dumped: dict[str, Any] | None = None) -> str:
     """sha256 (hex) of the normalized job (metadata and spec) as canonical JSON.
+    `dumped`: the job's `model_dump(mode="json")`, if the caller made it already.
 
     Two submissions with the same idempotency key are the same when their digests
     are: `cpu: 1` and `cpu: "1000m"`, `maxRuntime: 90m` and `1h30m`, labels in any
     order. Env order is kept: later entries may refer to earlier ones as $(NAME).
     """
     canonical = json.dumps(
-        _normalized(job), sort_keys=True, separators=(",", ":"), ensure_ascii=False
+        _normalized(job, dumped), sort_keys=True, separators=(",", ":"), ensure_ascii=False
     )
     return hashlib.sha256(canonical.encode("utf-8")).hexdigest()
