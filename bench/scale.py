@@ -445,10 +445,10 @@ def backlog(
 ) -> dict[str, Any]:
     """The dispatcher's own throughput: `--backlog` jobs committed to the outbox in one
     transaction (what a burst of submissions leaves behind when it outruns the
-    dispatcher), Jobs created per second from the first to the last QUEUED; then a
-    bare client creating as many Jobs. Then, once the backlog's jobs have SUCCEEDED,
-    their propagation beside the bare watches': the syncer's rounds wait for a backlog
-    (control/runner.py, BACKLOG_FIRST), and this is what that costs them."""
+    dispatcher), Jobs created per second from the first to the last QUEUED; then, once
+    the backlog's jobs have SUCCEEDED, a bare client creating as many Jobs, and the
+    backlog's propagation beside the bare watches': the syncer's rounds wait for a
+    backlog (control/runner.py, BACKLOG_FIRST), and this is what that costs them."""
     with db.read_only() as session:
         # The namespace the server gave the ramp's jobs (from its settings).
         ours = select(Job.namespace).where(Job.project == PROJECT).limit(1)
@@ -477,10 +477,12 @@ def backlog(
         time.sleep(1)
     times = sorted(queued[j] for j in ids if j in queued)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
-    count = min(args.backlog, args.bare_max)
-    bare = bare_creates(testbed, count, args.status_url, workers=args.workers)
+    # The bare client once the backlog's jobs are recorded SUCCEEDED: the server's work on
+    # them then no longer shares the cores with the bare client's creates.
     pods, jobs = watches
     succeeded = all_succeeded(db, ids, jobs, deadline)
+    count = min(args.backlog, args.bare_max)
+    bare = bare_creates(testbed, count, args.status_url, workers=args.workers)
     result = {
         "jobs": args.backlog,
         "workers": args.workers,
