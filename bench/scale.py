@@ -17,8 +17,9 @@ before the next step starts. Per step, in the same run:
   as deployed, so its Jobs carry the Pods' projected token. Within a step the
   dispatcher cannot outrun the submissions, so after the ramp --backlog jobs
   are committed in one transaction and the dispatcher's rate through that
-  backlog is measured against the bare client's for as many jobs, and the
-  propagation of the backlog's jobs (below) once they have SUCCEEDED;
+  backlog is measured against the bare client's for as many jobs, run once
+  the backlog's jobs have SUCCEEDED (so that the server's work on them does not
+  share the bare client's window), and the backlog's propagation (below);
 * propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
   each against when a bare watch in this process saw the Pod Running or the Job
   Complete; both from the API server's own timestamps (container `startedAt`,
