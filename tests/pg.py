@@ -22,7 +22,6 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import tempfile
 import uuid
@@ -39,6 +38,7 @@ from kubetrain.store import Database
 from kubetrain.testbed.postgres import find_pg_bindir
 from kubetrain.testbed.postgres import run_as as _run
 from kubetrain.testbed.postgres import server_user as _server_user
+from kubetrain.testbed.processes import pick_free_ports
 
 POSTGRES_URL_ENV = "KUBETRAIN_TEST_POSTGRES_URL"
 SUPERUSER = "kubetrain"
@@ -50,12 +50,6 @@ SERVER_SETTINGS = {
     "max_connections": "200",  # 20-thread tests, with a pool per test database
 }
 START_TRIES = 3  # another process can take the free port between our probe and the bind
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
 
 
 class PostgresServer:
@@ -96,7 +90,7 @@ class PostgresServer:
             _run(user, base, str(bindir / "initdb"), *initdb, "--encoding=UTF8", "--locale=C")
             error: subprocess.CalledProcessError | None = None
             for _ in range(START_TRIES):
-                port = _free_port()
+                port = pick_free_ports(1)[0]
                 options = " ".join(
                     [f"-c listen_addresses=127.0.0.1 -p {port} -k {base}"]
                     + [f"-c {key}={value}" for key, value in SERVER_SETTINGS.items()]

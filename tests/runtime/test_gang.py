@@ -10,7 +10,6 @@ import contextlib
 import os
 import random
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -22,6 +21,7 @@ import pytest
 import torch
 
 from kubetrain.runtime.checkpoint import CheckpointManager, IncompatibleCheckpoint
+from kubetrain.testbed.processes import pick_free_ports
 from tests.runtime import tiny_training
 from tests.runtime.conftest import SRC, base_env
 
@@ -35,18 +35,12 @@ STEPS = 300
 KILL_ROUNDS = 3  # each kills both ranks, one after the other: 6 SIGKILLs
 
 
-def _free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 def _start_gang(
     root: Path, logs: Path, *, blocking: bool, workers: int = WORKERS
 ) -> list[subprocess.Popen[bytes]]:
     """One `kubetrain run -- torchrun` per worker, as each worker's container runs it; the
     ranks are `workers` workers of WORKERS // workers processes."""
-    port = str(_free_port())
+    port = str(pick_free_ports(1)[0])
     pods = []
     for rank in range(workers):
         env = base_env(

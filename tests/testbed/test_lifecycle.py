@@ -6,6 +6,7 @@ import os
 import socket
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -13,8 +14,9 @@ from lightkube import Client
 from lightkube.config.kubeconfig import KubeConfig
 from lightkube.resources.core_v1 import Node
 
-from kubetrain.testbed.cluster import COMPONENTS, Testbed
-from kubetrain.testbed.processes import PortInUseError
+from kubetrain.testbed import cluster, processes
+from kubetrain.testbed.cluster import COMPONENTS, PortTakenError, Testbed
+from kubetrain.testbed.processes import PortInUseError, pick_free_ports
 
 pytestmark = pytest.mark.testbed
 
@@ -67,6 +69,73 @@ def test_a_port_that_cannot_be_bound_is_named(tmp_path: Path):
     assert result.returncode == 1
     assert f"port {port}" in result.stderr
     assert "Traceback" not in result.stderr
+
+
+def test_picked_ports_are_free_distinct_and_below_the_ephemeral_range():
+    low = int(Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split()[0])
+    ports = pick_free_ports(10)
+    assert len(set(ports)) == 10
+    # Below it, no outgoing connection is handed one of them as its source port.
+    assert all(processes.LISTEN_PORTS_FROM <= port < low for port in ports)
+    for port in ports:
+        with socket.socket() as sock:
+            sock.bind(("", port))
+
+
+def _taken_apiserver_port(
+    monkeypatch: pytest.MonkeyPatch, port: int, times: int
+) -> list[list[int]]:
+    """The first `times` picks give kube-apiserver `port`, as if another process had
+    bound it between the pick and the bind."""
+    picks: list[list[int]] = []
+    real_pick = processes.pick_free_ports
+
+    def pick(count: int) -> list[int]:
+        ports = real_pick(count)
+        if count >= 6 and len(picks) < times:
+            ports[2] = port  # Ports' order: etcd client, etcd peer, kube-apiserver
+        picks.append(ports)
+        return ports
+
+    monkeypatch.setattr(processes, "pick_free_ports", pick)
+    return picks
+
+
+@pytest.fixture
+def busy_port() -> Iterator[int]:
+    """A port some other process listens on, on every address."""
+    with socket.socket() as busy:
+        busy.bind(("", 0))
+        busy.listen()
+        yield busy.getsockname()[1]
+
+
+def test_a_port_taken_between_the_pick_and_the_bind_is_picked_again(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, busy_port: int
+):
+    picks = _taken_apiserver_port(monkeypatch, busy_port, times=1)
+    bed = Testbed.up(tmp_path / "taken", "no-gpu")
+    try:
+        assert picks[0][2] == busy_port
+        assert bed.state().ports.apiserver != busy_port
+        assert bed.running()
+        assert all(bed.running().values())
+        client = Client(config=KubeConfig.from_file(bed.kubeconfig))
+        assert len(list(client.list(Node))) == 4
+    finally:
+        bed.down()
+
+
+def test_a_port_taken_on_every_try_names_it_and_leaves_nothing_running(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, busy_port: int
+):
+    monkeypatch.setattr(cluster, "PORT_TRIES", 2)  # each try costs a start
+    picks = _taken_apiserver_port(monkeypatch, busy_port, times=2)
+    with pytest.raises(PortTakenError, match=f"kube-apiserver port {busy_port}: address already"):
+        Testbed.up(tmp_path / "taken", "no-gpu")
+    assert len(picks) == 2
+    bed = Testbed(tmp_path / "taken")
+    assert not any(bed.running().values()), bed.state().pids
 
 
 def test_status_and_env_commands(testbed: Testbed):

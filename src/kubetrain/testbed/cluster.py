@@ -53,6 +53,15 @@ class TestbedError(KubetrainError, RuntimeError):
     __test__ = False  # not a pytest test class
 
 
+class PortTakenError(TestbedError):
+    """A component found its picked port taken between the pick and its bind."""
+
+
+# `up` picks the ports afresh and starts again this many times in all when a
+# component finds its port taken (the pick and the bind are not atomic).
+PORT_TRIES = 3
+
+
 def stage_files() -> list[Path]:
     folder = resources.files("kubetrain.testbed") / "stages"
     return sorted(Path(str(p)) for p in folder.iterdir() if p.name.endswith(".yaml"))
@@ -261,11 +270,43 @@ class Testbed:
         """Start a testbed in `state_dir` and wait until its nodes are Ready (and, with
         `kueue`, until Kueue serves its webhooks and visibility API; with `in_cluster`,
         until kubetrain's own two replicas are ready in it, see `install_kubetrain`)."""
-        began = time.monotonic()
         processes.raise_inotify_limits()
         pool_spec = pool if isinstance(pool, Pool) else load_pool(pool)
         if in_cluster and not pool_spec.real_groups():
             raise TestbedError("--in-cluster runs kubetrain on real kubelets: use --pool real")
+        # A port given is the caller's to keep; picked ones are picked again.
+        tries = 1 if apiserver_port is not None else PORT_TRIES
+        for tried in range(1, tries + 1):
+            try:
+                return cls._up_once(
+                    state_dir,
+                    pool_spec,
+                    binaries,
+                    apiserver_port,
+                    timeout,
+                    kueue,
+                    in_cluster,
+                    pods_ready_timeout,
+                )
+            except PortTakenError:
+                if tried == tries:
+                    raise
+                cls(state_dir).down(grace=0.0)
+        raise AssertionError("unreachable")
+
+    @classmethod
+    def _up_once(
+        cls,
+        state_dir: Path,
+        pool_spec: Pool,
+        binaries: Binaries | None,
+        apiserver_port: int | None,
+        timeout: float,
+        kueue: bool | KueueBuild,
+        in_cluster: bool,
+        pods_ready_timeout: str,
+    ) -> Testbed:
+        began = time.monotonic()
         testbed = cls.prepare(
             state_dir, pool_spec, binaries, apiserver_port, kueue, pods_ready_timeout
         )
@@ -295,6 +336,11 @@ class Testbed:
             if in_cluster:
                 testbed.install_kubetrain(timeout=max(timeout, 240.0))
                 phases["kubetrain_ready"] = time.monotonic() - began
+        except PortTakenError:
+            # It never served: its components are stopped at once, not given the 15 s
+            # a serving component's graceful stop may take while its peers are gone.
+            testbed.down(keep_state=True, grace=0.0)
+            raise
         except BaseException:
             testbed.down(keep_state=True)
             raise
@@ -304,8 +350,9 @@ class Testbed:
         state.save(testbed.state_file)
         return testbed
 
-    def down(self, keep_state: bool = False) -> list[str]:
-        """Stop the processes this testbed started; remove its state unless kept."""
+    def down(self, keep_state: bool = False, grace: float = 15.0) -> list[str]:
+        """Stop the processes this testbed started, each SIGKILLed after `grace` seconds
+        (at once when 0); remove its state unless kept."""
         stopped = []
         if self.state_file.exists():
             state = self.state()
@@ -315,7 +362,11 @@ class Testbed:
             stopped += self._stop_real_nodes(state)
             for component, binary in reversed(state.components().items()):
                 pid = state.pids.get(component)
-                if component in (*COMPONENTS, "kueue") and pid and processes.stop(pid, binary):
+                if (
+                    component in (*COMPONENTS, "kueue")
+                    and pid
+                    and processes.stop(pid, binary, timeout=grace)
+                ):
                     stopped.append(component)
         if not keep_state:
             shutil.rmtree(self.state_dir, ignore_errors=True)
@@ -1015,7 +1066,7 @@ class Testbed:
                     for what, port in state.ports.named().items()
                     if f":{port}" in tail
                 ]
-                raise TestbedError(
+                raise PortTakenError(
                     f"{component} could not bind {', '.join(busy) or 'its port'}: "
                     f"address already in use\n{tail}"
                 )

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import random
 import signal
 import socket
 import ssl
@@ -44,13 +45,44 @@ def raise_inotify_limits() -> None:
                 path.write_text(f"{wanted}\n")
 
 
-def pick_free_ports(count: int, host: str = "127.0.0.1") -> list[int]:
-    """Distinct ports the kernel reports free; held open together so none repeats."""
-    sockets = []
+# Listening ports are picked below the kernel's ephemeral range: a port in that
+# range can be handed to any outgoing connection (another worker's client, the
+# kubelets' watches) between the pick and the component's bind, which CI saw
+# ("kube-apiserver could not bind port 33939"); one below it only to a listener.
+LISTEN_PORTS_FROM = 10_000
+EPHEMERAL_RANGE = Path("/proc/sys/net/ipv4/ip_local_port_range")
+
+
+def _listen_range() -> range:
     try:
-        for _ in range(count):
+        low = int(EPHEMERAL_RANGE.read_text().split()[0])
+    except (OSError, ValueError, IndexError):
+        low = 32_768  # Linux's default
+    return range(LISTEN_PORTS_FROM, low)
+
+
+def pick_free_ports(count: int) -> list[int]:
+    """Distinct ports free on every address, below the ephemeral range where it leaves
+    room (else any the kernel reports free); held open together so none repeats.
+    Drawn with the system's randomness: the parallel test workers may share a seed."""
+    sockets: list[socket.socket] = []
+    candidates = _listen_range()
+    drawn = (
+        random.SystemRandom().sample(candidates, min(len(candidates), 50 * count))
+        if len(candidates) >= 100 * count
+        else []
+    )
+    try:
+        for port in [*drawn, *[0] * count]:
+            if len(sockets) == count:
+                break
             sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
-            sock.bind((host, 0))
+            try:
+                # No SO_REUSEADDR: a port still in TIME_WAIT is passed over too.
+                sock.bind(("", port))
+            except OSError:
+                sock.close()
+                continue
             sockets.append(sock)
         return [s.getsockname()[1] for s in sockets]
     finally:
