@@ -1,17 +1,20 @@
 """The typed client against the testbed's API server: the connections a dispatch round
 opens (its creates at once) are kept for the next round, not closed and opened again
-with a TLS handshake each."""
+with a TLS handshake each; and its transport against a server that closes a kept
+connection: the connection is not used again."""
 
 from __future__ import annotations
 
 import asyncio
 import os
+import ssl
 from urllib.parse import urlsplit
 
+import httpx2 as httpx
 import pytest
 from lightkube.resources.core_v1 import Namespace
 
-from kubetrain.cluster.client import load_config, typed_client
+from kubetrain.cluster.client import KEEP_ALIVE, _KeptTransport, load_config, typed_client
 from kubetrain.testbed.cluster import Testbed
 
 pytestmark = pytest.mark.testbed
@@ -63,3 +66,34 @@ def test_a_rounds_connections_are_kept_for_the_next_round(testbed: Testbed) -> N
     assert len(opened) > HTTPX_KEEPS, f"only {len(opened)} connections kept after a round"
     # The second round went over the first's connections: none opened again.
     assert not (second - first), f"{len(second - first)} connections opened again"
+
+
+def test_a_kept_connection_the_server_closed_is_not_used_again() -> None:
+    """The pool asks an idle connection whether it is readable (the server closed it)
+    before sending on it; the transport answers that from the socket it keeps."""
+
+    async def run() -> int:
+        connections = 0
+        closed = asyncio.Event()
+
+        async def answer_once(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+            nonlocal connections
+            connections += 1
+            await reader.readuntil(b"\r\n\r\n")
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\n\r\nok")
+            await writer.drain()
+            writer.close()  # a kept connection closed, as an idle timeout closes it
+            await writer.wait_closed()
+            closed.set()
+
+        server = await asyncio.start_server(answer_once, "127.0.0.1", 0)
+        port = server.sockets[0].getsockname()[1]
+        limits = httpx.Limits(max_keepalive_connections=KEEP_ALIVE)
+        transport = _KeptTransport(ssl.create_default_context(), limits)
+        async with server, httpx.AsyncClient(transport=transport) as http:
+            assert (await http.get(f"http://127.0.0.1:{port}/")).text == "ok"
+            await closed.wait()
+            assert (await http.get(f"http://127.0.0.1:{port}/")).text == "ok"
+        return connections
+
+    assert asyncio.run(run()) == 2

@@ -169,6 +169,32 @@ def test_node_usage_follows_pods_binding_finishing_and_going():
     assert cache.snapshot(["job-a"]).pods == ()
 
 
+def test_a_pod_ending_keeps_the_parsed_nodes_and_a_node_changing_parses_them_anew():
+    cache = ClusterCache(http=None)
+    items = feed(cache, "running", "job-a")
+    (pod,) = [i for i in items if i["kind"] == "Pod"]
+    node = pod["spec"]["nodeName"]
+    (node_obj,) = [i for i in items if i["kind"] == "Node" and i["metadata"]["name"] == node]
+    before = cache.node_state()
+    pods = cache.reflectors["pods"]
+    assert pods.on_event is not None
+    pods.on_event("MODIFIED", {**pod, "status": {**pod["status"], "phase": "Succeeded"}})
+    ended = cache.node_state()
+    assert before.usage.get(node)
+    assert not ended.usage.get(node)
+    # Only the usage changed: the Nodes are not parsed, interned and sorted again.
+    assert ended.nodes is before.nodes
+    nodes = cache.reflectors["nodes"]
+    assert nodes.on_event is not None
+    labels = {**node_obj["metadata"].get("labels", {}), "pool": "changed"}
+    nodes.on_event("MODIFIED", {**node_obj, "metadata": {**node_obj["metadata"], "labels": labels}})
+    relabelled = cache.node_state()
+    assert relabelled.nodes is not ended.nodes
+    (info,) = [n for n in relabelled.nodes if n.name == node]
+    assert info.labels["pool"] == "changed"
+    assert relabelled.usage == ended.usage
+
+
 def test_forget_keeps_only_stubs_of_a_finished_jobs_job_and_pods():
     cache = ClusterCache(http=None)
     items = feed(cache, "succeeded", "job-f")

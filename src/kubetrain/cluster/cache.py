@@ -142,6 +142,9 @@ class ClusterCache:
         self._by_node: dict[str, set[str]] = defaultdict(set)  # node name -> Pod uids
         self._usage: dict[str, dict[str, Decimal]] = {}  # node name -> requested
         self._stale_usage: set[str] = set()  # node names whose usage must be summed again
+        # The Nodes alone (parsed, interned, sorted), anew only when a Node changed; the
+        # usage, which every Pod bound or ended changes, is added to it in `node_state`.
+        self._nodes: NodeState | None = None
         self._node_state: NodeState | None = None
         for name, path, selector in _RESOURCES:
             self.reflectors[name] = Reflector(
@@ -198,7 +201,7 @@ class ClusterCache:
                         # reads of a node changed, so no job's verdict can.
                         return
                     self._parsed[uid] = parsed
-                self._node_state = None
+                self._nodes = self._node_state = None
             elif resource == "workloads":
                 job_id = self._job_of_workload(ns, obj)
             elif resource == "events":
@@ -412,9 +415,11 @@ class ClusterCache:
                 self._usage.pop(node, None)
                 self._by_node.pop(node, None)
         self._stale_usage.clear()
+        if self._nodes is None:
+            self._nodes = NodeState.of_nodes(self._parsed.values())
         if self._node_state is None:
             # A copy of the outer dict only: a node's totals are replaced, never changed.
-            self._node_state = NodeState.of(self._parsed.values(), dict(self._usage))
+            self._node_state = self._nodes.using(dict(self._usage))
         return self._node_state
 
     def forget(self, namespace: str, k8s_name: str, pod_names: list[str]) -> None:

@@ -135,6 +135,12 @@ class NodeState:
         cls, parsed: Iterable[NodeInfo | None], usage: Mapping[str, Mapping[str, Decimal]]
     ) -> NodeState:
         """From `parse_node`'s results (None: a Node without a name) and the usage."""
+        return cls.of_nodes(parsed).using(usage)
+
+    @classmethod
+    def of_nodes(cls, parsed: Iterable[NodeInfo | None]) -> NodeState:
+        """The Nodes alone, no usage: what changes only when a Node does (`using` adds
+        the usage, which changes with every Pod bound or ended)."""
         problems: list[str] = []
         nodes = []
         # Nodes of one pool share one allocatable and one taints object, and equal
@@ -156,12 +162,16 @@ class NodeState:
                 )
             )
             problems.extend(info.problems)
+        return cls(tuple(sorted(nodes, key=lambda n: n.name)), {}, tuple(problems))
+
+    def using(self, usage: Mapping[str, Mapping[str, Decimal]]) -> NodeState:
+        """These Nodes with this usage, equal usages one mapping (as allocatables)."""
         shared: dict[tuple[tuple[str, Decimal], ...], Mapping[str, Decimal]] = {}
         interned = {
             node: shared.setdefault(tuple(sorted(used.items())), used)
             for node, used in usage.items()
         }
-        return cls(tuple(sorted(nodes, key=lambda n: n.name)), interned, tuple(problems))
+        return NodeState(self.nodes, interned, self.problems)
 
 
 def bound_requests(pod: Mapping[str, Any]) -> tuple[str, dict[str, Decimal]] | None:
