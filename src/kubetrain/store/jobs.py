@@ -246,7 +246,7 @@ def _taken(db: Database, submission: NewSubmission, tried: dict[str, Any]) -> Su
         with db.read_only() as session:
             return _by_key(session, submission.project, submission.idempotency_key)
 
-    return _submit(insert, existing, _new_job_values(submission, None), taken=tried)
+    return _holder(existing, tried) or _submit(insert, existing, _new_job_values(submission, None))
 
 
 NewValues = Callable[[], tuple[dict[str, Any], dict[str, Any]]]
@@ -256,12 +256,9 @@ def _submit(
     insert: Callable[[dict[str, Any], dict[str, Any]], bool],
     existing: Callable[[], Job | None],
     new_values: NewValues,
-    *,
-    taken: dict[str, Any] | None = None,
 ) -> Submission:
     """Insert the job (`insert(job's values, first history row's)`: False if its key is
     taken, and nothing written), or else find the job that holds the key (`existing`).
-    `taken`: the values of a first insert made already, which found the key taken.
 
     `INSERT ... ON CONFLICT (project, key) DO NOTHING` lets the constraint decide
     without a lookup first or a savepoint (on PostgreSQL it waits for a concurrent
@@ -269,21 +266,26 @@ def _submit(
     sees the winner).
     """
     for _ in range(INSERT_TRIES):
-        if taken is None:
-            values, first_row = new_values()
-            if insert(values, first_row):
-                return Submission(_as_loaded(values), replayed=False)
-        else:
-            values, taken = taken, None
-        key = values["idempotency_key"]
-        assert key is not None  # without a key nothing can conflict
-        found = existing()
-        if found is None:
-            continue  # only if the winner's row went away since; try again
-        if found.spec_digest != values["spec_digest"]:
-            raise IdempotencyConflict(values["project"], key, found.id)
-        return Submission(found, replayed=True)
+        values, first_row = new_values()
+        if insert(values, first_row):
+            return Submission(_as_loaded(values), replayed=False)
+        if (held := _holder(existing, values)) is not None:
+            return held
     raise RuntimeError(f"the idempotency key {values['idempotency_key']!r} kept changing hands")
+
+
+def _holder(existing: Callable[[], Job | None], values: dict[str, Any]) -> Submission | None:
+    """After an insert of `values` found its key taken: the job that holds the key, as
+    a replay (the same spec) or IdempotencyConflict (another); None when no job holds it
+    any more (the winner's row went away since), for the insert to be tried again."""
+    key = values["idempotency_key"]
+    assert key is not None  # without a key nothing can conflict
+    found = existing()
+    if found is None:
+        return None
+    if found.spec_digest != values["spec_digest"]:
+        raise IdempotencyConflict(values["project"], key, found.id)
+    return Submission(found, replayed=True)
 
 
 def _by_key(session: Session, project: str, idempotency_key: str | None) -> Job | None:
