@@ -289,9 +289,9 @@ class Testbed:
                     pods_ready_timeout,
                 )
             except PortTakenError:
+                # `_up_once` stopped what it started; the next `prepare` clears the state.
                 if tried == tries:
                     raise
-                cls(state_dir).down(grace=0.0)
         raise AssertionError("unreachable")
 
     @classmethod
