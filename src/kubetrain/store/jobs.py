@@ -246,7 +246,9 @@ def _taken(db: Database, submission: NewSubmission, tried: dict[str, Any]) -> Su
         with db.read_only() as session:
             return _by_key(session, submission.project, submission.idempotency_key)
 
-    return _holder(existing, tried) or _submit(insert, existing, _new_job_values(submission, None))
+    if (held := _holder(existing, tried)) is not None:
+        return held
+    return _submit(insert, existing, _new_job_values(submission, None))
 
 
 NewValues = Callable[[], tuple[dict[str, Any], dict[str, Any]]]
