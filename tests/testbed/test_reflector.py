@@ -22,7 +22,8 @@ def configmap(name: str) -> dict[str, Any]:
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": name},
-        "data": {"k": name},
+        # Not ASCII: the decoder's strings must come out as the server's.
+        "data": {"k": name, "text": "Größe: 日本語 ✓"},
     }
 
 
@@ -51,13 +52,18 @@ def test_list_then_watch_then_relist_after_compaction(
     for name in ("a", "b", "c"):
         create(kube, configmap(name), namespace)
     seen: list[tuple[str, str]] = []
+    handed: dict[str, dict[str, Any]] = {}  # the last object handed on, by name
+
+    def on_event(kind: str, obj: dict[str, Any]) -> None:
+        seen.append((kind, obj["metadata"]["name"]))
+        handed[obj["metadata"]["name"]] = obj
 
     async def scenario() -> Reflector:
         http = http_client(load_config(testbed.kubeconfig))
         reflector = configmaps(
             http,
             namespace,
-            lambda kind, obj: seen.append((kind, obj["metadata"]["name"])),
+            on_event,
             page_size=2,  # exercises the paginated list
         )
         task = asyncio.create_task(reflector.run())
@@ -98,6 +104,16 @@ def test_list_then_watch_then_relist_after_compaction(
         served = (await http.get(f"/api/v1/namespaces/{namespace}/configmaps/c")).json()
         assert served["metadata"]["managedFields"]
         assert all("managedFields" not in o["metadata"] for o in reflector.items.values())
+        # Otherwise the objects are the server's, as the standard library's json reads
+        # them: c handed on from the first list, d from a watch event; all kept from the
+        # relist (a list's items name no kind).
+        for name in ("c", "d"):
+            path = f"/api/v1/namespaces/{namespace}/configmaps/{name}"
+            served = (await http.get(path)).json()
+            del served["metadata"]["managedFields"]
+            listed = {k: v for k, v in served.items() if k not in ("apiVersion", "kind")}
+            assert handed[name] == (served if name == "d" else listed)
+            assert reflector.items[served["metadata"]["uid"]] == listed
         task.cancel()
         await asyncio.gather(task, return_exceptions=True)
         await http.aclose()
@@ -131,9 +147,9 @@ def test_a_slim_reflector_keeps_stubs_and_hands_on_whole_objects(
 
     reflector = asyncio.run(scenario())
     assert [(kind, obj["metadata"]["name"], obj["data"]) for kind, obj in handed] == [
-        ("ADDED", "a", {"k": "a"}),  # the list
-        ("ADDED", "b", {"k": "b"}),  # the watch
-        ("ADDED", "c", {"k": "c"}),  # the relist
+        ("ADDED", "a", configmap("a")["data"]),  # the list
+        ("ADDED", "b", configmap("b")["data"]),  # the watch
+        ("ADDED", "c", configmap("c")["data"]),  # the relist
     ]
     assert sorted(reflector.items) == sorted(obj["metadata"]["uid"] for _, obj in handed)
     assert all(
