@@ -217,12 +217,14 @@ def bare_creates(
     workers: int = 1,
     concurrency: int = 50,
     run: str | None = None,
-) -> float:
+    meter: Meter | None = None,
+) -> tuple[float, dict[str, Any] | None]:
     """Jobs/s for a bare client making what the dispatcher makes for `count` jobs (their
     Jobs as kubetrain renders them; a gang's Service too) in a namespace of its own
     (deleted after), `concurrency` in flight as the dispatcher's batch. Suspended (no
     Pods: the creates alone) unless `run` is given: then they run for `run` on KWOK as
-    the dispatcher's do, so the cluster's work on their Pods shares the window too."""
+    the dispatcher's do, so the cluster's work on their Pods shares the window too.
+    With a `meter`, also where the cores went while the creates went on."""
     context = ssl.create_default_context(cafile=str(testbed.pki.ca_cert))
     context.load_cert_chain(str(testbed.pki.admin_cert), str(testbed.pki.admin_key))
     namespace = f"scale-bare-{uuid.uuid4().hex[:6]}"
@@ -234,7 +236,7 @@ def bare_creates(
         rendered["spec"]["suspend"] = run is None
         return rendered
 
-    async def go() -> float:
+    async def go() -> tuple[float, dict[str, Any] | None]:
         async with httpx.AsyncClient(base_url=testbed.server, verify=context, timeout=60) as http:
             body = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
             (await http.post("/api/v1/namespaces", json=body)).raise_for_status()
@@ -251,14 +253,17 @@ def bare_creates(
                         service = render_service(f"bare-{i}", namespace, uid)
                         (await http.post(services, json=service)).raise_for_status()
 
+            if meter is not None:
+                meter.start()
             began = time.monotonic()
             await asyncio.gather(*(one(i) for i in range(count)))
             rate = count / (time.monotonic() - began)
+            cpu = meter.stop(count) if meter is not None else None
             await http.delete(f"/api/v1/namespaces/{namespace}")
             # Gone before what is measured next: its Jobs' deletion would share that window.
             while (await http.get(f"/api/v1/namespaces/{namespace}")).status_code != 404:
                 await asyncio.sleep(0.5)
-            return rate
+            return rate, cpu
 
     return asyncio.run(go())
 
@@ -282,6 +287,49 @@ def process_sample(pid: int) -> tuple[float, int]:
         if line.startswith("VmRSS:"):
             rss = int(line.split()[1]) * 1024
     return cpu, rss
+
+
+# How the processes in a window are grouped: the API server and etcd on their own, the
+# rest of the testbed together (controllers, scheduler, KWOK, Kueue when it runs).
+_APART = ("kube-apiserver", "etcd")
+CLUSTER = "rest of the cluster"
+SERVER = "kubetrain serve"
+BENCH = "this bench (bare client, bare watches)"
+
+
+class Meter:
+    """Cores each process group used through a window, and the API server's CPU per Job
+    made in it: where the two cores went while the dispatcher worked through the backlog
+    and while the bare client made as many Jobs."""
+
+    def __init__(self, testbed: Testbed, server_pid: int) -> None:
+        pids = testbed.state().pids
+        self.groups: dict[str, list[int]] = {name: [] for name in (*_APART, CLUSTER, SERVER, BENCH)}
+        for component, pid in pids.items():
+            if Path(f"/proc/{pid}").exists():
+                self.groups[component if component in _APART else CLUSTER].append(pid)
+        self.groups[SERVER].append(server_pid)
+        self.groups[BENCH].append(os.getpid())
+        self._began: tuple[float, dict[str, float]] | None = None
+
+    def _cpu(self) -> dict[str, float]:
+        return {
+            name: sum(process_sample(pid)[0] for pid in pids) for name, pids in self.groups.items()
+        }
+
+    def start(self) -> None:
+        self._began = (time.monotonic(), self._cpu())
+
+    def stop(self, jobs: int) -> dict[str, Any]:
+        assert self._began is not None, "start the meter first"
+        began, cpu0 = self._began
+        seconds, cpu1 = time.monotonic() - began, self._cpu()
+        used = {name: cpu1[name] - cpu0[name] for name in cpu0}
+        return {
+            "window_s": round(seconds, 2),
+            "cores": {name: round(cpu / seconds, 2) for name, cpu in used.items()},
+            "apiserver_ms_per_job": round(1000 * used["kube-apiserver"] / max(1, jobs), 2),
+        }
 
 
 def stats(values: list[float]) -> dict[str, float]:
@@ -330,7 +378,7 @@ def step(
     dispatch_rate = (
         len(dispatched) / (dispatched[-1] - dispatched[0]) if len(dispatched) > 1 else 0.0
     )
-    bare_rate = bare_creates(testbed, min(len(ids), args.bare_max), args.status_url)
+    bare_rate, _ = bare_creates(testbed, min(len(ids), args.bare_max), args.status_url)
     db_bytes = database_bytes(db)
     result = {
         "jobs_total": size,
@@ -476,7 +524,9 @@ def backlog(
                 digest=spec_digest(job),
             )
             ids.append(submission.job.id)
+    meter = Meter(testbed, server_pid)
     cpu0, _ = process_sample(server_pid)
+    meter.start()
     committed = time.time()
     deadline = time.monotonic() + args.timeout
     queued: dict[str, float] = {}
@@ -484,8 +534,9 @@ def backlog(
         queued = transitions(db, "QUEUED")
         if all(j in queued for j in ids):
             break
-        time.sleep(1)
+        time.sleep(0.25)
     cpu1, _ = process_sample(server_pid)
+    dispatch_cpu = meter.stop(len(queued))
     times = sorted(queued[j] for j in ids if j in queued)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     # The bare client once the backlog's jobs are recorded SUCCEEDED: the server's work on
@@ -493,11 +544,15 @@ def backlog(
     pods, jobs = watches
     succeeded = all_succeeded(db, ids, jobs, deadline)
     count = min(args.backlog, args.bare_max)
-    bare = bare_creates(testbed, count, args.status_url, workers=args.workers)
+    bare, bare_cpu = bare_creates(
+        testbed, count, args.status_url, workers=args.workers, meter=meter
+    )
     # Then the same Jobs running, as the dispatcher's ran: their Pods made, scheduled and
     # run by the cluster on the same two cores while the creates go on (after the
     # suspended ones, whose namespace is gone by then: nothing of theirs runs).
-    running = bare_creates(testbed, count, args.status_url, workers=args.workers, run=args.run)
+    running, running_cpu = bare_creates(
+        testbed, count, args.status_url, workers=args.workers, run=args.run, meter=meter
+    )
     result = {
         "jobs": args.backlog,
         "workers": args.workers,
@@ -510,6 +565,9 @@ def backlog(
         "server_cpu_ms_per_job": round(1000 * (cpu1 - cpu0) / max(1, len(times)), 2),
         "bare_create_per_s": round(bare, 1),
         "bare_running_create_per_s": round(running, 1),
+        # Where the two cores went in each window (the dispatcher's: from the commit to
+        # the last QUEUED seen, polled every 0.25 s).
+        "cpu": {"dispatcher": dispatch_cpu, "bare": bare_cpu, "bare_running": running_cpu},
         "running": lags(ids, transitions(db, "RUNNING"), pods),
         "succeeded": lags(ids, succeeded, jobs),
     }
@@ -576,6 +634,17 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
                 f"{b['bare_running_create_per_s']}/s "
                 f"({b['dispatch_per_s'] / b['bare_running_create_per_s']:.2f} of it)"
             )
+        if "cpu" in b:
+            windows = {k: v for k, v in b["cpu"].items() if v is not None}
+            groups = list(next(iter(windows.values()))["cores"])
+            lines.append(f"  cores through each window ({' / '.join(groups)}):")
+            for window, cpu in windows.items():
+                lines.append(
+                    f"    {window}: "
+                    + " / ".join(f"{cpu['cores'][g]:.2f}" for g in groups)
+                    + f" in {cpu['window_s']} s; the API server's CPU "
+                    f"{cpu['apiserver_ms_per_job']} ms per Job"
+                )
         if "running" in b:  # not judged: what the backlog's priority costs the syncer
             lines.append(
                 "  its jobs' propagation, p50/p99 s, DB (bare watch): RUNNING "

@@ -64,6 +64,7 @@ BATCH = 100
 class SyncStats:
     syncs: int = 0
     resyncs: int = 0  # full passes over the unfinished jobs
+    ended: int = 0  # marked jobs found finished in the database: not diagnosed again
     business_changes: int = 0
     errors: int = 0
     # seconds from the Kubernetes event to the committed business change
@@ -224,6 +225,7 @@ class Syncer:
         records, ended = await asyncio.to_thread(self._load, list(batch))
         loaded = self.monotonic()
         SYNC_ROUND.labels("load").observe(loaded - began)
+        self.stats.ended += len(ended)
         for job_id in ended:
             # Marked by what the cache took in of a finished job since it was forgotten.
             self.cache.forget_again(job_id)
