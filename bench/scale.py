@@ -46,6 +46,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import contextlib
 import json
 import os
 import signal
@@ -332,6 +333,28 @@ class Meter:
         }
 
 
+def pin(testbed: Testbed, server_pid: int) -> dict[str, list[int]]:
+    """Each client on a core of its own, as a controller runs on a machine apart from the
+    control plane's: kubetrain serve and this process (the bare client, the bare watches)
+    on the last CPU, every testbed process on the others; all their threads (a thread
+    made later takes its maker's). Returns the CPUs given to each side."""
+    cpus = sorted(os.sched_getaffinity(0))
+    if len(cpus) < 2:
+        raise RuntimeError("--pin needs two CPUs at least")
+    client, cluster = {cpus[-1]}, set(cpus[:-1])
+    for pid in testbed.state().pids.values():
+        _pin_threads(pid, cluster)
+    for pid in (server_pid, os.getpid()):
+        _pin_threads(pid, client)
+    return {"clients": sorted(client), "cluster": sorted(cluster)}
+
+
+def _pin_threads(pid: int, cpus: set[int]) -> None:
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        with contextlib.suppress(ProcessLookupError, FileNotFoundError):  # a thread ended
+            os.sched_setaffinity(int(task.name), cpus)
+
+
 def stats(values: list[float]) -> dict[str, float]:
     return {
         "n": len(values),
@@ -420,6 +443,12 @@ def main() -> int:
     )
     parser.add_argument(
         "--workers", type=int, default=1, help="workers of each backlog job (> 1: gangs)"
+    )
+    parser.add_argument(
+        "--pin",
+        action="store_true",
+        help="through the backlog and the bare clients, kubetrain serve and this bench "
+        "(the bare client) on the last CPU, the testbed on the others",
     )
     args = parser.parse_args()
     # Stopped early (SIGTERM), the testbed and the server still go, and the steps so far stay.
@@ -524,6 +553,7 @@ def backlog(
                 digest=spec_digest(job),
             )
             ids.append(submission.job.id)
+    pinned = pin(testbed, server_pid) if args.pin else None
     meter = Meter(testbed, server_pid)
     cpu0, _ = process_sample(server_pid)
     meter.start()
@@ -556,6 +586,7 @@ def backlog(
     result = {
         "jobs": args.backlog,
         "workers": args.workers,
+        "pinned": pinned,
         "queued": len(times),
         "first_queued_after_commit_s": round(times[0] - committed, 2) if times else None,
         "dispatch_per_s": round(rate, 1),
@@ -626,6 +657,11 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
             )
             + ")"
         )
+        if b.get("pinned"):
+            lines.append(
+                f"  pinned: kubetrain serve and the bare client on CPU {b['pinned']['clients']}, "
+                f"the testbed on {b['pinned']['cluster']}"
+            )
         if "server_cpu_ms_per_job" in b:
             lines.append(f"  the server's CPU through it: {b['server_cpu_ms_per_job']} ms per job")
         if "bare_running_create_per_s" in b:
