@@ -19,7 +19,12 @@ before the next step starts. Per step, in the same run:
   are committed in one transaction and the dispatcher's rate through that
   backlog is measured against the bare client's for as many jobs, run once
   the backlog's jobs have SUCCEEDED (so that the server's work on them does not
-  share the bare client's window), and the backlog's propagation (below);
+  share the bare client's window), and the backlog's propagation (below). In each
+  of these windows the cores each process group used (the API server, etcd, the
+  rest of the testbed, kubetrain serve, this bench) and the API server's CPU per
+  Job made are reported: where the two cores went. With --pin, kubetrain serve
+  and this bench (the bare client) run on the last CPU and the testbed on the
+  others from the backlog on, as a controller runs apart from its control plane;
 * propagation, p50/p99: the `at` of the RUNNING and SUCCEEDED transitions,
   each against when a bare watch in this process saw the Pod Running or the Job
   Complete; both from the API server's own timestamps (container `startedAt`,
@@ -39,7 +44,7 @@ Growth is judged per job: KB of RSS per job added, CPU ms per job, and the
 propagation p99 at each size. Prints a table, writes bench/results/scale.json
 and bench/results/scale.svg. Everything is stopped at the end, also on error.
 
-    .venv/bin/python bench/scale.py [--sizes 500,1000,2000] [--run 2s]
+    .venv/bin/python bench/scale.py [--sizes 500,1000,2000] [--run 2s] [--pin]
 """
 
 from __future__ import annotations
