@@ -571,7 +571,8 @@ def backlog(
             break
         time.sleep(0.25)
     cpu1, _ = process_sample(server_pid)
-    dispatch_cpu = meter.stop(len(queued))
+    # The backlog's Jobs only: `queued` holds the warm-up's and the ramp's too.
+    dispatch_cpu = meter.stop(sum(j in queued for j in ids))
     times = sorted(queued[j] for j in ids if j in queued)
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     # The bare client once the backlog's jobs are recorded SUCCEEDED: the server's work on
