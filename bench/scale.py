@@ -333,6 +333,7 @@ class Meter:
         used = {name: cpu1[name] - cpu0[name] for name in cpu0}
         return {
             "window_s": round(seconds, 2),
+            "cpu_s": {name: round(cpu, 2) for name, cpu in used.items()},
             "cores": {name: round(cpu / seconds, 2) for name, cpu in used.items()},
             "apiserver_ms_per_job": round(1000 * used["kube-apiserver"] / max(1, jobs), 2),
         }
@@ -560,7 +561,6 @@ def backlog(
             ids.append(submission.job.id)
     pinned = pin(testbed, server_pid) if args.pin else None
     meter = Meter(testbed, server_pid)
-    cpu0, _ = process_sample(server_pid)
     meter.start()
     committed = time.time()
     deadline = time.monotonic() + args.timeout
@@ -570,10 +570,9 @@ def backlog(
         if all(j in queued for j in ids):
             break
         time.sleep(0.25)
-    cpu1, _ = process_sample(server_pid)
     # The backlog's Jobs only: `queued` holds the warm-up's and the ramp's too.
-    dispatch_cpu = meter.stop(sum(j in queued for j in ids))
     times = sorted(queued[j] for j in ids if j in queued)
+    dispatch_cpu = meter.stop(len(times))
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
     # The bare client once the backlog's jobs are recorded SUCCEEDED: the server's work on
     # them then no longer shares the cores with the bare client's creates.
@@ -599,7 +598,9 @@ def backlog(
         # The server's CPU from the commit to the last QUEUED (the syncer's work on the
         # backlog's jobs made so far included), per job: kubetrain's own cost, which the
         # ratio shows only through what the API server is left of the two cores.
-        "server_cpu_ms_per_job": round(1000 * (cpu1 - cpu0) / max(1, len(times)), 2),
+        "server_cpu_ms_per_job": round(
+            1000 * dispatch_cpu["cpu_s"][SERVER] / max(1, len(times)), 2
+        ),
         "bare_create_per_s": round(bare, 1),
         "bare_running_create_per_s": round(running, 1),
         # Where the two cores went in each window (the dispatcher's: from the commit to
