@@ -22,7 +22,13 @@ from sqlalchemy import exc as sa_exc
 from kubetrain.cluster.client import load_config, typed_client
 from kubetrain.control import dispatcher as dispatcher_module
 from kubetrain.control.dispatcher import Dispatcher
-from kubetrain.domain.manifest import LABEL_JOB_ID, RenderOptions, job_name, render_job
+from kubetrain.domain.manifest import (
+    ANNOTATION_SPEC_DIGEST,
+    LABEL_JOB_ID,
+    RenderOptions,
+    job_name,
+    render_job,
+)
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
@@ -192,6 +198,10 @@ def test_a_mixed_round_ends_each_job_in_its_state_in_two_transactions(
         assert (job.business_state, job.reason) == (BusinessState.QUEUED, ReasonCode.SCHEDULING)
         assert (job.k8s_job_name, job.next_dispatch_at) == (job_name(job_id), None)
         k8s_job = get(kube, K8sJob, job_name(job_id), namespace)
+        if job_id != crashed:  # (its Job is the test's own)
+            # The submission's digest as the store keeps it, not computed again per create
+            # (here the tests' stand-in, which no computation would give).
+            assert k8s_job.metadata.annotations[ANNOTATION_SPEC_DIGEST] == job.spec_digest
         # The Job is all a job needs: its Pods get their reporting token from the kubelet.
         (volume,) = k8s_job.spec.template.spec.volumes
         assert volume.projected.sources[0].serviceAccountToken.audience == "kubetrain"

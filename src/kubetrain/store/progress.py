@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session
 from kubetrain.domain.diagnosis import PodReport
 from kubetrain.domain.lineage import Compared, compare_resume
 from kubetrain.domain.states import BusinessState
+from kubetrain.store.in_lists import in_chunks, padded
 from kubetrain.store.models import Attempt, Job, Progress, Report
 
 MAX_STEP_REPORTS = 2000
@@ -133,10 +134,11 @@ def record_reports(
     and the job's progress (its phase, step, checkpoint) is rank 0's alone.
     """
     now = now if now is not None else datetime.now(UTC)
+    seqs = padded([e.seq for e in events])
     seen = set(
         session.scalars(
             select(Report.seq).where(
-                Report.job_id == job_id, Report.pod == pod, Report.seq.in_([e.seq for e in events])
+                Report.job_id == job_id, Report.pod == pod, Report.seq.in_(seqs)
             )
         )
     )
@@ -219,8 +221,7 @@ def phase_reports(session: Session, job_ids: Sequence[str]) -> dict[str, list[Po
     """Each Pod's last phase report (with the preflight check it named), per job: what
     the diagnosis reads to hold a gang at its least advanced rank."""
     out: dict[str, list[PodReport]] = {}
-    for start in range(0, len(job_ids), 500):
-        chunk = job_ids[start : start + 500]
+    for chunk in in_chunks(job_ids):
         # One row per Pod (the resync reads every unfinished job): its newest phase.
         last = (
             select(func.max(Report.id))
@@ -249,7 +250,7 @@ def get_progress(session: Session, job_id: str) -> Progress | None:
 def progress_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, Progress]:
     if not job_ids:
         return {}
-    rows = session.scalars(select(Progress).where(Progress.job_id.in_(job_ids)))
+    rows = session.scalars(select(Progress).where(Progress.job_id.in_(padded(job_ids))))
     return {row.job_id: row for row in rows}
 
 

@@ -34,7 +34,7 @@ from kubetrain.domain.usage import (
     training_start,
 )
 from kubetrain.store.db import Database
-from kubetrain.store.jobs import in_chunks
+from kubetrain.store.in_lists import in_chunks, padded
 from kubetrain.store.models import Attempt, Job, Report
 
 _ENDED_PHASES = frozenset({"Succeeded", "Failed", None})  # None: gone, rebuilt from events
@@ -85,7 +85,7 @@ def attempt_usage(
         .order_by(Attempt.job_id, Attempt.number)
     )
     if job_ids is not None:
-        query = query.where(Attempt.job_id.in_(job_ids))
+        query = query.where(Attempt.job_id.in_(padded(list(job_ids))))
     if projects is not None:
         query = query.where(Job.project.in_(sorted(projects)))
     if since is not None:

@@ -35,6 +35,7 @@ from sqlalchemy import (
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.notifications import new_secret
+from kubetrain.store.in_lists import padded
 from kubetrain.store.models import (
     Installation,
     Job,
@@ -122,7 +123,7 @@ def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> i
     query = (
         select(Job.id, Webhook.id)
         .join(Webhook, Webhook.project == Job.project)
-        .where(Job.id.in_(job_ids))
+        .where(Job.id.in_(padded(sorted(job_ids))))
     )
     for job_id, hook_id in session.execute(query):
         hooks.setdefault(job_id, []).append(hook_id)
@@ -231,7 +232,7 @@ def drop_deliveries(session: Session, webhook_id: str, transition_ids: Sequence[
         session.execute(
             delete(WebhookDelivery).where(
                 WebhookDelivery.webhook_id == webhook_id,
-                WebhookDelivery.transition_id.in_(transition_ids),
+                WebhookDelivery.transition_id.in_(padded(transition_ids)),
             )
         )
 
