@@ -9,6 +9,7 @@ import pytest
 from lightkube import AsyncClient
 from lightkube.config.kubeconfig import KubeConfig
 
+from kubetrain.cluster.client import http_client
 from kubetrain.control.dispatcher import Dispatcher
 from kubetrain.store import Database
 
@@ -33,7 +34,7 @@ def test_the_dispatcher_keeps_retrying_while_the_database_is_unreachable() -> No
         }
     )
     client = AsyncClient(config=config)
-    dispatcher = Dispatcher(db, client, poll_interval=0.05)
+    dispatcher = Dispatcher(db, client, http=http_client(config.get()), poll_interval=0.05)
 
     async def run_for_a_while() -> None:
         with pytest.raises(TimeoutError):  # still running: no error got out of the loop

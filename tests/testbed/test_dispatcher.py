@@ -19,7 +19,7 @@ from lightkube.resources.core_v1 import Secret
 from sqlalchemy import event
 from sqlalchemy import exc as sa_exc
 
-from kubetrain.cluster.client import load_config, typed_client
+from kubetrain.cluster.client import creating_client, load_config, typed_client
 from kubetrain.control import dispatcher as dispatcher_module
 from kubetrain.control.dispatcher import Dispatcher
 from kubetrain.domain.manifest import (
@@ -109,16 +109,19 @@ async def dispatcher_on(
 ) -> AsyncIterator[Dispatcher]:
     """A Dispatcher on the testbed's API server (its client closed after); the ids of the
     jobs whose Jobs it made go to `dispatched`."""
-    client = typed_client(load_config(testbed.kubeconfig))
+    config = load_config(testbed.kubeconfig)
+    client, http = typed_client(config), creating_client(config)
     try:
         yield Dispatcher(
             db,
             client,
+            http=http,
             render_options=OPTIONS,
             on_dispatched=dispatched.append if dispatched is not None else None,
         )
     finally:
         await client.close()
+        await http.aclose()
 
 
 def one_round(db: Database, testbed: Testbed, dispatched: list[str]) -> Dispatcher:

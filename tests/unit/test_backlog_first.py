@@ -22,7 +22,7 @@ pytestmark = pytest.mark.unit
 
 
 def dispatcher() -> Dispatcher:
-    return Dispatcher(cast(Database, None), cast(TypedClient, None))
+    return Dispatcher(cast(Database, None), cast(TypedClient, None), http=cast(HttpClient, None))
 
 
 def test_no_backlog_lets_a_round_go_at_once():
@@ -105,7 +105,9 @@ def test_the_control_loops_put_the_dispatchers_backlog_first(monkeypatch):
 
     async def run() -> tuple[bool, float]:
         loops = ControlLoops(db=cast(Database, None), config=cast(ClusterConfig, None))
-        _, syncer, dispatcher = loops._term(cast(HttpClient, None), cast(TypedClient, None))
+        _, syncer, dispatcher = loops._term(
+            cast(HttpClient, None), cast(TypedClient, None), cast(HttpClient, None)
+        )
         dispatcher.caught_up.clear()  # a backlog, never through
         assert syncer.yield_to is not None
         loop = asyncio.get_running_loop()

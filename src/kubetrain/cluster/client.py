@@ -160,6 +160,16 @@ def _readable(sock: socket.socket | None) -> bool:
     return bool(poller.poll(0))
 
 
+def creating_client(config: SingleConfig) -> httpx.AsyncClient:
+    """A plain client for the dispatcher's creates (cluster/jobs.py `create_job`): the
+    kubeconfig's TLS and credentials (a token file read again as it rotates, as
+    lightkube's), its connections kept for all the calls in flight as the typed
+    client's. Its bodies are bytes: no typed model per Job made and read back."""
+    params = ConnectionParams().httpx_params(config)
+    params["transport"] = _transport(config)  # None: httpx's own, through the proxy
+    return httpx.AsyncClient(**params)
+
+
 def http_client(config: SingleConfig) -> httpx.AsyncClient:
     """A plain HTTP client with the kubeconfig's TLS and credentials, for list+watch
     of raw JSON (the diagnosis reads plain objects, not typed models)."""

@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 
 import httpx2 as httpx
+import msgspec
 from lightkube import ApiError
 
 from kubetrain.errors import KubetrainError
@@ -86,6 +87,42 @@ def wrap(exc: ApiError | httpx.HTTPError | OSError) -> ClusterError:
     if isinstance(exc, httpx.TransportError | OSError):
         return ClusterUnreachable(type(exc).__name__, message)
     return ClusterError(type(exc).__name__, message)
+
+
+class _Cause(msgspec.Struct):
+    field: str | None = None
+    message: str | None = None
+
+
+class _Details(msgspec.Struct):
+    causes: list[_Cause] | None = None
+
+
+class _Status(msgspec.Struct):
+    """The meta/v1 Status an API server answers an error with (the fields read here)."""
+
+    code: int | None = None
+    reason: str | None = None
+    message: str | None = None
+    details: _Details | None = None
+
+
+_read_status = msgspec.json.Decoder(_Status).decode
+
+
+def refused(response: httpx.Response) -> ClusterRefused:
+    """An error answer to a raw call, as `wrap` words lightkube's for a typed one."""
+    try:
+        status = _read_status(response.content)
+    except msgspec.MsgspecError:  # not a Status (a proxy's page): the code alone
+        status = _Status()
+    code = status.code or response.status_code
+    causes = tuple(
+        (cause.field or "", cause.message or "")
+        for cause in ((status.details.causes if status.details else None) or [])
+    )
+    message = status.message or f"HTTP {response.status_code} {response.reason_phrase}"
+    return ClusterRefused(code, status.reason or f"HTTP{code}", message, causes)
 
 
 @contextmanager

@@ -44,7 +44,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from kubetrain.cluster.client import TypedClient
+from kubetrain.cluster.client import HttpClient, TypedClient
 from kubetrain.cluster.errors import ClusterError
 from kubetrain.cluster.jobs import (
     attempt_pods_left,
@@ -141,6 +141,7 @@ class Dispatcher:
         db: Database,
         client: TypedClient,
         *,
+        http: HttpClient,
         render_options: RenderOptions | None = None,
         manage_namespaces: bool = True,
         poll_interval: float = 1.0,
@@ -148,6 +149,7 @@ class Dispatcher:
     ) -> None:
         self.db = db
         self.client = client
+        self.http = http  # the Jobs' creates (cluster.client.creating_client)
         self.render_options = render_options or RenderOptions()
         self.manage_namespaces = manage_namespaces
         self.poll_interval = poll_interval
@@ -399,7 +401,11 @@ class Dispatcher:
                     self.client, namespace, namespace_labels(self.render_options)
                 )
                 self._namespaces.add(namespace)
-            uid = resumed if resumed is not None else await create_job(self.client, manifest)
+            uid = (
+                resumed
+                if resumed is not None
+                else await create_job(self.http, self.client, manifest)
+            )
             if uid is not None and manifest["spec"].get("completionMode") == "Indexed":
                 # A gang's Pods find rank 0 through it; owned by the Job, it goes with it.
                 # It selects the attempt's Pods only.

@@ -18,6 +18,7 @@ from kubetrain.cluster.client import (
     ClusterConfig,
     HttpClient,
     TypedClient,
+    creating_client,
     http_client,
     typed_client,
 )
@@ -122,6 +123,7 @@ class ControlLoops:
         self._loop = asyncio.get_running_loop()
         http = http_client(self.config)
         client = typed_client(self.config)
+        creates = creating_client(self.config)
         try:
             if self.leader_elect:
                 self.elector = LeaderElector(
@@ -130,15 +132,16 @@ class ControlLoops:
                     name=self.lease_name,
                     namespace=self.lease_namespace,
                 )
-                await self.elector.run(lambda: self._work(http, client))
+                await self.elector.run(lambda: self._work(http, client, creates))
             else:
                 LEADER.set(1)
-                await self._work(http, client)
+                await self._work(http, client, creates)
         finally:
             await http.aclose()
+            await creates.aclose()
 
     def _term(
-        self, http: HttpClient, client: TypedClient
+        self, http: HttpClient, client: TypedClient, creates: HttpClient
     ) -> tuple[ClusterCache, Syncer, Dispatcher]:
         """The caches and loops of one term as leader: fresh each term, since a
         standby's view may be stale."""
@@ -154,13 +157,14 @@ class ControlLoops:
         dispatcher = self.dispatcher = Dispatcher(
             self.db,
             client,
+            http=creates,
             render_options=self.render_options,
             on_dispatched=syncer.note_dispatched,
         )
         return cache, syncer, dispatcher
 
-    async def _work(self, http: HttpClient, client: TypedClient) -> None:
-        cache, syncer, dispatcher = self._term(http, client)
+    async def _work(self, http: HttpClient, client: TypedClient, creates: HttpClient) -> None:
+        cache, syncer, dispatcher = self._term(http, client, creates)
         log.info("control loops running as %s", self.identity)
         try:
             async with webhook_poster(
