@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from lightkube import ApiError, Client
@@ -19,23 +19,14 @@ from kubetrain.cluster.jobs import create_job
 from kubetrain.domain.manifest import RenderOptions, render_job
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.testbed.cluster import Testbed
+from tests.api.builders import training_job
 from tests.kube import create, get
 
 pytestmark = pytest.mark.testbed
 
 
 def manifest(namespace: str, job_id: str = "create-1") -> dict[str, Any]:
-    job = parse_training_job(
-        {
-            "apiVersion": "kubetrain.io/v1",
-            "kind": "TrainingJob",
-            "metadata": {"name": "made", "project": "p"},
-            "spec": {
-                "image": "registry.example/trainer:1",
-                "resources": {"requests": {"cpu": "1", "memory": "1Gi"}},
-            },
-        }
-    )
+    job = parse_training_job(training_job("made"), project="p")
     rendered = render_job(job_id, job, namespace, dataset=None, options=RenderOptions())
     rendered["spec"]["suspend"] = True  # the Job alone: no Pods to wait for
     return rendered
@@ -58,7 +49,7 @@ def typed_refusal(testbed: Testbed, body: dict[str, Any]) -> ClusterRefused:
     """What lightkube's typed create answers the same manifest with, worded by `wrap`."""
     client = Client(config=load_config(testbed.kubeconfig), field_manager="kubetrain")
     with pytest.raises(ApiError) as refused:
-        client.create(Job.from_dict(copy.deepcopy(body)))
+        client.create(cast(Job, Job.from_dict(copy.deepcopy(body))))
     error = wrap(refused.value)
     assert isinstance(error, ClusterRefused)
     return error
