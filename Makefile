@@ -82,6 +82,7 @@ bench: testbed
 	$(BIN)/python bench/checkpoint.py
 	$(BIN)/python bench/progress.py
 	$(BIN)/python bench/cache_memory.py
+	$(BIN)/python bench/create.py
 	$(BIN)/python bench/history.py
 
 lint: setup

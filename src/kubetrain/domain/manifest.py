@@ -483,10 +483,10 @@ def render_job(
     `dataset` is the resolved version (see datasets.resolve_dataset), None when
     the job names no dataset. A gang's Job is its attempt `attempt`, after earlier
     attempts used `retries_used` of its retries. `digest` is the job's `spec_digest` where
-    the caller keeps it (the store does, from the submission): computed here, it is 60 %
-    of rendering (canonical JSON and sha256). ValueError for arguments that contradict each
-    other or are not Kubernetes names: those are the caller's bugs, the spec
-    itself was validated when it was parsed.
+    the caller keeps it (the store does, from the submission): computed here, it is over
+    half of rendering (canonical JSON and sha256; bench/create.py). ValueError for
+    arguments that contradict each other or are not Kubernetes names: those are the
+    caller's bugs, the spec itself was validated when it was parsed.
     """
     name = job_name(job_id)
     if problem := names.dns1123_label_problem(namespace):
