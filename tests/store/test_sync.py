@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import event, func, select
 
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
@@ -238,6 +238,43 @@ def test_a_replayed_batch_writes_nothing(db: Database) -> None:
     with db.read_only() as session:
         assert session.scalar(select(func.count()).select_from(Transition)) == before
         assert dict(session.execute(select(Job.id, Job.updated_at)).all()) == updated
+
+
+def test_a_batch_writes_its_history_and_attempts_in_one_statement_each(db: Database) -> None:
+    """Rows with a None in other columns (a business row has reason codes, a runtime row
+    none; a row's detail may be None) are one statement still: each run of rows with
+    other columns was one before, the history's one per row, their results spliced one by
+    one (CPU quadratic in the batch). A None detail is SQL NULL, not JSON null."""
+    with db.transaction() as session:
+        ids = [new_job(session, name=f"j{i}", state=Q).id for i in range(30)]
+    inserts: list[str] = []
+
+    def note(conn: Any, clause: Any, *args: Any) -> None:
+        if getattr(clause, "is_insert", False):
+            inserts.append(clause.table.name)
+
+    event.listen(db.engine, "after_execute", note)
+    try:
+        for step in (0, 6):  # a first Pod; its eviction and a replacement (attempt 2)
+            with db.transaction() as session:
+                record_synced(session, [synced(j, step) for j in ids], now=at(step))
+    finally:
+        event.remove(db.engine, "after_execute", note)
+    assert inserts.count("transitions") == 2
+    assert inserts.count("attempts") == 2
+    with db.read_only() as session:
+        rows = session.scalars(select(Transition).where(Transition.job_id.in_(ids))).all()
+        kinds = {row.kind for row in rows}
+        assert kinds == {BUSINESS, RUNTIME}
+        assert len(rows) > 2 * len(ids)
+        no_detail = sum(row.detail is None for row in rows)
+        assert no_detail > 0
+        assert (
+            session.scalar(
+                select(func.count()).where(Transition.job_id.in_(ids), Transition.detail.is_(None))
+            )
+            == no_detail
+        )
 
 
 def test_facts_and_unfinished_ids_in_one_query_each(db: Database) -> None:

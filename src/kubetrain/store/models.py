@@ -251,7 +251,9 @@ class Transition(Base):
     raw_reason: Mapped[str | None] = mapped_column(Text)
     raw_message: Mapped[str | None] = mapped_column(Text)
     attempt: Mapped[int | None] = mapped_column(Integer)
-    detail: Mapped[dict[str, Any] | None]
+    # None is SQL NULL when given (not JSON null): the syncer's batches give every column
+    # of every row, so that they are written in one statement (store/sync.py).
+    detail: Mapped[dict[str, Any] | None] = mapped_column(JSON(none_as_null=True))
 
     def __repr__(self) -> str:
         return (

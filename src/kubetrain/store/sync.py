@@ -59,6 +59,9 @@ class SyncResult:
     missing: bool = False  # no such job: nothing written
 
 
+_RENDER_NULLS = {"render_nulls": True}
+
+
 @dataclass
 class SyncPlan:
     """The rows a batch of syncs would write, worked out from what the database holds."""
@@ -81,8 +84,13 @@ class SyncPlan:
         if self.leaving:
             entered = state_entered(session, [job_id for job_id, _, _ in self.leaving])
             note_state_durations(session, self.leaving, self.now, entered)
+        # `render_nulls`: a None is written as NULL rather than its column left out, so
+        # that every row has the same columns and a batch is one statement. Left out, each
+        # run of rows with other columns was a statement of its own, and the history's
+        # rows (RETURNING) one statement each, their results spliced one by one: CPU
+        # quadratic in the batch (docs/benchmarks.md).
         if self.new_attempts:
-            session.execute(insert(Attempt), self.new_attempts)
+            session.execute(insert(Attempt), self.new_attempts, execution_options=_RENDER_NULLS)
         for group in _same_keys(self.changed_attempts):
             session.execute(update(Attempt), group)
         if self.history:
@@ -92,6 +100,7 @@ class SyncPlan:
                     Transition.id, Transition.job_id, Transition.kind, sort_by_parameter_order=True
                 ),
                 self.history,
+                execution_options=_RENDER_NULLS,
             )
             enqueue_deliveries(
                 session,
