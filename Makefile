@@ -83,6 +83,7 @@ bench: testbed
 	$(BIN)/python bench/progress.py
 	$(BIN)/python bench/cache_memory.py
 	$(BIN)/python bench/create.py
+	$(BIN)/python bench/sync_record.py
 	$(BIN)/python bench/history.py
 
 lint: setup
