@@ -328,15 +328,24 @@ class ClusterCache:
     def job(self, namespace: str, name: str) -> Obj | None:
         return self._jobs.get((namespace, name))
 
-    def unplaced(self, job_id: str) -> bool:
-        """A Pod of the job is one the scheduler found no room for (PodScheduled False):
-        room freed or taken on the nodes can change its verdict. A Pod not tried yet
-        will be, and says so itself; one placed waits on its node, not on room."""
-        return any(
-            c.get("type") == "PodScheduled" and c.get("status") == "False"
-            for pod in (self._pods.get(job_id) or {}).values()
-            for c in (pod.get("status") or {}).get("conditions") or ()
-        )
+    def unplaced(self) -> list[Obj]:
+        """Our Jobs (unfinished or not) with a Pod the scheduler found no room for
+        (PodScheduled False): room freed or taken on the nodes can change its verdict. A
+        Pod not tried yet will be, and says so itself; one placed waits on its node, not
+        on room. Only the jobs with Pods are looked at: through a backlog, most of the
+        Jobs made have none yet, and room changes many times a second."""
+        out = []
+        for job_id, pods in self._pods.items():
+            if any(
+                c.get("type") == "PodScheduled" and c.get("status") == "False"
+                for pod in pods.values()
+                for c in (pod.get("status") or {}).get("conditions") or ()
+            ):
+                key = self._job_keys.get(job_id)
+                job = self._jobs.get(key) if key is not None else None
+                if job is not None:
+                    out.append(job)
+        return out
 
     def listing(self) -> dict[str, Any]:
         """Everything cached, as one `List`: the syncer diagnoses a whole batch of

@@ -82,8 +82,8 @@ async def create_job(http: HttpClient, client: AsyncClient, manifest: dict[str, 
 
     The create, one per job through a backlog, goes through `http` (`creating_client`)
     as bytes, its answer read for the uid alone: through lightkube's typed client a
-    create cost ~0.2 ms more CPU (the manifest made a model and a dict again, the
-    answer decoded into a model); docs/benchmarks.md. The rare rest uses `client`.
+    create cost a third more CPU (the manifest made a model and a dict again, the
+    answer decoded into a model; bench/create.py). The rare rest uses `client`.
     """
     namespace: str = manifest["metadata"]["namespace"]
     response = await http.post(

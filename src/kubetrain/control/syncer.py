@@ -133,13 +133,9 @@ class Syncer:
         changes, self.cluster_changes = self.cluster_changes, {}
         room_only = changes.keys() == {"bound_pods"}
         at = min(changes.values())
-        for job in self.cache.jobs():
+        for job in self.cache.unplaced() if room_only else self.cache.jobs():
             waiting_id = job_id_of(job)
-            if (
-                waiting_id
-                and not _finished(job)
-                and (not room_only or self.cache.unplaced(waiting_id))
-            ):
+            if waiting_id and not _finished(job):
                 self.mark(waiting_id, urgent=False, at=at)
 
     def mark(self, job_id: str, *, urgent: bool = True, at: float | None = None) -> None:
