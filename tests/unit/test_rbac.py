@@ -125,17 +125,25 @@ def typed_calls() -> set[Triple]:
     return needed
 
 
+def _group_and_resource(path: str) -> tuple[str, str]:
+    """(API group, resource) of a path: `/api/v1/pods` -> ("", "pods"),
+    `/apis/batch/v1/namespaces/{}/jobs?...` -> ("batch", "jobs")."""
+    parts = path.split("?")[0].strip("/").split("/")
+    return ("" if parts[0] == "api" else parts[1]), parts[-1]
+
+
 def raw_calls() -> set[Triple]:
     """The reflectors list and watch each path of the cache."""
     needed = set()
     for _, path, _ in cache._RESOURCES:
-        parts = path.strip("/").split("/")  # api/v1/pods, apis/batch/v1/jobs
-        group = "" if parts[0] == "api" else parts[1]
-        needed |= {(group, parts[-1], "list"), (group, parts[-1], "watch")}
+        group, resource = _group_and_resource(path)
+        needed |= {(group, resource, "list"), (group, resource, "watch")}
     return needed
 
 
-def test_only_the_reflector_talks_raw_http():
+def _raw_http_calls() -> list[tuple[Path, ast.Call]]:
+    """Every `http.<request>(...)` of the rooms: a plain client's call."""
+    out = []
     for room in ROOMS:
         for path in sorted(room.glob("*.py")):
             for node in ast.walk(ast.parse(path.read_text())):
@@ -147,11 +155,40 @@ def test_only_the_reflector_talks_raw_http():
                     and getattr(node.func.value, "attr", getattr(node.func.value, "id", ""))
                     == "http"
                 ):
-                    assert path.name == "reflector.py", f"{path}:{node.lineno} calls HTTP directly"
+                    out.append((path, node))
+    return out
+
+
+def raw_creates() -> set[Triple]:
+    """The plain client's POSTs (cluster/jobs.py's create of a Job, as bytes), read from
+    their path: a literal, or an f-string whose literal parts name the resource."""
+    needed = set()
+    for path, call in _raw_http_calls():
+        if path.name == "reflector.py":
+            continue  # its list and watch: raw_calls
+        where = f"{path.relative_to(ROOT)}:{call.lineno}"
+        assert call.func.attr == "post", f"{where}: a plain client's call other than a create"  # type: ignore[attr-defined]
+        target = call.args[0] if call.args else None
+        if isinstance(target, ast.Constant) and isinstance(target.value, str):
+            url = target.value
+        elif isinstance(target, ast.JoinedStr):
+            url = "".join(
+                str(v.value) if isinstance(v, ast.Constant) else "{}" for v in target.values
+            )
+        else:
+            pytest.fail(f"{where}: cannot tell which path this call touches")
+        needed.add((*_group_and_resource(url), "create"))
+    return needed
+
+
+def test_the_plain_client_lists_and_watches_in_the_reflector_and_creates_jobs_only():
+    where = {path.name for path, _ in _raw_http_calls()}
+    assert where == {"reflector.py", "jobs.py"}
+    assert raw_creates() == {("batch", "jobs", "create")}
 
 
 def needed() -> set[Triple]:
-    return typed_calls() | raw_calls()
+    return typed_calls() | raw_calls() | raw_creates()
 
 
 def granted(kind: str) -> set[Triple]:
