@@ -327,7 +327,7 @@ _SPEC_DURATIONS = {"stall_after": "stallAfter", "cancel_after_stall": "cancelAft
 
 
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
-    """The records of `ids` that exist, in one query per 500 (not one per job)."""
+    """The records of `ids` that exist, in one query per `IN_CHUNK` ids (not one per job)."""
     names = [
         f.name
         for f in fields(SyncFacts)
