@@ -10,10 +10,11 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import cast
 
 import httpx2 as httpx
-import msgspec
 from lightkube import ApiError
+from lightkube.models.meta_v1 import Status
 
 from kubetrain.errors import KubetrainError
 
@@ -89,40 +90,19 @@ def wrap(exc: ApiError | httpx.HTTPError | OSError) -> ClusterError:
     return ClusterError(type(exc).__name__, message)
 
 
-class _Cause(msgspec.Struct):
-    field: str | None = None
-    message: str | None = None
-
-
-class _Details(msgspec.Struct):
-    causes: list[_Cause] | None = None
-
-
-class _Status(msgspec.Struct):
-    """The meta/v1 Status an API server answers an error with (the fields read here)."""
-
-    code: int | None = None
-    reason: str | None = None
-    message: str | None = None
-    details: _Details | None = None
-
-
-_read_status = msgspec.json.Decoder(_Status).decode
-
-
 def refused(response: httpx.Response) -> ClusterRefused:
-    """An error answer to a raw call, as `wrap` words lightkube's for a typed one."""
+    """An error answer to a plain client's call, worded by `wrap` as lightkube's error for
+    a typed call is: the answer's Status, or (not one: a proxy's page) its HTTP status."""
     try:
-        status = _read_status(response.content)
-    except msgspec.MsgspecError:  # not a Status (a proxy's page): the code alone
-        status = _Status()
-    code = status.code or response.status_code
-    causes = tuple(
-        (cause.field or "", cause.message or "")
-        for cause in ((status.details.causes if status.details else None) or [])
-    )
-    message = status.message or f"HTTP {response.status_code} {response.reason_phrase}"
-    return ClusterRefused(code, status.reason or f"HTTP{code}", message, causes)
+        body = response.json()
+    except ValueError:
+        body = None
+    status = cast(Status, Status.from_dict(body)) if isinstance(body, dict) else Status()
+    status.code = status.code or response.status_code
+    status.message = status.message or f"HTTP {response.status_code} {response.reason_phrase}"
+    error = wrap(ApiError(request=response.request, status=status))
+    assert isinstance(error, ClusterRefused)
+    return error
 
 
 @contextmanager
