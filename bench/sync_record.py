@@ -22,7 +22,6 @@ Prints a table and writes bench/results/sync_record.json.
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import json
 import os
 import resource
@@ -38,7 +37,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # for tests.*
 from _common import RESULTS, table
 from sqlalchemy import insert
-from tests.store.builders import new_job
+from tests.store.builders import DONE, EVICTED, PENDING, RUNNING, SECOND, new_job
 
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import Database, PodObservation
@@ -46,38 +45,9 @@ from kubetrain.store.models import Source, Transition, TransitionKind
 from kubetrain.store.sync import SyncedJob, record_synced
 
 T0 = datetime(2026, 12, 1, tzinfo=UTC)
-PENDING = PodObservation(
-    pod_name="train-0-x7k2p",
-    pod_uid="uid-1",
-    pod_phase="Pending",
-    raw_reason="Unschedulable",
-    raw_message="0/520 nodes are available: 520 Insufficient nvidia.com/gpu.",
-)
-RUNNING = dataclasses.replace(
-    PENDING,
-    pod_phase="Running",
-    node="n1",
-    container_state="running",
-    raw_reason=None,
-    raw_message=None,
-    started_at=T0 + timedelta(seconds=5),
-)
-EVICTED = dataclasses.replace(
-    RUNNING, pod_phase="Failed", container_state="terminated", raw_reason="Evicted"
-)
-SECOND = dataclasses.replace(PENDING, pod_name="train-0-b8c9d", pod_uid="uid-2")
-DONE = dataclasses.replace(
-    SECOND,
-    pod_phase="Succeeded",
-    node="n2",
-    container_state="terminated",
-    raw_reason="Completed",
-    raw_message=None,
-    exit_code=0,
-)
 Q, R, S = BusinessState.QUEUED, BusinessState.RUNNING, BusinessState.SUCCEEDED
 STEPS: dict[str, tuple[list[PodObservation], BusinessState, ReasonCode]] = {
-    "pending": ([PENDING], Q, ReasonCode.INSUFFICIENT_GPU),
+    "pending": ([PENDING], Q, ReasonCode.INSUFFICIENT_CPU),
     "running": ([RUNNING], R, ReasonCode.TRAINING),
     "replaced": ([EVICTED, SECOND], Q, ReasonCode.SCHEDULING),
     "done": ([EVICTED, DONE], S, ReasonCode.COMPLETED),

@@ -3,6 +3,7 @@ what the syncer records of its Pods and diagnosis, and a writer held by another 
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import threading
@@ -61,6 +62,39 @@ FITTING_REASON = {state: path[-1][1] for state, path in PATHS.items() if path} |
 
 def at(seconds: float) -> datetime:
     return T0 + timedelta(seconds=seconds)
+
+
+# One Pod's life as the syncer observes it: pending, running, evicted, a replacement
+# Pod pending, then succeeded.
+PENDING = PodObservation(
+    pod_name="train-0-x7k2p",
+    pod_uid="uid-1",
+    pod_phase="Pending",
+    raw_reason="Unschedulable",
+    raw_message="0/3 nodes are available: 3 Insufficient cpu.",
+)
+RUNNING = dataclasses.replace(
+    PENDING,
+    pod_phase="Running",
+    node="n1",
+    container_state="running",
+    raw_reason=None,
+    raw_message=None,
+    started_at=at(5),
+)
+EVICTED = dataclasses.replace(
+    RUNNING, pod_phase="Failed", container_state="terminated", raw_reason="Evicted"
+)
+SECOND = dataclasses.replace(PENDING, pod_name="train-0-b8c9d", pod_uid="uid-2")
+DONE = dataclasses.replace(
+    SECOND,
+    pod_phase="Succeeded",
+    node="n2",
+    container_state="terminated",
+    raw_reason="Completed",
+    raw_message=None,
+    exit_code=0,
+)
 
 
 @contextmanager

@@ -30,7 +30,7 @@ from kubetrain.store.sync import (
     sync_facts,
     unfinished_job_ids,
 )
-from tests.store.builders import at, new_job
+from tests.store.builders import DONE, EVICTED, PENDING, RUNNING, SECOND, at, new_job
 
 pytestmark = pytest.mark.db
 
@@ -40,35 +40,6 @@ Q, R, S, F = (
     BusinessState.RUNNING,
     BusinessState.SUCCEEDED,
     BusinessState.FAILED,
-)
-PENDING = PodObservation(
-    pod_name="train-0-x7k2p",
-    pod_uid="uid-1",
-    pod_phase="Pending",
-    raw_reason="Unschedulable",
-    raw_message="0/3 nodes are available: 3 Insufficient cpu.",
-)
-RUNNING = dataclasses.replace(
-    PENDING,
-    pod_phase="Running",
-    node="n1",
-    container_state="running",
-    raw_reason=None,
-    raw_message=None,
-    started_at=at(5),
-)
-EVICTED = dataclasses.replace(
-    RUNNING, pod_phase="Failed", container_state="terminated", raw_reason="Evicted"
-)
-SECOND = dataclasses.replace(PENDING, pod_name="train-0-b8c9d", pod_uid="uid-2")
-DONE = dataclasses.replace(
-    SECOND,
-    pod_phase="Succeeded",
-    node="n2",
-    container_state="terminated",
-    raw_reason="Completed",
-    raw_message=None,
-    exit_code=0,
 )
 # (pods, state, reason, raw message): a life, with replays and refused moves.
 STEPS: list[tuple[list[PodObservation], BusinessState, ReasonCode, str | None]] = [
