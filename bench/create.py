@@ -4,10 +4,13 @@ On a `default` pool testbed, rounds of `--jobs` suspended Jobs (kubetrain's mani
 the scale bench's job, no Pods to make) are created 50 in flight, as the dispatcher's
 calls, on uvloop as `kubetrain serve` runs. In turn, in every round, side by side:
 
-* **typed**: lightkube's typed client as the dispatcher made them before
+* **typed**: lightkube's typed client as the dispatcher made them first
   (`Job.from_dict` of the manifest, `create`, the answer decoded into a model);
-* **bytes**: `cluster.jobs.create_job`, the dispatcher's create now (the manifest as
-  msgspec's JSON through the plain client, the answer read for the uid alone).
+* **httpx**: `cluster.jobs.create_job` through httpx (the manifest as msgspec's JSON,
+  the answer read for the uid alone): the dispatcher's create before cluster/wire.py,
+  and still its create where a proxy is named for the API server;
+* **wire**: `cluster.jobs.create_job` as the dispatcher makes it now: the same bytes
+  through kubetrain's own kept HTTP/1.1 connections over asyncio's TLS (cluster/wire.py).
 
 Measured: this process's CPU (user + system) per create, each round and side; the
 first round warms both up and is not counted. Beside it, in-process, `render_job` per
@@ -31,14 +34,24 @@ import uuid
 from pathlib import Path
 from typing import Any, cast
 
+import httpx2 as httpx
 import uvloop
 from _common import RESULTS, table
+from lightkube.config.client_adapter import ConnectionParams
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
 from lightkube.resources.core_v1 import Namespace
 from scale import backlog_job
 
-from kubetrain.cluster.client import TypedClient, creating_client, load_config, typed_client
+from kubetrain.cluster import client as client_module
+from kubetrain.cluster.client import (
+    ClusterConfig,
+    CreatingClient,
+    TypedClient,
+    creating_client,
+    load_config,
+    typed_client,
+)
 from kubetrain.cluster.jobs import create_job
 from kubetrain.domain.manifest import RenderOptions, render_job
 from kubetrain.domain.spec import spec_digest
@@ -53,7 +66,9 @@ def cpu_seconds() -> float:
     return usage.ru_utime + usage.ru_stime
 
 
-async def one_round(typed: TypedClient, http: Any, side: str, jobs: int) -> float:
+async def one_round(
+    typed: TypedClient, http: dict[str, CreatingClient], side: str, jobs: int
+) -> float:
     """CPU ms per create of `jobs` suspended Jobs in a namespace of their own."""
     namespace = f"create-{side}-{uuid.uuid4().hex[:6]}"
     await typed.create(Namespace(metadata=ObjectMeta(name=namespace)))
@@ -73,7 +88,7 @@ async def one_round(typed: TypedClient, http: Any, side: str, jobs: int) -> floa
                 assert made.metadata is not None
                 assert made.metadata.uid
             else:
-                assert await create_job(http, typed, manifest)
+                assert await create_job(http[side], typed, manifest)
 
     began = cpu_seconds()
     await asyncio.gather(*(create(m) for m in manifests))
@@ -84,8 +99,9 @@ async def one_round(typed: TypedClient, http: Any, side: str, jobs: int) -> floa
 
 async def creates(testbed: Testbed, jobs: int, rounds: int) -> dict[str, list[float]]:
     config = load_config(testbed.kubeconfig)
-    typed, http = typed_client(config), creating_client(config)
-    measured: dict[str, list[float]] = {"typed": [], "bytes": []}
+    typed = typed_client(config)
+    http = {"wire": creating_client(config), "httpx": via_httpx(config)}
+    measured: dict[str, list[float]] = {"typed": [], "httpx": [], "wire": []}
     try:
         for number in range(rounds + 1):
             for side in measured:
@@ -94,9 +110,18 @@ async def creates(testbed: Testbed, jobs: int, rounds: int) -> dict[str, list[fl
                 if number:  # round 0 warms both up
                     measured[side].append(ms)
     finally:
-        await http.aclose()
+        for each in http.values():
+            await each.aclose()
         await typed.close()
     return measured
+
+
+def via_httpx(config: ClusterConfig) -> CreatingClient:
+    """`creating_client` as where a proxy is named for the server: through httpx (with the
+    typed client's kept connections, as before cluster/wire.py)."""
+    params = ConnectionParams().httpx_params(config)
+    params["transport"] = client_module._transport(config)
+    return client_module._ViaHttpx(httpx.AsyncClient(**params))
 
 
 def renders() -> dict[str, float]:
@@ -134,9 +159,13 @@ def main() -> None:
         for side, values in measured.items()
     ]
     print(table(["create", "CPU ms per create, by round", "median"], rows, [8, 36, 8]))
-    ratio = statistics.median(measured["bytes"]) / statistics.median(measured["typed"])
-    report["bytes_to_typed"] = round(ratio, 2)
-    print(f"bytes / typed (medians): {ratio:.2f}")
+    median = {side: statistics.median(values) for side, values in measured.items()}
+    report["wire_to_httpx"] = round(median["wire"] / median["httpx"], 2)
+    report["wire_to_typed"] = round(median["wire"] / median["typed"], 2)
+    print(
+        f"wire / httpx (medians): {report['wire_to_httpx']:.2f}; "
+        f"wire / typed: {report['wire_to_typed']:.2f}"
+    )
     RESULTS.mkdir(exist_ok=True)
     (RESULTS / "create.json").write_text(json.dumps(report, indent=2))
     print(f"wrote {RESULTS / 'create.json'}")

@@ -6,9 +6,11 @@ import json
 import time
 import urllib.request
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any, TypeVar
 
 import pytest
+import yaml
 from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 
@@ -65,6 +67,40 @@ def compact_etcd(testbed: Testbed) -> int:
     revision = int(post("range", {"key": "AA=="})["header"]["revision"])
     post("compaction", {"revision": str(revision), "physical": True})
     return revision
+
+
+def account_token(kube: Client, namespace: str, account: str, seconds: int = 3600) -> str:
+    """A token of the ServiceAccount issued by the API server (TokenRequest), for its own
+    audience: what a Pod of that account presents."""
+    from lightkube.models.authentication_v1 import TokenRequestSpec
+    from lightkube.models.meta_v1 import ObjectMeta
+    from lightkube.resources.core_v1 import ServiceAccount
+
+    request = ServiceAccount.Token(
+        metadata=ObjectMeta(name=account, namespace=namespace),
+        spec=TokenRequestSpec(audiences=[], expirationSeconds=seconds),
+    )
+    token: str = kube.create(request, account, namespace=namespace).status.token
+    return token
+
+
+def account_kubeconfig(
+    testbed: Testbed, account: str, credentials: dict[str, str], path: Path
+) -> Path:
+    """A kubeconfig (mode 0600) for the testbed's API server as `account`, with its
+    `credentials` as a kubeconfig's user has them ({"token": ...}, {"tokenFile": ...})."""
+    server = {"server": testbed.server, "certificate-authority": str(testbed.pki.ca_cert)}
+    document = {
+        "apiVersion": "v1",
+        "kind": "Config",
+        "clusters": [{"name": "testbed", "cluster": server}],
+        "users": [{"name": account, "user": credentials}],
+        "contexts": [{"name": "sa", "context": {"cluster": "testbed", "user": account}}],
+        "current-context": "sa",
+    }
+    path.write_text(yaml.safe_dump(document))
+    path.chmod(0o600)
+    return path
 
 
 def bound_token(kube: Client, namespace: str, pod: Any, audience: str | None = "kubetrain") -> str:

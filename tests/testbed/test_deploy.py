@@ -23,7 +23,6 @@ import yaml
 from lightkube import ApiError, Client
 from lightkube.codecs import from_dict
 from lightkube.config.kubeconfig import KubeConfig
-from lightkube.models.authentication_v1 import TokenRequestSpec
 from lightkube.models.core_v1 import Container, PodSpec
 from lightkube.models.meta_v1 import ObjectMeta
 from lightkube.resources.batch_v1 import Job
@@ -34,7 +33,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from kubetrain.domain.manifest import LABEL_JOB_ID, job_name
 from kubetrain.local_server import LocalServer
 from kubetrain.testbed.cluster import Testbed
-from tests.kube import bound_token, eventually, get
+from tests.kube import account_kubeconfig, account_token, bound_token, eventually, get
 
 pytestmark = pytest.mark.testbed
 
@@ -96,32 +95,8 @@ def service_account(kube: Client, namespace: str) -> Iterator[str]:
 
 
 def token_kubeconfig(testbed: Testbed, kube: Client, namespace: str, account: str, path: Path):
-    request = ServiceAccount.Token(
-        metadata=ObjectMeta(name=account, namespace=namespace),
-        spec=TokenRequestSpec(audiences=[], expirationSeconds=3600),
-    )
-    token = kube.create(request, account, namespace=namespace).status.token
-    path.write_text(
-        yaml.safe_dump(
-            {
-                "apiVersion": "v1",
-                "kind": "Config",
-                "clusters": [
-                    {
-                        "name": "testbed",
-                        "cluster": {
-                            "server": testbed.server,
-                            "certificate-authority": str(testbed.pki.ca_cert),
-                        },
-                    }
-                ],
-                "users": [{"name": account, "user": {"token": token}}],
-                "contexts": [{"name": "sa", "context": {"cluster": "testbed", "user": account}}],
-                "current-context": "sa",
-            }
-        )
-    )
-    path.chmod(0o600)
+    token = account_token(kube, namespace, account)
+    account_kubeconfig(testbed, account, {"token": token}, path)
     return token
 
 

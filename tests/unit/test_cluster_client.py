@@ -1,14 +1,17 @@
 """The typed client's transport (cluster/client.py): connections kept for a whole dispatch
 round, except where the environment sends the API server's traffic through a proxy,
-which httpx honours only without a transport of ours. (That the connections are kept is
-tested against the API server: tests/testbed/test_cluster_client.py.)"""
+which httpx honours only without a transport of ours; likewise the creates go through
+kubetrain's own connections (cluster/wire.py), or through httpx where a proxy is named.
+(That the connections are kept is tested against the API server:
+tests/testbed/test_cluster_client.py.)"""
 
 from __future__ import annotations
 
 import pytest
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
-from kubetrain.cluster.client import _transport
+from kubetrain.cluster.client import _transport, _ViaHttpx, creating_client
+from kubetrain.cluster.wire import Connections
 
 pytestmark = pytest.mark.unit
 
@@ -58,3 +61,11 @@ def test_a_proxy_the_server_is_exempt_from_changes_nothing(
     monkeypatch.delenv("NO_PROXY")
     monkeypatch.setenv("HTTP_PROXY", "http://proxy.example:3128")
     assert _transport(config()) is not None
+
+
+def test_the_creates_go_through_our_connections_unless_a_proxy_is_named(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    assert isinstance(creating_client(config()), Connections)
+    monkeypatch.setenv("HTTPS_PROXY", "http://proxy.example:3128")
+    assert isinstance(creating_client(config()), _ViaHttpx)

@@ -15,10 +15,11 @@ import httpcore2 as httpcore
 import httpx2 as httpx
 from lightkube import AsyncClient
 from lightkube.config.client_adapter import AsyncClient as adapter_async_client
-from lightkube.config.client_adapter import ConnectionParams, verify_cluster
+from lightkube.config.client_adapter import ConnectionParams, user_auth, verify_cluster
 from lightkube.config.kubeconfig import KubeConfig, SingleConfig
 
 from kubetrain.cluster.errors import ClusterConfigError
+from kubetrain.cluster.wire import Answer, Connections, Poster
 
 FIELD_MANAGER = "kubetrain"
 # Connections the typed client keeps open between requests: at least the dispatcher's
@@ -32,6 +33,7 @@ KEEP_ALIVE = 64
 ClusterConfig = SingleConfig
 TypedClient = AsyncClient  # lightkube's typed client: get, create, replace, patch, delete
 HttpClient = httpx.AsyncClient  # raw list+watch of JSON (the reflectors)
+CreatingClient = Poster  # the dispatcher's creates, as bytes (`creating_client`)
 
 
 def load_config(kubeconfig: str | os.PathLike[str] | None = None) -> SingleConfig:
@@ -160,14 +162,33 @@ def _readable(sock: socket.socket | None) -> bool:
     return bool(poller.poll(0))
 
 
-def creating_client(config: SingleConfig) -> httpx.AsyncClient:
-    """A plain client for the dispatcher's creates (cluster/jobs.py `create_job`): the
-    kubeconfig's TLS and credentials (a token file read again as it rotates, as
-    lightkube's), its connections kept for all the calls in flight as the typed
-    client's. Its bodies are bytes: no typed model per Job made and read back."""
-    params = ConnectionParams().httpx_params(config)
-    params["transport"] = _transport(config)  # None: httpx's own, through the proxy
-    return httpx.AsyncClient(**params)
+def creating_client(config: SingleConfig) -> Poster:
+    """The client of the dispatcher's creates (cluster/jobs.py `create_job`): kept
+    HTTP/1.1 connections of our own (cluster/wire.py) with the kubeconfig's TLS and
+    credentials; httpx where the environment names a proxy for the server (as for the
+    typed client, `_transport`)."""
+    if _transport(config) is None:
+        params = ConnectionParams().httpx_params(config)
+        return _ViaHttpx(httpx.AsyncClient(**params))
+    assert config.user is not None  # `_transport` is None without one
+    context = verify_cluster(config.cluster, config.user, config.abs_file)
+    return Connections(str(config.cluster.server), context, user_auth(config.user))
+
+
+class _ViaHttpx:
+    """The creates through httpx, which speaks to a proxy."""
+
+    def __init__(self, client: httpx.AsyncClient) -> None:
+        self._client = client
+
+    async def post(self, path: str, body: bytes) -> Answer:
+        response = await self._client.post(
+            path, content=body, headers={"Content-Type": "application/json"}
+        )
+        return Answer(response.status_code, response.content)
+
+    async def aclose(self) -> None:
+        await self._client.aclose()
 
 
 def http_client(config: SingleConfig) -> httpx.AsyncClient:

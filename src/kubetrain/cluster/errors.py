@@ -8,6 +8,7 @@ the boundary, the original chained as `__cause__`.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from contextlib import contextmanager
 from typing import cast
@@ -16,6 +17,7 @@ import httpx2 as httpx
 from lightkube import ApiError
 from lightkube.models.meta_v1 import Status
 
+from kubetrain.cluster.wire import Answer
 from kubetrain.errors import KubetrainError
 
 # Statuses meaning the API server cannot answer now (overloaded, restarting, behind
@@ -90,17 +92,18 @@ def wrap(exc: ApiError | httpx.HTTPError | OSError) -> ClusterError:
     return ClusterError(type(exc).__name__, message)
 
 
-def refused(response: httpx.Response) -> ClusterRefused:
-    """An error answer to a plain client's call, worded by `wrap` as lightkube's error for
-    a typed call is: the answer's Status, or (not one: a proxy's page) its HTTP status."""
+def refused(answer: Answer) -> ClusterRefused:
+    """An error answer to a plain call (cluster/wire.py), worded by `wrap` as lightkube's
+    error for a typed call is: the answer's Status, or (not one: a proxy's page) its
+    HTTP status."""
     try:
-        body = response.json()
+        body = json.loads(answer.body)
     except ValueError:
         body = None
     status = cast(Status, Status.from_dict(body)) if isinstance(body, dict) else Status()
-    status.code = status.code or response.status_code
-    status.message = status.message or f"HTTP {response.status_code} {response.reason_phrase}"
-    error = wrap(ApiError(request=response.request, status=status))
+    status.code = status.code or answer.status
+    status.message = status.message or f"HTTP {answer.status} {answer.reason}".rstrip()
+    error = wrap(ApiError(status=status))
     assert isinstance(error, ClusterRefused)
     return error
 

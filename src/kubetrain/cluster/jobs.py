@@ -18,7 +18,7 @@ from lightkube.resources.batch_v1 import Job, JobStatus
 from lightkube.resources.core_v1 import Namespace, Pod, Service
 from lightkube.types import CascadeType, PatchType
 
-from kubetrain.cluster.client import FIELD_MANAGER, HttpClient
+from kubetrain.cluster.client import FIELD_MANAGER, CreatingClient
 from kubetrain.cluster.errors import ClusterError, JobConflictError, kube_errors, refused
 from kubetrain.domain.manifest import (
     ANNOTATION_RESTART,
@@ -70,33 +70,34 @@ class _Made(msgspec.Struct):
 
 _encode = msgspec.json.Encoder().encode
 _read_made = msgspec.json.Decoder(_Made).decode
-_JSON = {"Content-Type": "application/json"}
 
 
 @_wrapped
-async def create_job(http: HttpClient, client: AsyncClient, manifest: dict[str, Any]) -> str | None:
+async def create_job(
+    http: CreatingClient, client: AsyncClient, manifest: dict[str, Any]
+) -> str | None:
     """Create the Job, or find it already there as ours; returns its uid.
 
     The name is derived from our job id, so a retry after a lost response (or a
     dispatcher restarted mid-create) finds its own Job and calls it success.
 
-    The create, one per job through a backlog, goes through `http` (`creating_client`)
-    as bytes, its answer read for the uid alone: through lightkube's typed client a
-    create cost a third more CPU (the manifest made a model and a dict again, the
-    answer decoded into a model; bench/create.py). The rare rest uses `client`.
+    The create, one per job through a backlog, goes through `http` (`creating_client`:
+    kept connections of our own, cluster/wire.py) as bytes, its answer read for the uid
+    alone: through lightkube's typed client a create cost a third more CPU (the manifest
+    made a model and a dict again, the answer decoded into a model), through httpx five
+    times as much (bench/create.py). The rare rest uses `client`.
     """
     namespace: str = manifest["metadata"]["namespace"]
     response = await http.post(
         f"/apis/batch/v1/namespaces/{namespace}/jobs?fieldManager={FIELD_MANAGER}",
-        content=_encode(manifest),
-        headers=_JSON,
+        _encode(manifest),
     )
-    if response.is_success:
+    if response.ok:
         try:
-            return _read_made(response.content).metadata.uid
+            return _read_made(response.body).metadata.uid
         except msgspec.MsgspecError as exc:
             raise ClusterError("InvalidResponse", f"the created Job's answer: {exc}") from exc
-    if response.status_code != 409:
+    if response.status != 409:
         raise refused(response)
     existing = await client.get(Job, manifest["metadata"]["name"], namespace=namespace)
     labels = (existing.metadata.labels if existing.metadata else None) or {}

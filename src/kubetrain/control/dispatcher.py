@@ -44,7 +44,7 @@ from typing import Any
 from sqlalchemy import exc as sa_exc
 from sqlalchemy.orm import Session
 
-from kubetrain.cluster.client import HttpClient, TypedClient
+from kubetrain.cluster.client import CreatingClient, TypedClient
 from kubetrain.cluster.errors import ClusterError
 from kubetrain.cluster.jobs import (
     attempt_pods_left,
@@ -141,7 +141,7 @@ class Dispatcher:
         db: Database,
         client: TypedClient,
         *,
-        http: HttpClient,
+        http: CreatingClient,
         render_options: RenderOptions | None = None,
         manage_namespaces: bool = True,
         poll_interval: float = 1.0,

@@ -16,6 +16,7 @@ from typing import Any
 from kubetrain.cluster.cache import ClusterCache
 from kubetrain.cluster.client import (
     ClusterConfig,
+    CreatingClient,
     HttpClient,
     TypedClient,
     creating_client,
@@ -141,7 +142,7 @@ class ControlLoops:
             await creates.aclose()
 
     def _term(
-        self, http: HttpClient, client: TypedClient, creates: HttpClient
+        self, http: HttpClient, client: TypedClient, creates: CreatingClient
     ) -> tuple[ClusterCache, Syncer, Dispatcher]:
         """The caches and loops of one term as leader: fresh each term, since a
         standby's view may be stale."""
@@ -163,7 +164,7 @@ class ControlLoops:
         )
         return cache, syncer, dispatcher
 
-    async def _work(self, http: HttpClient, client: TypedClient, creates: HttpClient) -> None:
+    async def _work(self, http: HttpClient, client: TypedClient, creates: CreatingClient) -> None:
         cache, syncer, dispatcher = self._term(http, client, creates)
         log.info("control loops running as %s", self.identity)
         try:
