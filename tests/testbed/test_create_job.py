@@ -28,7 +28,7 @@ from kubetrain.domain.manifest import RenderOptions, render_job
 from kubetrain.domain.spec import parse_training_job
 from kubetrain.testbed.cluster import Testbed
 from tests.api.builders import training_job
-from tests.kube import account_kubeconfig, account_token, create, get
+from tests.kube import account_kubeconfig, account_token, create, eventually, get
 
 pytestmark = pytest.mark.testbed
 
@@ -126,10 +126,12 @@ def test_a_refusal_reads_as_the_typed_clients(
 
 
 def test_creates_go_on_through_an_api_server_restarted_under_the_kept_connections(
-    testbed: Testbed, namespace: str
+    testbed: Testbed, kube: Client, namespace: str
 ) -> None:
     """A connection kept from before the restart is closed; the next create makes a new
-    one. While the API server is down a create fails as unreachable, not refused."""
+    one. While the API server is down a create fails as unreachable, not refused. (The
+    test ends once the Job controller has seen the Job made after: the controllers of
+    this worker's testbed watch the restarted API server again for the tests after.)"""
 
     async def go() -> tuple[str | None, ClusterError, str | None]:
         config = load_config(testbed.kubeconfig)
@@ -154,6 +156,15 @@ def test_creates_go_on_through_an_api_server_restarted_under_the_kept_connection
     assert first != after
     assert down.unreachable
     assert not isinstance(down, ClusterRefused)
+    name = manifest(namespace, "after")["metadata"]["name"]
+    eventually(
+        lambda: any(
+            c.type == "Suspended" and c.status == "True"
+            for c in (get(kube, Job, name, namespace).status.conditions or [])
+        ),
+        120,
+        what="the Job controller to mark the Job made after the restart Suspended",
+    )
 
 
 def test_a_token_file_rotated_after_a_401_is_read_again(
