@@ -135,19 +135,23 @@ def test_creates_go_on_through_an_api_server_restarted_under_the_kept_connection
 
     async def go() -> tuple[str | None, ClusterError, str | None]:
         config = load_config(testbed.kubeconfig)
-        client, http = typed_client(config), creating_client(config)
+        client, http, other = typed_client(config), creating_client(config), None
         try:
             first = await create_job(http, client, manifest(namespace, "before"))
             await asyncio.to_thread(testbed.stop_component, "kube-apiserver", 0)  # a crash
             try:
+                # On connections of its own: `http`'s kept one is for the create after.
+                other = creating_client(config)
                 with pytest.raises(ClusterError) as down:
-                    await create_job(http, client, manifest(namespace, "during"))
+                    await create_job(other, client, manifest(namespace, "during"))
             finally:
                 await asyncio.to_thread(testbed.start_component, "kube-apiserver")
             after = await create_job(http, client, manifest(namespace, "after"))
             return first, down.value, after
         finally:
-            await http.aclose()
+            for each in (http, other):
+                if each is not None:
+                    await each.aclose()
             await client.close()
 
     first, down, after = asyncio.run(go())
