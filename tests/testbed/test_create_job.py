@@ -43,9 +43,9 @@ def manifest(namespace: str, job_id: str = "create-1") -> dict[str, Any]:
 @pytest.fixture(params=["wire", "httpx"])
 def through(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
     """Which client makes the creates: ours, or httpx's (as where a proxy is named for
-    the server: `creating_client` sees no transport of its own)."""
+    the server, `_httpx_only`)."""
     if request.param == "httpx":
-        monkeypatch.setattr(client_module, "_transport", lambda config: None)
+        monkeypatch.setattr(client_module, "_httpx_only", lambda config: True)
     return str(request.param)
 
 

@@ -82,17 +82,26 @@ def _transport(config: SingleConfig) -> httpx.AsyncHTTPTransport | None:
     the dispatcher's calls in flight (a transport given to the client brings its own TLS). None
     where the environment names a proxy for the server: httpx goes through it only
     without a transport of ours, with its own 20 connections kept."""
-    if config.user is None:
-        return None  # lightkube refuses such a config in its own words
-    server = urlsplit(str(config.cluster.server))
-    proxies = urllib.request.getproxies_environment()
-    if (proxies.get(server.scheme) or proxies.get("all")) and not (
-        urllib.request.proxy_bypass(server.hostname or "")
-    ):
+    if _httpx_only(config):
         return None
+    assert config.user is not None  # `_httpx_only` without one
     context = verify_cluster(config.cluster, config.user, config.abs_file)
     limits = httpx.Limits(max_connections=100, max_keepalive_connections=KEEP_ALIVE)
     return _KeptTransport(context, limits)
+
+
+def _httpx_only(config: SingleConfig) -> bool:
+    """Whether the server is to be reached through httpx as lightkube sets it up, with
+    nothing of ours: the environment names a proxy for it (which httpx honours only
+    without a transport of ours), or the config has no user (lightkube refuses it in its
+    own words)."""
+    if config.user is None:
+        return True
+    server = urlsplit(str(config.cluster.server))
+    proxies = urllib.request.getproxies_environment()
+    return bool(proxies.get(server.scheme) or proxies.get("all")) and not (
+        urllib.request.proxy_bypass(server.hostname or "")
+    )
 
 
 class _KeptTransport(httpx.AsyncHTTPTransport):
@@ -166,11 +175,10 @@ def creating_client(config: SingleConfig) -> Poster:
     """The client of the dispatcher's creates (cluster/jobs.py `create_job`): kept
     HTTP/1.1 connections of our own (cluster/wire.py) with the kubeconfig's TLS and
     credentials; httpx where the environment names a proxy for the server (as for the
-    typed client, `_transport`)."""
-    if _transport(config) is None:
-        params = ConnectionParams().httpx_params(config)
-        return _ViaHttpx(httpx.AsyncClient(**params))
-    assert config.user is not None  # `_transport` is None without one
+    typed client, `_httpx_only`)."""
+    if _httpx_only(config):
+        return _ViaHttpx(httpx.AsyncClient(**ConnectionParams().httpx_params(config)))
+    assert config.user is not None  # `_httpx_only` without one
     context = verify_cluster(config.cluster, config.user, config.abs_file)
     return Connections(str(config.cluster.server), context, user_auth(config.user))
 

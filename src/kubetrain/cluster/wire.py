@@ -196,35 +196,35 @@ class Connections:
         keep = False
         try:
             writer.write(request)
-            status, length, chunked, keep = _head(await reader.readuntil(b"\r\n\r\n"))
-            if status in _NO_BODY or 100 <= status < 200:
-                body = b""
-            elif length is not None:
-                if length > MAX_BODY:
-                    raise ProtocolError(f"an answer of {length} bytes")
-                body = await reader.readexactly(length)
-            elif chunked:
-                body = await _chunks(reader)
-            else:  # the body runs to the connection's end
-                keep = False
-                body = await _to_end(reader)
-            return Answer(status, body)
+            answer, keep = await _answer(reader)
+            return answer
         except asyncio.IncompleteReadError as exc:
-            keep = False
             raise ClosedEarly(
                 f"the API server closed the connection after {len(exc.partial)} bytes of an answer"
             ) from None
         except asyncio.LimitOverrunError as exc:
-            keep = False
             raise ProtocolError("the answer's head is too long") from exc
-        except BaseException:
-            keep = False
-            raise
         finally:
             if keep and not self._closed and len(self._idle) < self._keep:
                 self._idle.append(stream)
             else:
                 writer.close()
+
+
+async def _answer(reader: asyncio.StreamReader) -> tuple[Answer, bool]:
+    """The answer read whole, and whether its connection may carry the next call."""
+    status, length, chunked, keep = _head(await reader.readuntil(b"\r\n\r\n"))
+    if status in _NO_BODY or 100 <= status < 200:
+        body = b""
+    elif length is not None:
+        if length > MAX_BODY:
+            raise ProtocolError(f"an answer of {length} bytes")
+        body = await reader.readexactly(length)
+    elif chunked:
+        body = await _chunks(reader)
+    else:  # the body runs to the connection's end
+        return Answer(status, await _to_end(reader)), False
+    return Answer(status, body), keep
 
 
 def _head(head: bytes) -> tuple[int, int | None, bool, bool]:
