@@ -138,7 +138,7 @@ def test_creates_go_on_through_an_api_server_restarted_under_the_kept_connection
         client, http, other = typed_client(config), creating_client(config), None
         try:
             first = await create_job(http, client, manifest(namespace, "before"))
-            await asyncio.to_thread(testbed.stop_component, "kube-apiserver", 0)  # a crash
+            await asyncio.to_thread(testbed.stop_component, "kube-apiserver")
             try:
                 # On connections of its own: `http`'s kept one is for the create after.
                 other = creating_client(config)
