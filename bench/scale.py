@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import copy
 import json
 import os
 import signal
@@ -67,6 +68,7 @@ import threading
 import time
 import uuid
 from contextlib import ExitStack
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any
@@ -257,13 +259,15 @@ def bare_creates(
     concurrency: int = 50,
     run: str | None = None,
     meter: Meter | None = None,
-) -> tuple[float, dict[str, Any] | None]:
-    """Jobs/s for a bare client making what the dispatcher makes for `count` jobs (their
-    Jobs as kubetrain renders them; a gang's Service too) in a namespace of its own
-    (deleted after), `concurrency` in flight as the dispatcher's batch. Suspended (no
-    Pods: the creates alone) unless `run` is given: then they run for `run` on KWOK as
-    the dispatcher's do, so the cluster's work on their Pods shares the window too.
-    With a `meter`, also where the cores went while the creates went on."""
+) -> BareRun:
+    """A bare client making what the dispatcher makes for `count` jobs (their Jobs as
+    kubetrain renders them; a gang's Service too) in a namespace of its own (deleted
+    after), `concurrency` in flight as the dispatcher's batch. Suspended (no Pods: the
+    creates alone) unless `run` is given: then they run for `run` on KWOK as the
+    dispatcher's do, so the cluster's work on their Pods shares the window too, and
+    the rate to the last of their Pods seen Running (a watch of the namespace, open
+    before the first create) is measured as well. With a `meter`, also where the cores
+    went in each window."""
     context = ssl.create_default_context(cafile=str(testbed.pki.ca_cert))
     context.load_cert_chain(str(testbed.pki.admin_cert), str(testbed.pki.admin_key))
     namespace = f"scale-bare-{uuid.uuid4().hex[:6]}"
@@ -275,7 +279,7 @@ def bare_creates(
         rendered["spec"]["suspend"] = run is None
         return foreign(rendered)
 
-    async def go() -> tuple[float, dict[str, Any] | None]:
+    async def go() -> BareRun:
         # The creates on the connections the dispatcher uses (cluster/wire.py), so that
         # the two differ by what kubetrain does around a create, not by the HTTP client.
         creates = Connections(testbed.server, context, None, timeout_s=60)
@@ -298,20 +302,72 @@ def bare_creates(
                         if not made.ok:
                             raise RuntimeError(f"{made.status} {made.body[:200]!r}")
 
-            if meter is not None:
-                meter.start()
+            running: dict[str, float] = {}  # Job -> when this watch saw a Pod of it Running
+            watching = asyncio.Event()
+            watch = (
+                asyncio.create_task(_watch_running(http, namespace, running, count, watching))
+                if run is not None
+                else None
+            )
+            if watch is not None:
+                await asyncio.wait_for(watching.wait(), 60)
+            whole = copy.copy(meter) if meter is not None and watch is not None else None
+            for each in (meter, whole):
+                if each is not None:
+                    each.start()
             began = time.monotonic()
             await asyncio.gather(*(one(i) for i in range(count)))
-            rate = count / (time.monotonic() - began)
-            cpu = meter.stop(count) if meter is not None else None
+            result = BareRun(count / (time.monotonic() - began))
+            result.cpu = meter.stop(count) if meter is not None else None
+            if watch is not None:
+                await asyncio.wait_for(watch, 300)
+                result.running_per_s = count / (max(running.values()) - began)
+                result.running_cpu = whole.stop(count) if whole is not None else None
             await creates.aclose()
             await http.delete(f"/api/v1/namespaces/{namespace}")
             # Gone before what is measured next: its Jobs' deletion would share that window.
             while (await http.get(f"/api/v1/namespaces/{namespace}")).status_code != 404:
                 await asyncio.sleep(0.5)
-            return rate, cpu
+            return result
 
     return uvloop.run(go())
+
+
+@dataclass
+class BareRun:
+    """What one bare client's run measured."""
+
+    create_per_s: float
+    cpu: dict[str, Any] | None = None  # where the cores went while it created
+    # With `run`: Jobs per second from its first create to the last Job seen with a Pod
+    # Running, and where the cores went in that window.
+    running_per_s: float | None = None
+    running_cpu: dict[str, Any] | None = None
+
+
+async def _watch_running(
+    http: httpx.AsyncClient,
+    namespace: str,
+    running: dict[str, float],
+    jobs: int,
+    watching: asyncio.Event,
+) -> None:
+    """Note when each Job of `namespace` is first seen with a Pod Running (as the bare
+    watch of the dispatcher's Pods notes each job), until `jobs` have been."""
+    path = f"/api/v1/namespaces/{namespace}/pods"
+    async with http.stream("GET", path, params={"watch": "1"}, timeout=None) as response:
+        response.raise_for_status()
+        watching.set()
+        async for line in response.aiter_lines():
+            if not line:
+                continue
+            pod = json.loads(line).get("object") or {}
+            labels = (pod.get("metadata") or {}).get("labels") or {}
+            job = labels.get("batch.kubernetes.io/job-name")
+            if job and job not in running and pod_running(pod)[0]:
+                running[job] = time.monotonic()
+                if len(running) >= jobs:
+                    return
 
 
 def database_bytes(db: Database) -> int:
@@ -447,7 +503,7 @@ def step(
     dispatch_rate = (
         len(dispatched) / (dispatched[-1] - dispatched[0]) if len(dispatched) > 1 else 0.0
     )
-    bare_rate, _ = bare_creates(testbed, min(len(ids), args.bare_max), args.status_url)
+    bare_rate = bare_creates(testbed, min(len(ids), args.bare_max), args.status_url).create_per_s
     db_bytes = database_bytes(db)
     result = {
         "jobs_total": size,
@@ -601,7 +657,9 @@ def backlog(
             ids.append(submission.job.id)
     pinned = pin(testbed, server_pid) if args.pin else None
     meter = Meter(testbed, server_pid)
+    whole = copy.copy(meter)  # to the last job Running
     meter.start()
+    whole.start()
     committed = time.time()
     deadline = time.monotonic() + args.timeout
     queued: dict[str, float] = {}
@@ -614,18 +672,24 @@ def backlog(
     times = sorted(queued[j] for j in ids if j in queued)
     dispatch_cpu = meter.stop(len(times))
     rate = (len(times) - 1) / (times[-1] - times[0]) if len(times) > 1 else 0.0
+    # Through to Running: the backlog's jobs per second from the first QUEUED to the last
+    # job the bare watch saw with a Pod Running (when it saw it, not the whole second of
+    # startedAt): the cluster's work on the Pods in the window, as in the bare client's.
+    pods, jobs = watches
+    while time.monotonic() < deadline and not all(j in pods.seen for j in ids):
+        time.sleep(0.1)
+    seen_running = [pods.seen[j][0] for j in ids if j in pods.seen]
+    to_running = len(seen_running) / (max(seen_running) - times[0]) if times else 0.0
+    running_cpu = whole.stop(len(seen_running))
     # The bare client once the backlog's jobs are recorded SUCCEEDED: the server's work on
     # them then no longer shares the cores with the bare client's creates.
-    pods, jobs = watches
     succeeded = all_succeeded(db, ids, jobs, deadline)
     count = min(args.backlog, args.bare_max)
-    bare, bare_cpu = bare_creates(
-        testbed, count, args.status_url, workers=args.workers, meter=meter
-    )
+    bare = bare_creates(testbed, count, args.status_url, workers=args.workers, meter=meter)
     # Then the same Jobs running, as the dispatcher's ran: their Pods made, scheduled and
     # run by the cluster on the same two cores while the creates go on (after the
     # suspended ones, whose namespace is gone by then: nothing of theirs runs).
-    running, running_cpu = bare_creates(
+    running = bare_creates(
         testbed, count, args.status_url, workers=args.workers, run=args.run, meter=meter
     )
     result = {
@@ -641,11 +705,22 @@ def backlog(
         "server_cpu_ms_per_job": round(
             1000 * dispatch_cpu["cpu_s"][SERVER] / max(1, len(times)), 2
         ),
-        "bare_create_per_s": round(bare, 1),
-        "bare_running_create_per_s": round(running, 1),
+        "bare_create_per_s": round(bare.create_per_s, 1),
+        "bare_running_create_per_s": round(running.create_per_s, 1),
+        # The whole way, each side's Jobs to Running (the cluster's work on the Pods in
+        # both windows), judged beside the creates.
+        "to_running_per_s": round(to_running, 1),
+        "bare_to_running_per_s": round(running.running_per_s or 0.0, 1),
         # Where the two cores went in each window (the dispatcher's: from the commit to
-        # the last QUEUED seen, polled every 0.25 s).
-        "cpu": {"dispatcher": dispatch_cpu, "bare": bare_cpu, "bare_running": running_cpu},
+        # the last QUEUED seen, polled every 0.25 s; to Running: from the commit, and from
+        # the bare client's first create, to the last job seen Running).
+        "cpu": {
+            "dispatcher": dispatch_cpu,
+            "bare": bare.cpu,
+            "bare_running": running.cpu,
+            "dispatcher_to_running": running_cpu,
+            "bare_to_running": running.running_cpu,
+        },
         "running": lags(ids, transitions(db, "RUNNING"), pods),
         "succeeded": lags(ids, succeeded, jobs),
     }
@@ -715,6 +790,14 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
                 f"  the bare client's Jobs running as the dispatcher's do: "
                 f"{b['bare_running_create_per_s']}/s "
                 f"({b['dispatch_per_s'] / b['bare_running_create_per_s']:.2f} of it)"
+            )
+        if b.get("bare_to_running_per_s"):
+            whole = b["to_running_per_s"] / b["bare_to_running_per_s"]
+            lines.append(
+                f"the whole way, each side's Jobs to a Pod Running (the cluster's work on "
+                f"the Pods in both windows): dispatcher {b['to_running_per_s']} Jobs/s, "
+                f"bare client {b['bare_to_running_per_s']}/s ({whole:.2f} of it, target >= "
+                f"{TARGET_DISPATCH}: " + ("met" if whole >= TARGET_DISPATCH else "MISSED") + ")"
             )
         if "cpu" in b:
             windows = {k: v for k, v in b["cpu"].items() if v is not None}

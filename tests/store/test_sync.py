@@ -10,7 +10,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from sqlalchemy import event, func, select
+from sqlalchemy import func, select
 
 from kubetrain.domain.states import BusinessState, ReasonCode
 from kubetrain.store import (
@@ -23,13 +23,17 @@ from kubetrain.store import (
     job_history,
     list_attempts,
 )
+from kubetrain.store.models import WebhookDelivery
 from kubetrain.store.sync import (
     SyncedJob,
+    SyncResult,
     plan_synced,
+    record_planned,
     record_synced,
     sync_facts,
     unfinished_job_ids,
 )
+from kubetrain.store.webhooks import create_webhook
 from tests.store.builders import DONE, EVICTED, PENDING, RUNNING, SECOND, at, new_job
 
 pytestmark = pytest.mark.db
@@ -92,16 +96,30 @@ def state_of(db: Database, job_id: str) -> dict[str, Any]:
         return {"job": row, "history": history, "attempts": attempts}
 
 
-def test_a_life_step_by_step(db: Database) -> None:
+def planned_first(db: Database, batch: list[SyncedJob], now: Any) -> dict[str, SyncResult]:
+    """The syncer's way: a plan from a read, written (if it writes anything) under the
+    lock by `record_planned`."""
+    with db.read_only() as session:
+        plan = plan_synced(session, batch, now=now, lock=False)
+    if plan.empty:
+        return plan.results
+    with db.transaction() as session:
+        return record_planned(session, batch, plan)
+
+
+def in_one(db: Database, batch: list[SyncedJob], now: Any) -> dict[str, SyncResult]:
+    with db.transaction() as session:
+        return record_synced(session, batch, now=now)
+
+
+@pytest.mark.parametrize("record", [in_one, planned_first], ids=["record_synced", "planned"])
+def test_a_life_step_by_step(db: Database, record: Any) -> None:
     with db.transaction() as session:
         job = new_job(session, name="job", state=Q).id
         bystander = new_job(session, name="other", state=Q).id
     for step in range(len(STEPS)):
         before = state_of(db, job)
-        with db.transaction() as session:
-            results = record_synced(
-                session, [synced(job, step), synced(bystander, 0)], now=at(step)
-            )
+        results = record(db, [synced(job, step), synced(bystander, 0)], at(step))
         assert results[job].changed == (step in (0, 3, 6, 7)), step
         assert (results[job].refused is not None) == (step in (5, 9)), step
         after = state_of(db, job)
@@ -211,28 +229,41 @@ def test_a_replayed_batch_writes_nothing(db: Database) -> None:
         assert dict(session.execute(select(Job.id, Job.updated_at)).all()) == updated
 
 
+def test_a_plan_overtaken_before_its_write_is_planned_again(db: Database) -> None:
+    """Between the syncer's read and its write another writer (a replica before it lost
+    the lease, the API) recorded the same Pod: the stale plan, a first attempt and its
+    rows, must not be written again; the plan made anew under the lock writes nothing."""
+    with db.transaction() as session:
+        job = new_job(session, name="job", state=Q).id
+    batch = [synced(job, 0)]
+    with db.read_only() as session:
+        stale = plan_synced(session, batch, now=at(0), lock=False)
+    assert stale.new_attempts
+    assert stale.history
+    with db.transaction() as session:
+        assert record_synced(session, batch, now=at(1))[job].changed
+    before = state_of(db, job)
+    with db.transaction() as session:
+        results = record_planned(session, batch, stale)
+    assert not results[job].changed
+    assert state_of(db, job) == before
+
+
 def test_a_batch_writes_its_history_and_attempts_in_one_statement_each(db: Database) -> None:
     """Rows with a None in other columns (a business row has reason codes, a runtime row
-    none; a row's detail may be None) are one statement still: each run of rows with
-    other columns was one before, the history's one per row, their results spliced one by
-    one (CPU quadratic in the batch). A None detail is SQL NULL, not JSON null."""
+    none; a row's detail may be None) have the same columns still, so a batch is one
+    executemany on the driver's cursor: each run of rows with other columns was one
+    statement before, the history's one per row (CPU quadratic in the batch). A None
+    detail is SQL NULL, not JSON null."""
     with db.transaction() as session:
         ids = [new_job(session, name=f"j{i}", state=Q).id for i in range(30)]
-    inserts: list[str] = []
-
-    def note(conn: Any, clause: Any, *args: Any) -> None:
-        if getattr(clause, "is_insert", False):
-            inserts.append(clause.table.name)
-
-    event.listen(db.engine, "after_execute", note)
-    try:
-        for step in (0, 6):  # a first Pod; its eviction and a replacement (attempt 2)
-            with db.transaction() as session:
-                record_synced(session, [synced(j, step) for j in ids], now=at(step))
-    finally:
-        event.remove(db.engine, "after_execute", note)
-    assert inserts.count("transitions") == 2
-    assert inserts.count("attempts") == 2
+    for step in (0, 6):  # a first Pod; its eviction and a replacement (attempt 2)
+        with db.transaction() as session:
+            batch = [synced(j, step) for j in ids]
+            plan = plan_synced(session, batch, now=at(step))
+            assert len({tuple(row) for row in plan.new_attempts}) == 1
+            assert len({tuple(row) for row in plan.history}) == 1
+            record_synced(session, batch, now=at(step))
     with db.read_only() as session:
         rows = session.scalars(select(Transition).where(Transition.job_id.in_(ids))).all()
         kinds = {row.kind for row in rows}
@@ -246,6 +277,43 @@ def test_a_batch_writes_its_history_and_attempts_in_one_statement_each(db: Datab
             )
             == no_detail
         )
+
+
+def test_a_batch_queues_the_webhooks_of_its_hooked_projects_business_rows_only(
+    db: Database,
+) -> None:
+    """The history goes through SQLAlchemy's RETURNING only where a webhook needs the rows'
+    ids: the same batch, with a job of a project with a webhook and one without, writes
+    the same history for both and queues the hooked one's business rows, in order."""
+    with db.transaction() as session:
+        hooked = new_job(session, project="hooked", name="a", state=Q).id
+        quiet = new_job(session, project="quiet", name="b", state=Q).id
+        hook, _ = create_webhook(
+            session, project="hooked", url="https://hooks.example/x", events=[], created_by="t"
+        )
+    with db.read_only() as session:
+        before = session.scalar(select(func.max(Transition.id)))
+    for step in (0, 3):  # pending (attempt 1), running
+        with db.transaction() as session:
+            record_synced(session, [synced(hooked, step), synced(quiet, step)], now=at(step))
+    hooked_state, quiet_state = state_of(db, hooked), state_of(db, quiet)
+    assert hooked_state["history"] == quiet_state["history"]
+    with db.read_only() as session:
+        business = session.scalars(
+            select(Transition.id)
+            .where(Transition.job_id == hooked, Transition.kind == BUSINESS)
+            .where(Transition.id > before)
+            .order_by(Transition.id)
+        ).all()
+        queued = session.scalars(
+            select(WebhookDelivery.transition_id)
+            .where(WebhookDelivery.webhook_id == hook.id, WebhookDelivery.transition_id > before)
+            .order_by(WebhookDelivery.transition_id)
+        ).all()
+        quiet_rows = session.scalars(select(Transition.id).where(Transition.job_id == quiet))
+        assert not set(queued) & set(quiet_rows)
+    assert queued == business
+    assert len(queued) == 2  # QUEUED (insufficient CPU), RUNNING
 
 
 def test_facts_and_unfinished_ids_in_one_query_each(db: Database) -> None:

@@ -44,7 +44,7 @@ from kubetrain.store import (
 from kubetrain.store.sync import (
     SyncedJob,
     plan_synced,
-    record_synced,
+    record_planned,
     sync_facts,
     unfinished_job_ids,
 )
@@ -320,15 +320,16 @@ class Syncer:
             return failed, [], []
         # A read first: most rounds (replays, the resync) have nothing to write and
         # so need not queue for SQLite's one writer, which the API needs for
-        # submissions. The rest commit in one transaction for the round, planned
-        # again under the lock: a commit per job kept the writer ~15 ms a job.
+        # submissions. The rest commit in one transaction for the round, its rows read
+        # again under the lock (planned again only if they changed meanwhile): a commit
+        # per job kept the writer ~15 ms a job.
         synced = [_synced(f, d) for f, d in diagnosed]
         with self.db.read_only() as session:
             plan = plan_synced(session, synced, now=now, lock=False)
         results = plan.results
         if not plan.empty:
             with self.db.transaction() as session:
-                results = record_synced(session, synced, now=now)
+                results = record_planned(session, synced, plan)
         committed = self.monotonic()
         SYNC_ROUND.labels("write").observe(committed - diagnosed_at)
         finished: list[tuple[str, str, list[str]]] = []

@@ -17,20 +17,21 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import insert, select, update
+from sqlalchemy import Dialect, Insert, Table, Update, bindparam, insert, select, update
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.diagnosis.result import GangRestart
 from kubetrain.domain.spec import duration_seconds
 from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import transitions
+from kubetrain.store._driver import Compiled, compile_for, execute_many, wrap_errors
 from kubetrain.store.errors import IllegalTransition
 from kubetrain.store.in_lists import in_chunks
 from kubetrain.store.jobs import state_entered
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 from kubetrain.store.transitions import OBSERVED, PodObservation
-from kubetrain.store.webhooks import enqueue_deliveries
+from kubetrain.store.webhooks import enqueue_deliveries, webhooks_of
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,9 +60,6 @@ class SyncResult:
     missing: bool = False  # no such job: nothing written
 
 
-_RENDER_NULLS = {"render_nulls": True}
-
-
 @dataclass
 class SyncPlan:
     """The rows a batch of syncs would write, worked out from what the database holds."""
@@ -73,6 +71,8 @@ class SyncPlan:
     job_updates: list[dict[str, Any]]
     leaving: list[tuple[str, BusinessState, datetime]]  # (job id, state it leaves, created)
     now: datetime
+    # What the plan was worked out from: the jobs' rows and their attempts' rows.
+    read: tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]
 
     @property
     def empty(self) -> bool:
@@ -84,30 +84,101 @@ class SyncPlan:
         if self.leaving:
             entered = state_entered(session, [job_id for job_id, _, _ in self.leaving])
             note_state_durations(session, self.leaving, self.now, entered)
-        # `render_nulls`: a None is written as NULL rather than its column left out, so
-        # that every row has the same columns and a batch is one statement. Left out, each
-        # run of rows with other columns was a statement of its own, and the history's
-        # rows (RETURNING) one statement each, their results spliced one by one: CPU
-        # quadratic in the batch (docs/benchmarks.md).
-        if self.new_attempts:
-            session.execute(insert(Attempt), self.new_attempts, execution_options=_RENDER_NULLS)
-        for group in _same_keys(self.changed_attempts):
-            session.execute(update(Attempt), group)
-        if self.history:
-            # In list order, so each job's rows keep their order in the history.
-            written = session.execute(
-                insert(Transition).returning(
-                    Transition.id, Transition.job_id, Transition.kind, sort_by_parameter_order=True
-                ),
-                self.history,
-                execution_options=_RENDER_NULLS,
-            )
-            enqueue_deliveries(
-                session,
-                [(row.id, row.job_id) for row in written if row.kind == TransitionKind.BUSINESS],
-            )
-        for group in _same_keys(self.job_updates):
-            session.execute(update(Job), group)
+        # The attempts' and the jobs' rows on the driver's cursor, compiled once for each
+        # set of columns (store/_driver.py); the history through SQLAlchemy, for its
+        # multi-row INSERT ... RETURNING (the ids the webhooks' outbox needs). Through
+        # `Session.execute` each was wrapped by the ORM's bulk paths, and an executemany
+        # through SQLAlchemy builds each row's parameters in Python: together most of the
+        # syncer's CPU in the database through a backlog (docs/benchmarks.md).
+        connection = session.connection()
+        pooled = connection.connection
+        with wrap_errors(connection.engine, pooled):
+            cursor = pooled.cursor()
+            try:
+                for table, rows in (
+                    (_ATTEMPTS, self.new_attempts),
+                    (_ATTEMPTS, self.changed_attempts),
+                    (_JOBS, self.job_updates),
+                ):
+                    for group in _same_keys(rows):
+                        statement = _statement(connection.dialect, table, tuple(group[0]))
+                        execute_many(cursor, statement, _keyed(group))
+            finally:
+                cursor.close()
+        if not self.history:
+            return
+        # In list order, so each job's rows keep their order in the history.
+        business = {row["job_id"] for row in self.history if row["kind"] == BUSINESS}
+        hooks = webhooks_of(session, business)
+        if hooks:  # the outbox needs the business rows' ids: SQLAlchemy's RETURNING
+            written = connection.execute(_HISTORY_INSERT, self.history)
+            ids = [(row.id, row.job_id) for row in written if row.kind == BUSINESS]
+            enqueue_deliveries(session, ids, hooks)
+            return
+        # No webhook to tell: no ids needed, so the driver's executemany, one statement
+        # (SQLite's RETURNING in a given order is one statement per row).
+        with wrap_errors(connection.engine, pooled):
+            cursor = pooled.cursor()
+            try:
+                for run in _runs(self.history):
+                    statement = _statement(connection.dialect, _HISTORY, tuple(run[0]))
+                    execute_many(cursor, statement, _keyed(run))
+            finally:
+                cursor.close()
+
+
+_ATTEMPTS: Table = Attempt.__table__  # type: ignore[assignment]  # a Table, typed FromClause
+_JOBS: Table = Job.__table__  # type: ignore[assignment]
+_HISTORY: Table = Transition.__table__  # type: ignore[assignment]
+BUSINESS = TransitionKind.BUSINESS
+# `render_nulls`: a None is written as NULL rather than its column left out, so that
+# every row has the same columns and a batch is one statement. Left out, each run of
+# rows with other columns was a statement of its own, and the history's rows
+# (RETURNING) one statement each, their results spliced one by one: CPU quadratic in
+# the batch (docs/benchmarks.md).
+_HISTORY_INSERT = (
+    insert(_HISTORY)
+    .returning(_HISTORY.c.id, _HISTORY.c.job_id, _HISTORY.c.kind, sort_by_parameter_order=True)
+    .execution_options(render_nulls=True)
+)
+_COMPILED: dict[tuple[str, str, tuple[str, ...]], Compiled] = {}
+
+
+def _statement(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> Compiled:
+    """For rows of these columns (`_keyed`'s names): an UPDATE by id if they hold the id
+    (an attempt's or a job's changes), else an INSERT (new attempts). Compiled once."""
+    key = (dialect.name, table.name, columns)
+    compiled = _COMPILED.get(key)
+    if compiled is None:
+        values = {
+            name: bindparam(f"{name}_", type_=table.c[name].type)
+            for name in columns
+            if name != "id"
+        }
+        if "id" in columns:
+            by_id = table.c.id == bindparam("id_", type_=table.c.id.type)
+            statement: Insert | Update = update(table).where(by_id).values(values)
+        else:
+            statement = insert(table).values(values)
+        compiled = _COMPILED[key] = compile_for(statement, dialect)
+    return compiled
+
+
+def _runs(rows: list[dict[str, Any]]) -> list[list[dict[str, Any]]]:
+    """`rows` in runs of the same columns, in their order (in practice one run: every
+    history row has every column, a None where it has no value)."""
+    runs: list[list[dict[str, Any]]] = []
+    for row in rows:
+        if runs and runs[-1][0].keys() == row.keys():
+            runs[-1].append(row)
+        else:
+            runs.append([row])
+    return runs
+
+
+def _keyed(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    # A bind may not bear the name of the column it sets.
+    return [{f"{name}_": value for name, value in row.items()} for row in rows]
 
 
 def record_synced(
@@ -119,8 +190,28 @@ def record_synced(
     return plan.results
 
 
+def record_planned(
+    session: Session, batch: Collection[SyncedJob], plan: SyncPlan
+) -> dict[str, SyncResult]:
+    """`record_synced` for a batch already planned by a read (`lock=False`): the rows are
+    read again under the lock and, where nothing changed since, the plan is written as
+    it is rather than worked out again (most of a plan's CPU); else it is planned anew."""
+    ids = sorted(job.job_id for job in batch)
+    session.flush()
+    read = (_jobs(session, ids, lock=True), _attempts(session, ids))
+    if read != plan.read:
+        plan = plan_synced(session, batch, now=plan.now, read=read)
+    plan.write(session)
+    return plan.results
+
+
 def plan_synced(
-    session: Session, batch: Collection[SyncedJob], *, now: datetime, lock: bool = True
+    session: Session,
+    batch: Collection[SyncedJob],
+    *,
+    now: datetime,
+    lock: bool = True,
+    read: tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]] | None = None,
 ) -> SyncPlan:
     """What recording a batch of syncs would write. With `lock`, the jobs' rows are held
     (PostgreSQL) until the caller's transaction ends, so the plan stays true until
@@ -134,8 +225,10 @@ def plan_synced(
     """
     by_id = {synced.job_id: synced for synced in batch}
     ids = sorted(by_id)
-    jobs = _jobs(session, ids, lock=lock)
-    attempts = _attempts(session, ids)
+    session.flush()  # read on the connection below: what the caller's session holds first
+    if read is None:
+        read = (_jobs(session, ids, lock=lock), _attempts(session, ids))
+    jobs, attempts = read
     results: dict[str, SyncResult] = {}
     new_attempts: list[dict[str, Any]] = []
     changed_attempts: list[dict[str, Any]] = []
@@ -244,7 +337,9 @@ def plan_synced(
             job_updates.append({"id": job_id, **values, "updated_at": now})
         history.extend(rows)
         results[job_id] = SyncResult(changed=changed, refused=refused)
-    return SyncPlan(results, new_attempts, changed_attempts, history, job_updates, leaving, now)
+    return SyncPlan(
+        results, new_attempts, changed_attempts, history, job_updates, leaving, now, read
+    )
 
 
 _encode = msgspec.json.Encoder().encode
@@ -286,7 +381,7 @@ def _jobs(session: Session, ids: Sequence[str], *, lock: bool) -> dict[str, dict
         query = select(*_JOB_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id)
         if lock:
             query = query.with_for_update()
-        for row in session.execute(query).mappings():
+        for row in session.connection().execute(query).mappings():
             out[row["id"]] = dict(row)
     return out
 
@@ -300,7 +395,8 @@ def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[
         *(getattr(Attempt, n) for n in OBSERVED),
     ]
     for chunk in in_chunks(ids):
-        for row in session.execute(select(*columns).where(Attempt.job_id.in_(chunk))).mappings():
+        query = select(*columns).where(Attempt.job_id.in_(chunk))
+        for row in session.connection().execute(query).mappings():
             out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
     return out
 
@@ -342,7 +438,7 @@ def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     out: dict[str, SyncFacts] = {}
     for chunk in in_chunks(ids):
         query = select(*(getattr(Job, n) for n in names), *durations).where(Job.id.in_(chunk))
-        for row in session.execute(query).mappings():
+        for row in session.connection().execute(query).mappings():
             values: dict[str, Any] = {name: row[name] for name in names}
             for name in _SPEC_DURATIONS:
                 values[name] = duration_seconds(row[name]) if row[name] else None

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import secrets
 import uuid
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any
 
@@ -62,6 +62,7 @@ __all__ = [
     "previous_business_detail",
     "record_delivered",
     "record_failed",
+    "webhooks_of",
 ]
 
 MAX_WEBHOOKS_PER_PROJECT = 20
@@ -113,13 +114,11 @@ def delete_webhook(session: Session, project: str, webhook_id: str) -> bool:
     return True
 
 
-def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> int:
-    """Queue the business history rows `(row id, job id)` just written for every webhook
-    of their jobs' projects, in the caller's transaction; returns how many queued."""
-    if not rows:
-        return 0
-    job_ids = {job_id for _, job_id in rows}
+def webhooks_of(session: Session, job_ids: Collection[str]) -> dict[str, list[str]]:
+    """The ids of the webhooks of each job's project, for the jobs whose project has any."""
     hooks: dict[str, list[str]] = {}
+    if not job_ids:
+        return hooks
     query = (
         select(Job.id, Webhook.id)
         .join(Webhook, Webhook.project == Job.project)
@@ -127,6 +126,21 @@ def enqueue_deliveries(session: Session, rows: Collection[tuple[int, str]]) -> i
     )
     for job_id, hook_id in session.execute(query):
         hooks.setdefault(job_id, []).append(hook_id)
+    return hooks
+
+
+def enqueue_deliveries(
+    session: Session,
+    rows: Collection[tuple[int, str]],
+    hooks: Mapping[str, Collection[str]] | None = None,
+) -> int:
+    """Queue the business history rows `(row id, job id)` just written for every webhook
+    of their jobs' projects (`hooks`, if the caller has read them: `webhooks_of`), in
+    the caller's transaction; returns how many queued."""
+    if not rows:
+        return 0
+    if hooks is None:
+        hooks = webhooks_of(session, {job_id for _, job_id in rows})
     if not hooks:
         return 0
     queued = [row for row_id, job_id in rows for row in deliveries(row_id, hooks.get(job_id, ()))]
