@@ -418,3 +418,57 @@ def test_a_pod_unchanged_between_the_syncers_rounds_is_read_once() -> None:
     _diagnoses(lambda job: cache.snapshot(["job-g"]), jobs)
     assert reading._glances[pods[0]["metadata"]["uid"]] is not kept[pods[0]["metadata"]["uid"]]
     assert reading._glances[pods[1]["metadata"]["uid"]] is kept[pods[1]["metadata"]["uid"]]
+
+
+def test_the_jobs_waiting_for_room_are_known_as_their_pods_change() -> None:
+    """`unplaced` (what the syncer marks after room is taken or freed) follows the Pods:
+    a Pod the scheduler found no room for marks its job; placed, gone or forgotten, not."""
+    cache = ClusterCache(http=None)
+    items = feed(cache, "untolerated-taint", "job-u")
+    feed(cache, "running", "job-r")  # a placed Pod waits on its node, not on room
+    (job,) = [i for i in items if i["kind"] == "Job"]
+    (pod,) = [i for i in items if i["kind"] == "Pod"]
+
+    def unplaced() -> list[str | None]:
+        return [job_id_of(j) for j in cache.unplaced()]
+
+    assert unplaced() == ["job-u"]
+    pods = cache.reflectors["pods"]
+    assert pods.on_event is not None
+    conditions = [
+        {**c, "status": "True"} if c["type"] == "PodScheduled" else c
+        for c in pod["status"]["conditions"]
+    ]
+    pods.on_event("MODIFIED", {**pod, "status": {**pod["status"], "conditions": conditions}})
+    assert unplaced() == []
+    pods.on_event("MODIFIED", pod)
+    assert unplaced() == ["job-u"]
+    pods.on_event("DELETED", pod)
+    assert unplaced() == []
+    pods.on_event("ADDED", pod)
+    assert unplaced() == ["job-u"]
+    cache.forget(job["metadata"]["namespace"], job["metadata"]["name"], [pod["metadata"]["name"]])
+    assert unplaced() == []
+
+
+def test_a_snapshot_holds_the_nodes_as_they_are_at_its_round() -> None:
+    """The Nodes, with their kind, are made once for the rounds between two Node changes
+    and anew after one, a heartbeat included (the reflector holds the newer object)."""
+    cache = ClusterCache(http=None)
+    items = feed(cache, "running", "job-a")
+    first = cache.snapshot(["job-a"]).nodes
+    assert {n["kind"] for n in first} == {"Node"}
+    assert cache.snapshot(["job-a"]).nodes is first
+    node = next(i for i in items if i["kind"] == "Node")
+    labels = {**node["metadata"].get("labels", {}), "pool": "changed"}
+    changed = {**node, "metadata": {**node["metadata"], "labels": labels}}
+    _deliver(cache, "nodes", changed)
+    (seen,) = [
+        n
+        for n in cache.snapshot(["job-a"]).nodes
+        if n["metadata"]["uid"] == node["metadata"]["uid"]
+    ]
+    assert seen["metadata"]["labels"]["pool"] == "changed"
+    added = {**node, "metadata": {**node["metadata"], "uid": "new-node", "name": "new-node"}}
+    _deliver(cache, "nodes", added)
+    assert len(cache.snapshot(["job-a"]).nodes) == len(first) + 1

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import delete, func, select
+from sqlalchemy import BindParameter, bindparam, delete, func, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.diagnosis import PodReport
@@ -217,23 +217,29 @@ def _prune(session: Session, job_id: str, kind: str) -> None:
     session.execute(doomed)
 
 
+# The syncer's reads of every batch, built once (an expanding IN: `in_chunks` pads it).
+_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+# One row per Pod (the resync reads every unfinished job): its newest phase.
+_LAST_PHASES = (
+    select(Report.job_id, Report.pod, Report.data, Report.reported_at)
+    .where(
+        Report.id.in_(
+            select(func.max(Report.id))
+            .where(Report.job_id.in_(_IDS), Report.kind == "phase")
+            .group_by(Report.job_id, Report.pod)
+        )
+    )
+    .order_by(Report.id)
+)
+_PROGRESS = select(Progress).where(Progress.job_id.in_(_IDS))
+
+
 def phase_reports(session: Session, job_ids: Sequence[str]) -> dict[str, list[PodReport]]:
     """Each Pod's last phase report (with the preflight check it named), per job: what
     the diagnosis reads to hold a gang at its least advanced rank."""
     out: dict[str, list[PodReport]] = {}
     for chunk in in_chunks(job_ids):
-        # One row per Pod (the resync reads every unfinished job): its newest phase.
-        last = (
-            select(func.max(Report.id))
-            .where(Report.job_id.in_(chunk), Report.kind == "phase")
-            .group_by(Report.job_id, Report.pod)
-        )
-        rows = session.execute(
-            select(Report.job_id, Report.pod, Report.data, Report.reported_at)
-            .where(Report.id.in_(last))
-            .order_by(Report.id)
-        )
-        for job_id, pod, data, at in rows:
+        for job_id, pod, data, at in session.execute(_LAST_PHASES, {"ids": chunk}):
             check = data.get("check")
             out.setdefault(job_id, []).append(
                 PodReport(
@@ -250,7 +256,7 @@ def get_progress(session: Session, job_id: str) -> Progress | None:
 def progress_by_job(session: Session, job_ids: Sequence[str]) -> dict[str, Progress]:
     if not job_ids:
         return {}
-    rows = session.scalars(select(Progress).where(Progress.job_id.in_(padded(job_ids))))
+    rows = session.scalars(_PROGRESS, {"ids": padded(job_ids)})
     return {row.job_id: row for row in rows}
 
 

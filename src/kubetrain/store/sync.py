@@ -17,7 +17,17 @@ from datetime import datetime
 from typing import Any
 
 import msgspec
-from sqlalchemy import Dialect, Insert, Table, Update, bindparam, insert, select, update
+from sqlalchemy import (
+    BindParameter,
+    Dialect,
+    Insert,
+    Table,
+    Update,
+    bindparam,
+    insert,
+    select,
+    update,
+)
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.diagnosis.result import GangRestart
@@ -375,28 +385,30 @@ _JOB_COLUMNS = (
 )
 
 
+# The syncer's reads, built once with an expanding IN (`in_chunks` pads its lists):
+# built per call, their expressions and cache keys were ~10 % of the serve process's
+# interpreter through a backlog's whole way to Running (docs/benchmarks.md).
+_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+_JOBS_READ = select(*_JOB_COLUMNS).where(Job.id.in_(_IDS)).order_by(Job.id)
+_JOBS_LOCKED = _JOBS_READ.with_for_update()
+_ATTEMPTS_READ = select(
+    Attempt.id, Attempt.job_id, Attempt.number, *(getattr(Attempt, n) for n in OBSERVED)
+).where(Attempt.job_id.in_(_IDS))
+
+
 def _jobs(session: Session, ids: Sequence[str], *, lock: bool) -> dict[str, dict[str, Any]]:
     out: dict[str, dict[str, Any]] = {}
+    query = _JOBS_LOCKED if lock else _JOBS_READ
     for chunk in in_chunks(ids):
-        query = select(*_JOB_COLUMNS).where(Job.id.in_(chunk)).order_by(Job.id)
-        if lock:
-            query = query.with_for_update()
-        for row in session.connection().execute(query).mappings():
+        for row in session.connection().execute(query, {"ids": chunk}).mappings():
             out[row["id"]] = dict(row)
     return out
 
 
 def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    columns = [
-        Attempt.id,
-        Attempt.job_id,
-        Attempt.number,
-        *(getattr(Attempt, n) for n in OBSERVED),
-    ]
     for chunk in in_chunks(ids):
-        query = select(*columns).where(Attempt.job_id.in_(chunk))
-        for row in session.connection().execute(query).mappings():
+        for row in session.connection().execute(_ATTEMPTS_READ, {"ids": chunk}).mappings():
             out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
     return out
 
@@ -422,24 +434,24 @@ class SyncFacts:
 _SPEC_DURATIONS = {"stall_after": "stallAfter", "cancel_after_stall": "cancelAfterStall"}
 
 
+_FACT_NAMES = [
+    f.name
+    for f in fields(SyncFacts)
+    if f.name not in _SPEC_DURATIONS and f.name != "cancel_on_non_finite_loss"
+]
+_FACTS_READ = select(
+    *(getattr(Job, n) for n in _FACT_NAMES),
+    *(Job.spec["spec"][key].as_string().label(name) for name, key in _SPEC_DURATIONS.items()),
+    Job.spec["spec"]["cancelOnNonFiniteLoss"].as_boolean().label("cancel_on_non_finite_loss"),
+).where(Job.id.in_(_IDS))
+
+
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per `IN_CHUNK` ids (not one per job)."""
-    names = [
-        f.name
-        for f in fields(SyncFacts)
-        if f.name not in _SPEC_DURATIONS and f.name != "cancel_on_non_finite_loss"
-    ]
-    durations = [
-        Job.spec["spec"][key].as_string().label(name) for name, key in _SPEC_DURATIONS.items()
-    ]
-    durations.append(
-        Job.spec["spec"]["cancelOnNonFiniteLoss"].as_boolean().label("cancel_on_non_finite_loss")
-    )
     out: dict[str, SyncFacts] = {}
     for chunk in in_chunks(ids):
-        query = select(*(getattr(Job, n) for n in names), *durations).where(Job.id.in_(chunk))
-        for row in session.connection().execute(query).mappings():
-            values: dict[str, Any] = {name: row[name] for name in names}
+        for row in session.connection().execute(_FACTS_READ, {"ids": chunk}).mappings():
+            values: dict[str, Any] = {name: row[name] for name in _FACT_NAMES}
             for name in _SPEC_DURATIONS:
                 values[name] = duration_seconds(row[name]) if row[name] else None
             values["cancel_on_non_finite_loss"] = bool(row["cancel_on_non_finite_loss"])
