@@ -17,7 +17,10 @@ before the next step starts. Per step, in the same run:
   the dispatcher creates on (cluster/wire.py, on uvloop): the two differ by
   what kubetrain does around a create, not by their HTTP clients. Judged
   against the bare client's suspended Jobs (the creates alone); the same Jobs
-  running as the dispatcher's do are measured and shown beside. The server
+  running as the dispatcher's do are measured and shown beside, and judged
+  too the whole way: each side's Jobs per second from its first create (the
+  dispatcher's first QUEUED) to the last of its Jobs seen with a Pod Running,
+  the cluster's work on the Pods in both windows. The server
   reports to itself (KUBETRAIN_STATUS_URL), as deployed, so its Jobs carry
   the Pods' projected token. Within a step the
   dispatcher cannot outrun the submissions, so after the ramp --backlog jobs
@@ -798,6 +801,11 @@ def judge(report: dict[str, Any]) -> dict[str, Any]:
                 f"the Pods in both windows): dispatcher {b['to_running_per_s']} Jobs/s, "
                 f"bare client {b['bare_to_running_per_s']}/s ({whole:.2f} of it, target >= "
                 f"{TARGET_DISPATCH}: " + ("met" if whole >= TARGET_DISPATCH else "MISSED") + ")"
+            )
+            cpu = b["cpu"]["dispatcher_to_running"]
+            lines.append(
+                f"  the server's CPU through it: "
+                f"{1000 * cpu['cpu_s'][SERVER] / max(1, b['jobs']):.2f} ms per job"
             )
         if "cpu" in b:
             windows = {k: v for k, v in b["cpu"].items() if v is not None}
