@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import random
 import sys
 import threading
 import time
@@ -186,6 +187,21 @@ def test_a_server_that_asks_to_wait_is_not_asked_again_sooner(peer):
     assert reporter.close(10)
     assert peer.arrivals[1] - peer.arrivals[0] >= 1.0
     assert [e["phase"] for e in peer.events()] == ["TRAINING"]
+
+
+def test_the_reporters_retries_leave_the_trainings_random_sequence_alone(peer):
+    """A checkpoint saves and restores `random`'s state for a resume bit for bit
+    (runtime/checkpoint.py): the jitter of the reporter's retries, drawn in its thread
+    at moments no one foresees, comes from a generator of its own."""
+    random.seed(1234)
+    expected = random.Random(1234)  # noqa: S311 - the training's sequence, not a secret
+    peer.status = 503
+    reporter = _reporter(peer)
+    reporter.phase("TRAINING")
+    peer.until(lambda: peer.refused >= 3, "retried batches")
+    assert random.random() == expected.random()  # noqa: S311
+    peer.status = 202
+    assert reporter.close(10)
 
 
 @pytest.mark.parametrize(

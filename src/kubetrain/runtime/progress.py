@@ -330,9 +330,15 @@ def retry_after(value: str | None, now: float | None = None) -> float | None:
     return min(max(seconds, 0.0), MAX_RETRY_AFTER_SECONDS)
 
 
+# The reporter's own generator: it runs in the training process, whose `random` state a
+# checkpoint saves and restores (runtime/checkpoint.py) for a resume bit for bit; drawn
+# from that one, a retry at an unforeseeable moment moved the training's sequence.
+_JITTER = random.Random()  # noqa: S311 - spreading, not secrecy
+
+
 def _jittered(delay: float) -> float:
     """Half the delay, plus up to as much again at random ("equal jitter")."""
-    return delay / 2 + random.uniform(0, delay / 2)  # noqa: S311 - spreading, not secrecy
+    return delay / 2 + _JITTER.uniform(0, delay / 2)
 
 
 def _binding(binding: Mapping[str, Any]) -> dict[str, Any]:
