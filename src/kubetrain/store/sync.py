@@ -94,45 +94,41 @@ class SyncPlan:
         if self.leaving:
             entered = state_entered(session, [job_id for job_id, _, _ in self.leaving])
             note_state_durations(session, self.leaving, self.now, entered)
-        # The attempts' and the jobs' rows on the driver's cursor, compiled once for each
-        # set of columns (store/_driver.py); the history through SQLAlchemy, for its
-        # multi-row INSERT ... RETURNING (the ids the webhooks' outbox needs). Through
-        # `Session.execute` each was wrapped by the ORM's bulk paths, and an executemany
-        # through SQLAlchemy builds each row's parameters in Python: together most of the
-        # syncer's CPU in the database through a backlog (docs/benchmarks.md).
+        # On the driver's cursor, compiled once for each set of columns (store/_driver.py):
+        # the attempts' and the jobs' rows, and the history unless a webhook needs its
+        # rows' ids. Through `Session.execute` the ORM's bulk paths wrapped each, and an
+        # executemany through SQLAlchemy builds each row's parameters in Python: most of
+        # the syncer's CPU in the database (docs/benchmarks.md).
         connection = session.connection()
+        driven = [
+            (table, group)
+            for table, rows in (
+                (_ATTEMPTS, self.new_attempts),
+                (_ATTEMPTS, self.changed_attempts),
+                (_JOBS, self.job_updates),
+            )
+            for group in _same_keys(rows)
+        ]
+        # The history in list order, so that each job's rows keep their order.
+        business = {row["job_id"] for row in self.history if row["kind"] == _BUSINESS}
+        hooks = webhooks_of(session, business)
+        if hooks:
+            # The outbox needs the business rows' ids: SQLAlchemy's INSERT ... RETURNING
+            # in parameter order (on SQLite, one statement per row).
+            written = connection.execute(_HISTORY_INSERT, self.history)
+            ids = [(row.id, row.job_id) for row in written if row.kind == _BUSINESS]
+            enqueue_deliveries(session, ids, hooks)
+        else:
+            driven += [(_HISTORY, run) for run in _runs(self.history)]
+        if not driven:
+            return
         pooled = connection.connection
         with wrap_errors(connection.engine, pooled):
             cursor = pooled.cursor()
             try:
-                for table, rows in (
-                    (_ATTEMPTS, self.new_attempts),
-                    (_ATTEMPTS, self.changed_attempts),
-                    (_JOBS, self.job_updates),
-                ):
-                    for group in _same_keys(rows):
-                        statement = _statement(connection.dialect, table, tuple(group[0]))
-                        execute_many(cursor, statement, _keyed(group))
-            finally:
-                cursor.close()
-        if not self.history:
-            return
-        # In list order, so each job's rows keep their order in the history.
-        business = {row["job_id"] for row in self.history if row["kind"] == BUSINESS}
-        hooks = webhooks_of(session, business)
-        if hooks:  # the outbox needs the business rows' ids: SQLAlchemy's RETURNING
-            written = connection.execute(_HISTORY_INSERT, self.history)
-            ids = [(row.id, row.job_id) for row in written if row.kind == BUSINESS]
-            enqueue_deliveries(session, ids, hooks)
-            return
-        # No webhook to tell: no ids needed, so the driver's executemany, one statement
-        # (SQLite's RETURNING in a given order is one statement per row).
-        with wrap_errors(connection.engine, pooled):
-            cursor = pooled.cursor()
-            try:
-                for run in _runs(self.history):
-                    statement = _statement(connection.dialect, _HISTORY, tuple(run[0]))
-                    execute_many(cursor, statement, _keyed(run))
+                for table, rows in driven:
+                    statement = _statement(connection.dialect, table, tuple(rows[0]))
+                    execute_many(cursor, statement, _keyed(rows))
             finally:
                 cursor.close()
 
@@ -140,7 +136,7 @@ class SyncPlan:
 _ATTEMPTS: Table = Attempt.__table__  # type: ignore[assignment]  # a Table, typed FromClause
 _JOBS: Table = Job.__table__  # type: ignore[assignment]
 _HISTORY: Table = Transition.__table__  # type: ignore[assignment]
-BUSINESS = TransitionKind.BUSINESS
+_BUSINESS = TransitionKind.BUSINESS
 # `render_nulls`: a None is written as NULL rather than its column left out, so that
 # every row has the same columns and a batch is one statement. Left out, each run of
 # rows with other columns was a statement of its own, and the history's rows
@@ -156,7 +152,8 @@ _COMPILED: dict[tuple[str, str, tuple[str, ...]], Compiled] = {}
 
 def _statement(dialect: Dialect, table: Table, columns: tuple[str, ...]) -> Compiled:
     """For rows of these columns (`_keyed`'s names): an UPDATE by id if they hold the id
-    (an attempt's or a job's changes), else an INSERT (new attempts). Compiled once."""
+    (an attempt's or a job's changes), else an INSERT (new attempts, history rows).
+    Compiled once."""
     key = (dialect.name, table.name, columns)
     compiled = _COMPILED.get(key)
     if compiled is None:
