@@ -5,6 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import TypeVar
 
+from sqlalchemy import BindParameter, bindparam
+
 # Bound parameters per IN list: far under SQLite's limit (32,766) and PostgreSQL's.
 IN_CHUNK = 512
 
@@ -30,3 +32,7 @@ def padded(values: Sequence[_T]) -> Sequence[_T]:
 def in_chunks(ids: Sequence[str]) -> list[Sequence[str]]:
     """`ids` in IN lists of at most `IN_CHUNK`, each `padded`."""
     return [padded(ids[i : i + IN_CHUNK]) for i in range(0, len(ids), IN_CHUNK)]
+
+
+# The IN list of a statement built once (`in_chunks` gives its values): `.in_(IDS)`.
+IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)

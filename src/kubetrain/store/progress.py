@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from sqlalchemy import BindParameter, bindparam, delete, func, select
+from sqlalchemy import delete, func, select
 from sqlalchemy.orm import Session
 
 from kubetrain.domain.diagnosis import PodReport
 from kubetrain.domain.lineage import Compared, compare_resume
 from kubetrain.domain.states import BusinessState
-from kubetrain.store.in_lists import in_chunks, padded
+from kubetrain.store.in_lists import IDS, in_chunks, padded
 from kubetrain.store.models import Attempt, Job, Progress, Report
 
 MAX_STEP_REPORTS = 2000
@@ -217,21 +217,20 @@ def _prune(session: Session, job_id: str, kind: str) -> None:
     session.execute(doomed)
 
 
-# The syncer's reads of every batch, built once (an expanding IN: `in_chunks` pads it).
-_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
+# The syncer's reads of every batch, built once (`in_chunks` gives the IN lists).
 # One row per Pod (the resync reads every unfinished job): its newest phase.
 _LAST_PHASES = (
     select(Report.job_id, Report.pod, Report.data, Report.reported_at)
     .where(
         Report.id.in_(
             select(func.max(Report.id))
-            .where(Report.job_id.in_(_IDS), Report.kind == "phase")
+            .where(Report.job_id.in_(IDS), Report.kind == "phase")
             .group_by(Report.job_id, Report.pod)
         )
     )
     .order_by(Report.id)
 )
-_PROGRESS = select(Progress).where(Progress.job_id.in_(_IDS))
+_PROGRESS = select(Progress).where(Progress.job_id.in_(IDS))
 
 
 def phase_reports(session: Session, job_ids: Sequence[str]) -> dict[str, list[PodReport]]:

@@ -11,16 +11,17 @@ replayed observation writes nothing at all.
 
 from __future__ import annotations
 
-from collections.abc import Collection, Mapping, Sequence
+from collections.abc import Collection, Iterator, Mapping, Sequence
 from dataclasses import dataclass, fields, replace
 from datetime import datetime
 from typing import Any
 
 import msgspec
 from sqlalchemy import (
-    BindParameter,
     Dialect,
     Insert,
+    RowMapping,
+    Select,
     Table,
     Update,
     bindparam,
@@ -36,12 +37,16 @@ from kubetrain.domain.states import TERMINAL, BusinessState, ReasonCode
 from kubetrain.store import transitions
 from kubetrain.store._driver import Compiled, compile_for, execute_many, wrap_errors
 from kubetrain.store.errors import IllegalTransition
-from kubetrain.store.in_lists import in_chunks
+from kubetrain.store.in_lists import IDS, in_chunks
 from kubetrain.store.jobs import state_entered
 from kubetrain.store.metrics import note_state_durations
 from kubetrain.store.models import Attempt, Job, Source, Transition, TransitionKind
 from kubetrain.store.transitions import OBSERVED, PodObservation
 from kubetrain.store.webhooks import enqueue_deliveries, webhooks_of
+
+# What a plan is worked out from: the jobs' rows by id, and their attempts' rows by job
+# id and Pod uid.
+_Read = tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,8 +86,7 @@ class SyncPlan:
     job_updates: list[dict[str, Any]]
     leaving: list[tuple[str, BusinessState, datetime]]  # (job id, state it leaves, created)
     now: datetime
-    # What the plan was worked out from: the jobs' rows and their attempts' rows.
-    read: tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]]
+    read: _Read  # what the plan was worked out from
 
     @property
     def empty(self) -> bool:
@@ -204,8 +208,7 @@ def record_planned(
     read again under the lock and, where nothing changed since, the plan is written as
     it is rather than worked out again (most of a plan's CPU); else it is planned anew."""
     ids = sorted(job.job_id for job in batch)
-    session.flush()
-    read = (_jobs(session, ids, lock=True), _attempts(session, ids))
+    read = _read(session, ids, lock=True)
     if read != plan.read:
         plan = plan_synced(session, batch, now=plan.now, read=read)
     plan.write(session)
@@ -218,7 +221,7 @@ def plan_synced(
     *,
     now: datetime,
     lock: bool = True,
-    read: tuple[dict[str, dict[str, Any]], dict[str, dict[str, dict[str, Any]]]] | None = None,
+    read: _Read | None = None,
 ) -> SyncPlan:
     """What recording a batch of syncs would write. With `lock`, the jobs' rows are held
     (PostgreSQL) until the caller's transaction ends, so the plan stays true until
@@ -232,9 +235,8 @@ def plan_synced(
     """
     by_id = {synced.job_id: synced for synced in batch}
     ids = sorted(by_id)
-    session.flush()  # read on the connection below: what the caller's session holds first
     if read is None:
-        read = (_jobs(session, ids, lock=lock), _attempts(session, ids))
+        read = _read(session, ids, lock=lock)
     jobs, attempts = read
     results: dict[str, SyncResult] = {}
     new_attempts: list[dict[str, Any]] = []
@@ -385,29 +387,31 @@ _JOB_COLUMNS = (
 # The syncer's reads, built once with an expanding IN (`in_chunks` pads its lists):
 # built per call, their expressions and cache keys were ~10 % of the serve process's
 # interpreter through a backlog's whole way to Running (docs/benchmarks.md).
-_IDS: BindParameter[list[str]] = bindparam("ids", expanding=True)
-_JOBS_READ = select(*_JOB_COLUMNS).where(Job.id.in_(_IDS)).order_by(Job.id)
+_JOBS_READ = select(*_JOB_COLUMNS).where(Job.id.in_(IDS)).order_by(Job.id)
 _JOBS_LOCKED = _JOBS_READ.with_for_update()
 _ATTEMPTS_READ = select(
     Attempt.id, Attempt.job_id, Attempt.number, *(getattr(Attempt, n) for n in OBSERVED)
-).where(Attempt.job_id.in_(_IDS))
+).where(Attempt.job_id.in_(IDS))
 
 
-def _jobs(session: Session, ids: Sequence[str], *, lock: bool) -> dict[str, dict[str, Any]]:
-    out: dict[str, dict[str, Any]] = {}
-    query = _JOBS_LOCKED if lock else _JOBS_READ
+def _read(session: Session, ids: Sequence[str], *, lock: bool) -> _Read:
+    """The batch's job rows (held until the transaction ends, with `lock`) and their
+    attempts' rows, read on the session's connection after what the session holds."""
+    session.flush()
+    jobs = {
+        row["id"]: dict(row) for row in _rows(session, _JOBS_LOCKED if lock else _JOBS_READ, ids)
+    }
+    attempts: dict[str, dict[str, dict[str, Any]]] = {}
+    for row in _rows(session, _ATTEMPTS_READ, ids):
+        attempts.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
+    return jobs, attempts
+
+
+def _rows(session: Session, query: Select[Any], ids: Sequence[str]) -> Iterator[RowMapping]:
+    """`query`'s rows for `ids`, one statement per `in_chunks` list."""
+    connection = session.connection()
     for chunk in in_chunks(ids):
-        for row in session.connection().execute(query, {"ids": chunk}).mappings():
-            out[row["id"]] = dict(row)
-    return out
-
-
-def _attempts(session: Session, ids: Sequence[str]) -> dict[str, dict[str, dict[str, Any]]]:
-    out: dict[str, dict[str, dict[str, Any]]] = {}
-    for chunk in in_chunks(ids):
-        for row in session.connection().execute(_ATTEMPTS_READ, {"ids": chunk}).mappings():
-            out.setdefault(row["job_id"], {})[row["pod_uid"]] = dict(row)
-    return out
+        yield from connection.execute(query, {"ids": chunk}).mappings()
 
 
 @dataclass(frozen=True, slots=True)
@@ -440,19 +444,18 @@ _FACTS_READ = select(
     *(getattr(Job, n) for n in _FACT_NAMES),
     *(Job.spec["spec"][key].as_string().label(name) for name, key in _SPEC_DURATIONS.items()),
     Job.spec["spec"]["cancelOnNonFiniteLoss"].as_boolean().label("cancel_on_non_finite_loss"),
-).where(Job.id.in_(_IDS))
+).where(Job.id.in_(IDS))
 
 
 def sync_facts(session: Session, ids: Sequence[str]) -> dict[str, SyncFacts]:
     """The records of `ids` that exist, in one query per `IN_CHUNK` ids (not one per job)."""
     out: dict[str, SyncFacts] = {}
-    for chunk in in_chunks(ids):
-        for row in session.connection().execute(_FACTS_READ, {"ids": chunk}).mappings():
-            values: dict[str, Any] = {name: row[name] for name in _FACT_NAMES}
-            for name in _SPEC_DURATIONS:
-                values[name] = duration_seconds(row[name]) if row[name] else None
-            values["cancel_on_non_finite_loss"] = bool(row["cancel_on_non_finite_loss"])
-            out[row["id"]] = SyncFacts(**values)
+    for row in _rows(session, _FACTS_READ, ids):
+        values: dict[str, Any] = {name: row[name] for name in _FACT_NAMES}
+        for name in _SPEC_DURATIONS:
+            values[name] = duration_seconds(row[name]) if row[name] else None
+        values["cancel_on_non_finite_loss"] = bool(row["cancel_on_non_finite_loss"])
+        out[row["id"]] = SyncFacts(**values)
     return out
 
 
